@@ -1,0 +1,26 @@
+# Two entry points (see README): `make run` (the main job, offline, embedded default) and `make test`.
+# Both create or reuse the virtual environment .venv: torch==2.13.0 (CPU build) first, then the project.
+PYTHON ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed
+CORES ?= 2
+
+.PHONY: run test bench venv clean-results
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet torch==2.13.0
+	$(VENV)/bin/pip install --quiet -e ".[workflow,test]"
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/python examples/quickstart.py
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest -q
+
+bench: $(STAMP)
+	$(VENV)/bin/python benchmarks/bench_attention.py

@@ -1,0 +1,269 @@
+"""Stochastic attention weights (paper §3, Definition 1, Algorithm 1).
+
+Given the attention probabilities ``pi`` of shape (..., n_q, n_k) produced by the (masked) softmax, stochastic
+attention replaces every row by ``W / nu`` with ``W ~ Multinomial(nu, pi_row)`` drawn independently per row. Then
+(Propositions 1 and 2)
+
+    E[W/nu] = pi,        Cov(W/nu) = (diag(pi) - pi pi^T) / nu,
+
+so the attention output ``(W/nu) V`` is centred on the deterministic output with covariance
+``V^T (diag(pi) - pi pi^T) V / nu``.
+
+Two exact samplers are implemented; both are exact in law and never select a token whose probability is 0:
+
+* ``"categorical"``: ``nu`` inverse-CDF draws per row (one uniform each, ``searchsorted`` in the row's cumulative
+  sum) and a scatter-add of the counts. Cost O(n_k + nu log n_k) per row: cheapest for small ``nu``.
+* ``"binomial"``: conditional binomial splitting on a balanced binary tree over the keys. A node holding ``c``
+  draws sends ``Binomial(c, m_left / (m_left + m_right))`` of them to its left child (``m`` = probability mass of
+  the child's keys) and the rest to its right child. This is the conditional-binomial construction of the
+  multinomial (design notes) arranged as a tree, so it takes ``ceil(log2 n_k)`` vectorised ``torch.binomial`` calls
+  instead of ``n_k`` sequential ones. Cost O(n_k) per row, independent of ``nu``.
+
+``"auto"`` picks ``categorical`` while ``nu <= AUTO_CATEGORICAL_PER_KEY * n_k`` and ``binomial`` beyond, so the
+cost is bounded by O(n_k) per row whatever ``nu`` is (the crossover was measured with
+``benchmarks/bench_sampler.py``).
+
+``nu`` may be ``None`` (deterministic: the input is returned unchanged), a positive integer, or an integer tensor
+broadcastable to ``pi.shape[:-1]`` (per-row / per-head / per-query concentration). Inside a tensor, the value 0
+marks rows that stay deterministic; this is how a per-head ``None`` is encoded by :mod:`stochattn.patch`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal, Optional, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+Nu = Union[None, int, Tensor]
+Method = Literal["auto", "categorical", "binomial"]
+
+#: ``"auto"`` uses the categorical sampler while ``nu <= AUTO_CATEGORICAL_PER_KEY * n_k``.
+AUTO_CATEGORICAL_PER_KEY = 2
+
+_FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# validation
+# --------------------------------------------------------------------------------------------------------------
+def check_nu(nu: Nu, name: str = "nu") -> Nu:
+    """Validate a concentration parameter: None, a positive integer, or a non-negative integer tensor."""
+    if nu is None:
+        return None
+    if isinstance(nu, Tensor):
+        if nu.dtype.is_floating_point:
+            if not torch.all(nu == torch.round(nu)):
+                raise ValueError(f"{name} must hold integers, got non-integer values in a {nu.dtype} tensor")
+            nu = nu.to(torch.int64)
+        elif nu.dtype == torch.bool or nu.dtype.is_complex:
+            raise TypeError(f"{name} must be an integer tensor, got dtype {nu.dtype}")
+        if nu.numel() and int(nu.min()) < 0:
+            raise ValueError(f"{name} must be >= 1 (0 inside a tensor marks a deterministic row), got min {int(nu.min())}")
+        return nu
+    if isinstance(nu, bool) or not isinstance(nu, (int, float)) or isinstance(nu, float) and not nu.is_integer():
+        raise ValueError(f"{name} must be a positive integer or None, got {nu!r}")
+    if nu < 1:
+        raise ValueError(f"{name} must be a positive integer or None, got {nu!r}")
+    return int(nu)
+
+
+def check_probabilities(pi: Tensor, name: str = "pi") -> None:
+    """Raise if ``pi`` (..., n_k) has negative or non-finite entries or rows that sum neither to 1 nor to 0.
+
+    Rows summing to 0 are fully masked rows (no key may be attended); they are allowed and stay zero. The
+    tolerance on the row sum is ``n_k * eps(dtype)``, a bound on the rounding error of the softmax sum.
+    """
+    if not isinstance(pi, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(pi).__name__}")
+    if pi.dtype not in _FLOAT_DTYPES:
+        raise TypeError(f"{name} must be a floating tensor (float32/float64/float16/bfloat16), got {pi.dtype}")
+    if pi.dim() < 1 or pi.shape[-1] == 0:
+        raise ValueError(f"{name} must have shape (..., n_k) with n_k >= 1, got {tuple(pi.shape)}")
+    p = pi.float()
+    if not torch.isfinite(p).all():
+        raise ValueError(f"{name} contains NaN or inf")
+    if (p < 0).any():
+        raise ValueError(f"{name} has negative entries (min {float(p.min()):.3g}); it must be a probability vector")
+    sums = p.sum(-1)
+    tol = max(1e-6, pi.shape[-1] * torch.finfo(pi.dtype).eps)
+    bad = ((sums - 1).abs() > tol) & (sums != 0)
+    if bad.any():
+        worst = float(sums[bad].flatten()[0])
+        raise ValueError(f"{name} rows must sum to 1 (or 0 for fully masked rows); found a row summing to {worst:.6g}")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# samplers on 2-D (rows, n_k) float32/float64 probabilities with a scalar count
+# --------------------------------------------------------------------------------------------------------------
+def _counts_categorical(p: Tensor, nu: int, generator: Optional[torch.Generator]) -> Tensor:
+    """Multinomial(nu, p_row) counts by inverse-CDF draws. p: (R, n) -> counts (R, n), same dtype as p."""
+    rows, n = p.shape
+    cdf = torch.cumsum(p, dim=-1)
+    total = cdf[:, -1:]
+    u = torch.rand((rows, nu), generator=generator, device=p.device, dtype=p.dtype) * total
+    idx = torch.searchsorted(cdf, u, right=True)
+    # idx = first j with cdf_j > u, so a key with p_j = 0 (cdf_j = cdf_{j-1}) is never selected, except when
+    # rounding makes u == total: clamp to the last key with positive probability (probability ~2^-24 per draw).
+    positive = p > 0
+    last_positive = (n - 1) - torch.flip(positive, dims=[-1]).to(torch.int8).argmax(dim=-1, keepdim=True)
+    idx = torch.minimum(idx, last_positive)
+    counts = torch.zeros_like(p)
+    counts.scatter_add_(1, idx, torch.ones_like(u))
+    # fully masked rows (total mass 0) receive no draw
+    return counts * (total > 0)
+
+
+def _counts_binomial_tree(p: Tensor, nu: Tensor, generator: Optional[torch.Generator]) -> Tensor:
+    """Multinomial(nu_row, p_row) counts by conditional binomial splitting on a binary tree over the keys.
+
+    p: (R, n); nu: (R,) float counts per row (may differ between rows) -> counts (R, n), same dtype as p.
+    """
+    rows, n = p.shape
+    depth = max(0, math.ceil(math.log2(n)))
+    width = 1 << depth
+    leaves = F.pad(p, (0, width - n)) if width != n else p
+    # masses[l] has shape (R, 2^l): probability mass under each node of level l (leaves at l = depth)
+    masses = [leaves]
+    for _ in range(depth):
+        masses.append(masses[-1].view(rows, -1, 2).sum(-1))
+    masses.reverse()
+    counts = (nu.to(p.dtype) * (masses[0][:, 0] > 0)).unsqueeze(-1)  # (R, 1); no draw for fully masked rows
+    for level in range(depth):
+        child = masses[level + 1].view(rows, -1, 2)
+        left, right = child[..., 0], child[..., 1]
+        # left / (left + right) is exactly 1 when right == 0 and exactly 0 when left == 0, so zero-mass subtrees
+        # never receive a draw; nodes with no mass at all hold count 0 and get probability 0.
+        prob = torch.nan_to_num(left / (left + right), nan=0.0).clamp_(0.0, 1.0)
+        to_left = torch.binomial(counts, prob, generator=generator)
+        counts = torch.stack((to_left, counts - to_left), dim=-1).view(rows, -1)
+    return counts[:, :n]
+
+
+def _sample_counts(p: Tensor, nu: int, method: Method, generator: Optional[torch.Generator]) -> Tensor:
+    n = p.shape[-1]
+    if method == "auto":
+        method = "categorical" if nu <= AUTO_CATEGORICAL_PER_KEY * n else "binomial"
+    if method == "categorical":
+        return _counts_categorical(p, nu, generator)
+    if method == "binomial":
+        return _counts_binomial_tree(p, torch.full(p.shape[:1], float(nu), device=p.device, dtype=p.dtype), generator)
+    raise ValueError(f"method must be 'auto', 'categorical' or 'binomial', got {method!r}")
+
+
+# --------------------------------------------------------------------------------------------------------------
+# public API
+# --------------------------------------------------------------------------------------------------------------
+def stochastic_weights(
+    pi: Tensor,
+    nu: Nu,
+    *,
+    generator: Optional[torch.Generator] = None,
+    method: Method = "auto",
+    validate: bool = True,
+) -> Tensor:
+    """Stochastic attention weights ``Multinomial(nu, pi)/nu`` drawn independently for every row of ``pi``.
+
+    Args:
+        pi: attention probabilities (..., n_q, n_k) (any leading dims), rows on the simplex or all-zero (a fully
+            masked row, which stays zero). float32/float64/float16/bfloat16, CPU or CUDA.
+        nu: None (return ``pi`` itself: deterministic attention), a positive integer, or an integer tensor
+            broadcastable to ``pi.shape[:-1]``, where 0 keeps that row deterministic.
+        generator: a ``torch.Generator`` on ``pi``'s device for reproducible draws.
+        method: ``"auto"``, ``"categorical"`` or ``"binomial"`` (see the module docstring); all exact in law.
+        validate: check ``pi`` and ``nu`` (one reduction over ``pi``); the patched hot path turns it off.
+
+    Returns:
+        weights of the same shape and dtype as ``pi``; each row is ``W/nu`` with ``W`` a multinomial count vector.
+        Sampling runs in float32 (float64 for float64 input); only the returned ``W/nu`` is rounded to the dtype.
+    """
+    if validate:
+        nu = check_nu(nu)
+        check_probabilities(pi)
+    if nu is None:
+        return pi
+    work_dtype = torch.float64 if pi.dtype == torch.float64 else torch.float32
+    n = pi.shape[-1]
+    p = pi.detach().to(work_dtype).reshape(-1, n)
+    if isinstance(nu, int):
+        weights = _sample_counts(p, nu, method, generator).div_(nu)
+    else:
+        nu_rows = torch.broadcast_to(nu.to(pi.device), pi.shape[:-1]).reshape(-1)
+        weights = p.clone()  # rows with nu == 0 stay deterministic
+        for value in torch.unique(nu_rows).tolist():
+            if value == 0:
+                continue
+            rows = (nu_rows == value).nonzero(as_tuple=True)[0]
+            weights[rows] = _sample_counts(p[rows], int(value), method, generator).div_(value)
+    return weights.view(pi.shape).to(pi.dtype)
+
+
+def masked_attention_probs(
+    query: Tensor,
+    key: Tensor,
+    attn_mask: Optional[Tensor] = None,
+    is_causal: bool = False,
+    scale: Optional[float] = None,
+) -> Tensor:
+    """Softmax attention probabilities with ``F.scaled_dot_product_attention`` mask semantics.
+
+    query (..., L, E), key (..., S, E) -> probs (..., L, S). A boolean mask marks keys that may be attended
+    (True = attend); a float mask is added to the logits; ``is_causal`` applies a top-left aligned lower-triangular
+    mask. Rows with no attendable key become all-zero (torch's SDPA returns a zero output for them).
+    """
+    L, S = query.shape[-2], key.shape[-2]
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    logits = (query @ key.transpose(-2, -1)) * scale
+    if is_causal:
+        if attn_mask is not None:
+            raise ValueError("attn_mask and is_causal=True cannot be given together (as in F.scaled_dot_product_attention)")
+        attn_mask = torch.ones(L, S, dtype=torch.bool, device=query.device).tril()
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            logits = logits.masked_fill(~attn_mask, float("-inf"))
+        else:
+            logits = logits + attn_mask
+    probs = torch.softmax(logits, dim=-1)
+    if attn_mask is not None:
+        probs = torch.nan_to_num(probs, nan=0.0)  # fully masked rows: softmax of all -inf
+    return probs
+
+
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attn_mask: Optional[Tensor] = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: Optional[float] = None,
+    enable_gqa: bool = False,
+    *,
+    nu: Nu = None,
+    generator: Optional[torch.Generator] = None,
+    method: Method = "auto",
+) -> Tensor:
+    """Drop-in for ``F.scaled_dot_product_attention`` with stochastic attention after the masked softmax.
+
+    query (..., L, E), key (..., S, E), value (..., S, Ev) -> (..., L, Ev). With ``nu=None`` this *is*
+    ``F.scaled_dot_product_attention`` (bit-identical). Otherwise the masked softmax probabilities are replaced
+    by ``Multinomial(nu, pi)/nu`` (per row; ``nu`` may be a tensor broadcastable to ``(..., L)``, e.g. shape
+    ``(H, 1)`` for per-head values with (B, H, L, S) attention), then dropout (if any) and the product with V.
+    """
+    nu = check_nu(nu)
+    if nu is None:
+        return F.scaled_dot_product_attention(
+            query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
+            enable_gqa=enable_gqa,
+        )
+    if enable_gqa and key.shape[-3] != query.shape[-3]:
+        groups = query.shape[-3] // key.shape[-3]
+        key = key.repeat_interleave(groups, dim=-3)
+        value = value.repeat_interleave(groups, dim=-3)
+    probs = masked_attention_probs(query, key, attn_mask, is_causal, scale)
+    weights = stochastic_weights(probs, nu, generator=generator, method=method, validate=False)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    return weights @ value

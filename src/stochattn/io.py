@@ -1,0 +1,163 @@
+"""Atomic file writers and small file utilities.
+
+Every file the library or the workflow writes goes through :func:`atomic_path`: the content is written to a
+temporary file in the *same* directory (so the final rename never crosses a file system) and moved over the
+target with :func:`os.replace` only when writing succeeded. A reader therefore sees either the old file or the
+complete new one, and a writer that raises leaves no file (and no temporary file) behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import hashlib
+import json
+import os
+import secrets
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "atomic_path",
+    "save_npz",
+    "load_npz",
+    "save_json",
+    "load_json",
+    "to_jsonable",
+    "sha256_file",
+]
+
+PathLike = str | os.PathLike
+
+
+@contextlib.contextmanager
+def atomic_path(path: PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; rename it over ``path`` on success, remove it on error.
+
+    Parent directories of ``path`` are created as needed. The temporary file already exists (empty, created
+    with mode 0o666 minus the umask, like a plain ``open``) when the body runs; the body may overwrite it.
+    If the body raises, or leaves no file at the temporary path, ``path`` is left untouched.
+
+    Example::
+
+        with atomic_path("out/table.csv") as tmp:
+            df.to_csv(tmp, index=False)
+    """
+    target = Path(path)
+    if target.name in ("", ".", ".."):
+        raise ValueError(f"path must name a file, got {str(path)!r}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
+    # os.open with O_EXCL instead of tempfile.mkstemp so that the final file gets the usual umask-based mode
+    # (mkstemp creates 0o600 files, which would be unreadable to collaborators on a shared cluster).
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    os.close(fd)
+    try:
+        yield tmp
+        if not tmp.exists():
+            raise FileNotFoundError(
+                f"atomic write of {str(target)!r}: the writer removed its temporary file {str(tmp)!r}"
+            )
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+
+
+def save_npz(path: PathLike, **arrays: Any) -> Path:
+    """Write ``arrays`` (name -> array-like) to an uncompressed ``.npz`` file at exactly ``path``, atomically.
+
+    (``numpy.savez`` given a file name would append ``.npz``; writing through a file handle keeps the name.)
+    Object arrays are refused, so that :func:`load_npz` never needs ``allow_pickle``.
+    """
+    if not arrays:
+        raise ValueError("save_npz needs at least one array")
+    converted = {}
+    for name, value in arrays.items():
+        arr = np.asarray(value)
+        if arr.dtype == object:
+            raise TypeError(f"save_npz: array {name!r} has dtype object; store numbers or strings only")
+        converted[name] = arr
+    target = Path(path)
+    with atomic_path(target) as tmp:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **converted)
+            fh.flush()
+            os.fsync(fh.fileno())
+    return target
+
+
+def load_npz(path: PathLike) -> dict[str, np.ndarray]:
+    """Read every array of an ``.npz`` file into a dict (no pickles)."""
+    with np.load(Path(path), allow_pickle=False) as data:
+        return {name: data[name] for name in data.files}
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Recursively convert ``obj`` into plain JSON types.
+
+    numpy scalars -> Python scalars, numpy arrays -> nested lists, tuples/sets -> lists (sets sorted),
+    ``Path`` -> str, ``datetime``/``date`` -> ISO string, mapping keys -> str. Anything else raises TypeError.
+    """
+    if obj is None or isinstance(obj, (bool, str)):
+        return obj
+    if isinstance(obj, (int, float)) and not isinstance(obj, np.generic):
+        return obj
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, os.PathLike):
+        return os.fspath(obj)
+    if isinstance(obj, (_dt.datetime, _dt.date)):
+        return obj.isoformat()
+    if isinstance(obj, Mapping):
+        out = {}
+        for key, value in obj.items():
+            skey = key if isinstance(key, str) else str(to_jsonable(key))
+            if skey in out:
+                raise ValueError(f"to_jsonable: two keys map to the same string {skey!r}")
+            out[skey] = to_jsonable(value)
+        return out
+    if isinstance(obj, (set, frozenset)):
+        return sorted(to_jsonable(v) for v in obj)
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    raise TypeError(f"to_jsonable: cannot convert object of type {type(obj).__name__} to JSON")
+
+
+def save_json(path: PathLike, obj: Any, *, indent: int = 2) -> Path:
+    """Write ``obj`` as JSON (sorted keys, indented, trailing newline) to ``path``, atomically.
+
+    numpy scalars/arrays, paths, datetimes are converted by :func:`to_jsonable`. NaN/inf are written as the
+    JavaScript literals ``NaN``/``Infinity`` (what Python's json module reads back).
+    """
+    text = json.dumps(to_jsonable(obj), sort_keys=True, indent=indent) + "\n"
+    target = Path(path)
+    with atomic_path(target) as tmp:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+    return target
+
+
+def load_json(path: PathLike) -> Any:
+    """Read a JSON file (UTF-8)."""
+    with open(Path(path), encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def sha256_file(path: PathLike, *, chunk_size: int = 1 << 20) -> str:
+    """Lower-case hex SHA-256 of a file's bytes, read in chunks of ``chunk_size``."""
+    if chunk_size <= 0:
+        raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+    digest = hashlib.sha256()
+    with open(Path(path), "rb") as fh:
+        while chunk := fh.read(chunk_size):
+            digest.update(chunk)
+    return digest.hexdigest()

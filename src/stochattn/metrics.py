@@ -1,0 +1,430 @@
+"""Calibration, sharpness, proper-score and accuracy metrics for predictive ensembles.
+
+Shape conventions (numpy in, numpy out; torch tensors are accepted and converted):
+    samples  (S, n, ...)   S ensemble members (predictive samples) for n cases
+    y        (n, ...)      observed truth
+    point    (n, ...)      the method's point prediction
+
+Definitions chosen (see the docstrings for details):
+    * PIT is the randomised rank ``(r + V) / (S + 1)``, ``V ~ Uniform(0, e + 1)``; it is exactly Uniform(0, 1)
+      whenever y is exchangeable with the S members, ties included.
+    * W1 is the exact Wasserstein-1 distance between the empirical PIT distribution and U(0, 1).
+    * CRPS uses the estimator ``E|X - y| - 0.5 E|X - X'|`` over all S^2 pairs (scoringrules' default ``"qd"``
+      estimator, which equals it exactly), so that ``crps == error - spread``.
+    * Latitude weights, lat-weighted RMSE and ACC follow ClimaX (``w = cos(lat) / mean(cos(lat))``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+import numpy as np
+import scoringrules as sr
+
+DEFAULT_LEVELS = (0.25, 0.5, 0.75, 0.95)
+
+__all__ = [
+    "DEFAULT_LEVELS",
+    "pit",
+    "w1_uniform",
+    "central_interval",
+    "coverage_and_width",
+    "crps",
+    "crps_decomposition",
+    "energy_score",
+    "mae",
+    "rmse",
+    "nrmse",
+    "latitude_weights",
+    "lat_weighted_rmse",
+    "lat_weighted_acc",
+    "summarize",
+    "w1_null_floor",
+]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# input validation helpers (shared with stochattn.scaling)
+# --------------------------------------------------------------------------------------------------------------
+def as_array(x: Any, name: str) -> np.ndarray:
+    """Return ``x`` as a finite float64 numpy array; raise ValueError naming ``name`` on NaN/inf."""
+    if x is None:
+        raise TypeError(f"{name} must be an array, got None")
+    if hasattr(x, "detach"):  # torch tensor
+        x = x.detach().cpu().numpy()
+    try:
+        arr = np.asarray(x, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{name} must be a numeric array: {err}") from None
+    if np.isnan(arr).any():
+        raise ValueError(f"{name} contains NaN")
+    if np.isinf(arr).any():
+        raise ValueError(f"{name} contains inf")
+    return arr
+
+
+def check_samples(samples: Any, name: str = "samples", min_members: int = 1) -> np.ndarray:
+    """Validate an ensemble of shape (S, n, ...) with S >= ``min_members``."""
+    arr = as_array(samples, name)
+    if arr.ndim < 2:
+        raise ValueError(f"{name} must have shape (S, n, ...), got shape {arr.shape}")
+    if arr.shape[0] < min_members:
+        raise ValueError(f"{name} needs at least {min_members} ensemble members (axis 0), got {arr.shape[0]}")
+    return arr
+
+
+def check_target(arr_like: Any, name: str, samples: np.ndarray, samples_name: str = "samples") -> np.ndarray:
+    """Validate an array of shape ``samples.shape[1:]`` (truth or point prediction)."""
+    arr = as_array(arr_like, name)
+    if arr.shape != samples.shape[1:]:
+        raise ValueError(
+            f"{name} has shape {arr.shape} but {samples_name} has shape {samples.shape}; "
+            f"expected {name}.shape == {samples_name}.shape[1:]"
+        )
+    return arr
+
+
+def check_level(level: float, name: str = "level") -> float:
+    """Validate a probability level strictly inside (0, 1)."""
+    try:
+        value = float(level)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name} must be a number in (0, 1), got {level!r}") from None
+    if not (0.0 < value < 1.0):
+        raise ValueError(f"{name} must be in (0, 1), got {level!r}")
+    return value
+
+
+def _check_same_shape(a: Any, b: Any, name_a: str, name_b: str) -> tuple[np.ndarray, np.ndarray]:
+    a_arr, b_arr = as_array(a, name_a), as_array(b, name_b)
+    if a_arr.shape != b_arr.shape:
+        raise ValueError(f"{name_a} has shape {a_arr.shape} but {name_b} has shape {b_arr.shape}; they must match")
+    if a_arr.size == 0:
+        raise ValueError(f"{name_a} is empty")
+    return a_arr, b_arr
+
+
+def _level_key(level: float) -> str:
+    """0.95 -> '95', 0.5 -> '50', 0.975 -> '97.5'."""
+    return f"{round(level * 100, 6):g}"
+
+
+# --------------------------------------------------------------------------------------------------------------
+# calibration
+# --------------------------------------------------------------------------------------------------------------
+def pit(samples: Any, y: Any, rng: np.random.Generator | int) -> np.ndarray:
+    """Randomised probability integral transform of ``y`` under the ensemble.
+
+    With ``r = #{s: x_s < y}`` and ``e = #{s: x_s == y}``, returns ``(r + V) / (S + 1)`` with
+    ``V ~ Uniform(0, e + 1)`` drawn independently per entry.
+
+    Why this is exactly uniform: if y is exchangeable with the S members, its rank among the S + 1 values with
+    ties broken uniformly at random is uniform on {0, ..., S}; given r and e that rank is ``r + K`` with
+    ``K ~ UniformInt{0, ..., e}``. Adding an independent ``U ~ Uniform(0, 1)`` spreads each rank cell
+    uniformly over ``[k/(S+1), (k+1)/(S+1))``, and ``K + U ~ Uniform(0, e + 1)``. Hence PIT ~ U(0, 1) exactly.
+
+    Args:
+        samples: (S, n, ...) ensemble, S >= 1.
+        y: (n, ...) truth.
+        rng: numpy Generator or int seed (required; no hidden global randomness).
+
+    Returns:
+        (n, ...) PIT values in [0, 1).
+    """
+    x = check_samples(samples)
+    y_arr = check_target(y, "y", x)
+    gen = _as_generator(rng)
+    below = (x < y_arr).sum(axis=0)
+    ties = (x == y_arr).sum(axis=0)
+    v = gen.uniform(0.0, 1.0, size=y_arr.shape) * (ties + 1)
+    return (below + v) / (x.shape[0] + 1)
+
+
+def _as_generator(rng: np.random.Generator | int) -> np.random.Generator:
+    if isinstance(rng, np.random.Generator):
+        return rng
+    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+        return np.random.default_rng(int(rng))
+    raise TypeError(f"rng must be a numpy Generator or an int seed, got {type(rng).__name__}")
+
+
+def w1_uniform(pit_values: Any) -> float:
+    """Exact Wasserstein-1 distance between the empirical distribution of ``pit_values`` and U(0, 1).
+
+    ``W1 = int_0^1 |G(u) - u| du = int_0^1 |Q(p) - p| dp`` with G the empirical CDF and Q its quantile function.
+    Q equals the k-th order statistic v_(k) on ((k-1)/n, k/n], so the integral is a sum of n integrals of
+    ``|v_(k) - p|``, each evaluated in closed form with the antiderivative ``F(p) = (p - v)|p - v| / 2``.
+
+    Args:
+        pit_values: any shape; flattened. Values outside [0, 1] are allowed (the formula holds for any reals).
+
+    Returns:
+        W1 as a float.
+    """
+    v = np.sort(as_array(pit_values, "pit_values").ravel())
+    n = v.size
+    if n == 0:
+        raise ValueError("pit_values is empty")
+    p_hi = np.arange(1, n + 1) / n
+    p_lo = np.arange(0, n) / n
+
+    def antiderivative(p: np.ndarray) -> np.ndarray:
+        d = p - v
+        return 0.5 * d * np.abs(d)
+
+    return float(np.sum(antiderivative(p_hi) - antiderivative(p_lo)))
+
+
+def central_interval(samples: Any, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """Central prediction interval from sample quantiles (linear interpolation, numpy's default).
+
+    Args:
+        samples: (S, n, ...) ensemble, S >= 2.
+        level: nominal coverage in (0, 1); quantiles at (1 - level)/2 and (1 + level)/2.
+
+    Returns:
+        (lo, hi), each (n, ...).
+
+    Note: with S = 19 the sample min/max form only a 90 % interval; the interpolated quantiles give a 95 % one.
+    """
+    x = check_samples(samples, min_members=2)
+    lvl = check_level(level)
+    lo, hi = np.quantile(x, [(1.0 - lvl) / 2.0, (1.0 + lvl) / 2.0], axis=0)
+    return lo, hi
+
+
+def coverage_and_width(
+    samples: Any, y: Any, levels: Iterable[float] = DEFAULT_LEVELS
+) -> dict[float, dict[str, float]]:
+    """Empirical coverage and mean width of the central intervals at each level.
+
+    Args:
+        samples: (S, n, ...) ensemble, S >= 2.
+        y: (n, ...) truth.
+        levels: nominal levels in (0, 1).
+
+    Returns:
+        ``{level: {"coverage": fraction of entries with lo <= y <= hi, "width": mean(hi - lo)}}``.
+    """
+    x = check_samples(samples, min_members=2)
+    y_arr = check_target(y, "y", x)
+    out: dict[float, dict[str, float]] = {}
+    for level in levels:
+        lvl = check_level(level, "levels")
+        lo, hi = central_interval(x, lvl)
+        covered = (lo <= y_arr) & (y_arr <= hi)
+        out[lvl] = {"coverage": float(covered.mean()), "width": float((hi - lo).mean())}
+    return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+# proper scores
+# --------------------------------------------------------------------------------------------------------------
+def crps(samples: Any, y: Any) -> np.ndarray:
+    """Per-entry ensemble CRPS, ``E|X - y| - 0.5 E|X - X'|`` with E|X - X'| over all S^2 pairs.
+
+    Computed by ``scoringrules.crps_ensemble`` with its default ``"qd"`` estimator, which equals the formula
+    above exactly (not the "fair" 1/(S(S-1)) version).
+
+    Args:
+        samples: (S, n, ...) ensemble, S >= 1.
+        y: (n, ...) truth.
+
+    Returns:
+        (n, ...) CRPS values.
+    """
+    x = check_samples(samples)
+    y_arr = check_target(y, "y", x)
+    return np.asarray(sr.crps_ensemble(y_arr, x, m_axis=0, estimator="qd"), dtype=np.float64)
+
+
+def mean_abs_pair_diff(x: np.ndarray) -> np.ndarray:
+    """E|X - X'| over all S^2 ordered pairs along axis 0, via sorting: (2/S^2) sum_i (2i - S - 1) x_(i)."""
+    s = x.shape[0]
+    xs = np.sort(x, axis=0)
+    coef = (2.0 * np.arange(1, s + 1) - s - 1).reshape((s,) + (1,) * (x.ndim - 1))
+    return 2.0 * np.sum(coef * xs, axis=0) / s**2
+
+
+def crps_decomposition(samples: Any, y: Any) -> dict[str, np.ndarray]:
+    """CRPS split into prediction error and spread reward.
+
+    Returns:
+        dict of (n, ...) arrays: ``"crps"`` (scoringrules), ``"error"`` = E|X - y|,
+        ``"spread"`` = 0.5 E|X - X'| (all S^2 pairs); ``crps == error - spread`` up to rounding.
+    """
+    x = check_samples(samples)
+    y_arr = check_target(y, "y", x)
+    error = np.abs(x - y_arr).mean(axis=0)
+    spread = 0.5 * mean_abs_pair_diff(x)
+    return {"crps": crps(x, y_arr), "error": error, "spread": spread}
+
+
+def energy_score(samples: Any, y: Any) -> np.ndarray:
+    """Energy Score for vector outputs, ``E||X - y|| - 0.5 E||X - X'||`` (all S^2 pairs, Euclidean norm).
+
+    Uses ``scoringrules.es_ensemble`` with its ``"nrg"`` estimator (the formula above).
+
+    Args:
+        samples: (S, n, d) ensemble.
+        y: (n, d) truth.
+
+    Returns:
+        (n,) Energy Scores.
+    """
+    x = check_samples(samples)
+    if x.ndim != 3:
+        raise ValueError(f"samples must have shape (S, n, d) for the energy score, got shape {x.shape}")
+    y_arr = check_target(y, "y", x)
+    return np.asarray(sr.es_ensemble(y_arr, x, m_axis=0, v_axis=-1, estimator="nrg"), dtype=np.float64)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# accuracy
+# --------------------------------------------------------------------------------------------------------------
+def mae(point: Any, y: Any) -> float:
+    """Mean absolute error over all entries; ``point`` and ``y`` have the same shape."""
+    p, t = _check_same_shape(point, y, "point", "y")
+    return float(np.mean(np.abs(p - t)))
+
+
+def rmse(point: Any, y: Any) -> float:
+    """Root mean squared error over all entries; ``point`` and ``y`` have the same shape."""
+    p, t = _check_same_shape(point, y, "point", "y")
+    return float(np.sqrt(np.mean((p - t) ** 2)))
+
+
+def nrmse(point: Any, y: Any, sigma_y: float) -> float:
+    """RMSE / sigma_y (the UCI accuracy metric); ``sigma_y`` > 0 is the target's standard deviation."""
+    sigma = float(as_array(sigma_y, "sigma_y"))
+    if sigma <= 0:
+        raise ValueError(f"sigma_y must be > 0, got {sigma_y!r}")
+    return rmse(point, y) / sigma
+
+
+def latitude_weights(lat_deg: Any) -> np.ndarray:
+    """ClimaX latitude weights ``w = cos(lat) / mean(cos(lat))`` (mean 1), shape (n_lat,)."""
+    lat = as_array(lat_deg, "lat_deg")
+    if lat.ndim != 1 or lat.size == 0:
+        raise ValueError(f"lat_deg must be a non-empty 1-D array, got shape {lat.shape}")
+    if np.any(np.abs(lat) > 90.0):
+        raise ValueError("lat_deg must lie in [-90, 90] degrees")
+    w = np.cos(np.deg2rad(lat))
+    if w.mean() <= 0:
+        raise ValueError("lat_deg has zero mean cos(lat) (only poles?)")
+    return w / w.mean()
+
+
+def _check_field(pred: Any, truth: Any, lat_deg: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    p, t = _check_same_shape(pred, truth, "pred", "truth")
+    if p.ndim < 2:
+        raise ValueError(f"pred must have shape (..., n_lat, n_lon), got shape {p.shape}")
+    w = latitude_weights(lat_deg)
+    if w.shape[0] != p.shape[-2]:
+        raise ValueError(f"lat_deg has {w.shape[0]} entries but pred has n_lat = {p.shape[-2]} (axis -2)")
+    return p, t, w[:, None]
+
+
+def lat_weighted_rmse(pred: Any, truth: Any, lat_deg: Any) -> float:
+    """ClimaX latitude-weighted RMSE for fields of shape (..., n_lat, n_lon).
+
+    ``mean over leading axes of sqrt(mean over (lat, lon) of w * (pred - truth)^2)``.
+    """
+    p, t, w = _check_field(pred, truth, lat_deg)
+    per_field = np.sqrt(np.mean(w * (p - t) ** 2, axis=(-2, -1)))
+    return float(np.mean(per_field))
+
+
+def lat_weighted_acc(pred: Any, truth: Any, climatology: Any, lat_deg: Any) -> float:
+    """Latitude-weighted anomaly correlation coefficient for fields of shape (..., n_lat, n_lon).
+
+    Anomalies ``a = pred - clim`` and ``b = truth - clim`` are each demeaned over space (unweighted mean over
+    lat and lon, as ClimaX does), then per field ``ACC = sum(w a' b') / sqrt(sum(w a'^2) sum(w b'^2))``,
+    averaged over the leading (time/sample) axes.
+
+    Args:
+        pred, truth: (..., n_lat, n_lon).
+        climatology: broadcastable to ``truth`` (typically (n_lat, n_lon)).
+        lat_deg: (n_lat,).
+
+    Raises:
+        ValueError if an anomaly field has zero spatial variance (ACC undefined).
+    """
+    # NOTE[DIFF]: ClimaX (src/climax/utils/metrics.py) demeans over the whole evaluation batch and sums over it,
+    # so its value depends on the loader's batch size; we compute ACC per field (ClimaX with batch size 1) and
+    # average over fields, the usual per-time-step ACC.
+    p, t, w = _check_field(pred, truth, lat_deg)
+    clim = as_array(climatology, "climatology")
+    try:
+        clim = np.broadcast_to(clim, t.shape)
+    except ValueError:
+        raise ValueError(f"climatology has shape {clim.shape}, not broadcastable to truth shape {t.shape}") from None
+    a = p - clim
+    b = t - clim
+    a = a - a.mean(axis=(-2, -1), keepdims=True)
+    b = b - b.mean(axis=(-2, -1), keepdims=True)
+    saa = np.sum(w * a * a, axis=(-2, -1))
+    sbb = np.sum(w * b * b, axis=(-2, -1))
+    if np.any(saa <= 0):
+        raise ValueError("pred anomalies (pred - climatology) have zero spatial variance in some field; ACC undefined")
+    if np.any(sbb <= 0):
+        raise ValueError(
+            "truth anomalies (truth - climatology) have zero spatial variance in some field; ACC undefined"
+        )
+    acc = np.sum(w * a * b, axis=(-2, -1)) / np.sqrt(saa * sbb)
+    return float(np.mean(acc))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# one-call summary
+# --------------------------------------------------------------------------------------------------------------
+def summarize(
+    samples: Any,
+    point: Any,
+    y: Any,
+    rng: np.random.Generator | int,
+    levels: Iterable[float] = DEFAULT_LEVELS,
+) -> tuple[dict[str, float], np.ndarray]:
+    """Scalar metrics of one run plus its PIT values (to pool across splits before computing W1).
+
+    Args:
+        samples: (S, n, ...) ensemble, S >= 2.
+        point: (n, ...) point prediction.
+        y: (n, ...) truth.
+        rng: Generator or int seed for the PIT randomisation.
+        levels: interval levels for coverage/width.
+
+    Returns:
+        ``(scalars, pit_values)``; scalars has keys ``mae, rmse, crps, crps_error, crps_spread,
+        coverage_<L>, width_<L>`` (L = level in percent, e.g. ``coverage_95``) and ``w1``;
+        pit_values has shape (n, ...).
+    """
+    x = check_samples(samples, min_members=2)
+    y_arr = check_target(y, "y", x)
+    p = check_target(point, "point", x)
+    dec = crps_decomposition(x, y_arr)
+    out: dict[str, float] = {
+        "mae": mae(p, y_arr),
+        "rmse": rmse(p, y_arr),
+        "crps": float(dec["crps"].mean()),
+        "crps_error": float(dec["error"].mean()),
+        "crps_spread": float(dec["spread"].mean()),
+    }
+    for level, cw in coverage_and_width(x, y_arr, levels).items():
+        out[f"coverage_{_level_key(level)}"] = cw["coverage"]
+        out[f"width_{_level_key(level)}"] = cw["width"]
+    pit_values = pit(x, y_arr, rng)
+    out["w1"] = w1_uniform(pit_values)
+    return out, pit_values
+
+
+def w1_null_floor(n: int) -> float:
+    """Approximate mean W1 of n iid U(0, 1) values: ``sqrt(pi / (32 n))`` ~= 0.313 / sqrt(n).
+
+    Brownian-bridge limit: ``E int |B(u)| du = sqrt(2/pi) int sqrt(u(1-u)) du = sqrt(2/pi) * pi/8``.
+    A yardstick for the finite-sample floor of W1 of a perfectly calibrated method.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    return math.sqrt(math.pi / (32.0 * n))

@@ -1,0 +1,375 @@
+"""Enable stochastic attention on any model without retraining, and draw predictive ensembles.
+
+The model is left untouched except for the ``forward`` of its attention modules, which is replaced on the
+instance (never on the class) by an adapter that computes the same attention with the masked-softmax
+probabilities passed through :func:`stochattn.attention.stochastic_weights`. Removing the patch deletes the
+instance attribute, so the original bound method is back and outputs are bit-identical to the unpatched model.
+With ``nu=None`` an adapter calls the original forward, so a deterministic layer is bit-identical too.
+
+Which modules are attention, and where they compute their probabilities, is a small registry
+(:func:`register_attention`): built in are ``rtdl_revisiting_models.MultiheadAttention`` (FT-Transformer) and
+``torch.nn.MultiheadAttention``; TimesFM and ClimaX adapters register themselves the same way.
+
+``nu`` may be given as
+    * ``None`` or a positive int: the same for every attention module;
+    * a list with one entry per attention module (model order, see :func:`attention_modules`);
+    * a mapping from module name pattern (``fnmatch`` glob on the qualified name, e.g. ``"*blocks.0.*"``) or
+      module index (int) to a value; modules matched by no key stay deterministic; later keys override earlier;
+    * and any per-module value may itself be a per-head sequence (``[4, None, 16, ...]``, one per head) or a
+      1-D integer tensor of length n_heads (0 = deterministic head).
+The paper uses one global ``nu``; per-layer / per-head values lift its stated limitation (§7).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import types
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .attention import Method, check_nu, stochastic_weights
+
+NuSpec = Union[None, int, Sequence, Mapping, Tensor]
+
+
+@dataclass
+class SAState:
+    """What one patched attention module needs at call time."""
+
+    nu: Union[None, int, Tensor]  # None, an int, or an int64 tensor of shape (n_heads, 1) (0 = deterministic head)
+    generator: Optional[torch.Generator]
+    method: Method
+
+    def weights(self, probs: Tensor) -> Tensor:
+        """probs (B, H, L, S) -> stochastic weights of the same shape (identity when nu is None)."""
+        return stochastic_weights(probs, self.nu, generator=self.generator, method=self.method, validate=False)
+
+
+@dataclass(frozen=True)
+class AttentionAdapter:
+    """How to run one attention module class with stochastic weights.
+
+    ``forward(module, state, original_forward, *args, **kwargs)`` recomputes the module's forward with
+    ``state.weights`` applied to its (B, H, L, S) attention probabilities. ``n_heads(module)`` gives H.
+    """
+
+    forward: Callable[..., Any]
+    n_heads: Callable[[nn.Module], int]
+
+
+_REGISTRY: Dict[type, AttentionAdapter] = {}
+
+
+def register_attention(module_type: type, *, n_heads: Callable[[nn.Module], int]):
+    """Decorator registering ``forward(module, state, original_forward, *args, **kwargs)`` for a module class."""
+
+    def decorate(forward: Callable[..., Any]) -> Callable[..., Any]:
+        _REGISTRY[module_type] = AttentionAdapter(forward=forward, n_heads=n_heads)
+        return forward
+
+    return decorate
+
+
+def attention_modules(model: nn.Module) -> Dict[str, nn.Module]:
+    """Qualified name -> module, for every module of a registered attention class, in model order."""
+    return {name: m for name, m in model.named_modules() if type(m) in _REGISTRY}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# nu specification
+# --------------------------------------------------------------------------------------------------------------
+def _per_module_value(value: Any, n_heads: int, where: str) -> Union[None, int, Tensor]:
+    """A module's nu: None, int, or per-head (n_heads, 1) int64 tensor (0 = deterministic head)."""
+    if value is None or isinstance(value, (int, float)) and not isinstance(value, bool):
+        return check_nu(value, name=f"nu[{where}]")
+    if isinstance(value, Tensor) or isinstance(value, Sequence) and not isinstance(value, str):
+        heads = value.tolist() if isinstance(value, Tensor) else list(value)
+        if len(heads) != n_heads:
+            raise ValueError(f"nu[{where}] has {len(heads)} per-head values but the module has {n_heads} heads")
+        checked = [check_nu(h, name=f"nu[{where}][head {i}]") for i, h in enumerate(heads)]
+        if all(h is None for h in checked):
+            return None
+        if len(set(checked)) == 1:
+            return checked[0]
+        return torch.tensor([0 if h is None else h for h in checked], dtype=torch.int64).view(n_heads, 1)
+    raise TypeError(f"nu[{where}] must be None, an int, or a per-head sequence/tensor; got {type(value).__name__}")
+
+
+def resolve_nu(model_modules: Mapping[str, nn.Module], nu: NuSpec) -> Dict[str, Union[None, int, Tensor]]:
+    """Map every attention module name to its nu (see the module docstring for the accepted forms)."""
+    names = list(model_modules)
+    heads = {name: _REGISTRY[type(m)].n_heads(m) for name, m in model_modules.items()}
+    if isinstance(nu, Mapping):
+        resolved: Dict[str, Any] = {name: None for name in names}
+        for key, value in nu.items():
+            if isinstance(key, int) and not isinstance(key, bool):
+                if not -len(names) <= key < len(names):
+                    raise ValueError(f"nu key {key} is out of range: the model has {len(names)} attention modules")
+                matched = [names[key]]
+            elif isinstance(key, str):
+                matched = [n for n in names if fnmatch.fnmatchcase(n, key)]
+                if not matched:
+                    raise ValueError(f"nu key {key!r} matches no attention module; known modules: {names}")
+            else:
+                raise TypeError(f"nu keys must be module name patterns (str) or indices (int), got {key!r}")
+            for name in matched:
+                resolved[name] = _per_module_value(value, heads[name], name)
+        return resolved
+    if isinstance(nu, Sequence) and not isinstance(nu, str):
+        if len(nu) != len(names):
+            raise ValueError(f"nu has {len(nu)} per-layer values but the model has {len(names)} attention modules")
+        return {name: _per_module_value(v, heads[name], name) for name, v in zip(names, nu)}
+    if isinstance(nu, Tensor):
+        raise TypeError("a tensor nu is per-head: give it per module, e.g. {'*': tensor}")
+    value = check_nu(nu)
+    return {name: value for name in names}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the patch
+# --------------------------------------------------------------------------------------------------------------
+class StochasticAttention:
+    """Stochastic attention enabled on ``model`` until :meth:`remove` (or the end of a ``with`` block).
+
+    Example::
+
+        with StochasticAttention(model, nu=8, generator=torch.Generator().manual_seed(0)):
+            samples = predictive_samples(model, x, num_samples=32)   # (32, B, ...)
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        nu: NuSpec,
+        *,
+        generator: Optional[torch.Generator] = None,
+        method: Method = "auto",
+    ) -> None:
+        self.model = model
+        self.modules = attention_modules(model)
+        if not self.modules:
+            known = ", ".join(t.__module__ + "." + t.__qualname__ for t in _REGISTRY)
+            raise ValueError(f"the model has no supported attention module (registered: {known})")
+        self.generator = generator
+        self.method = method
+        self._states: Dict[str, SAState] = {}
+        self._applied = False
+        self._fastpath_before: Optional[bool] = None
+        self.set_nu(nu)
+        self.apply()
+
+    def set_nu(self, nu: NuSpec) -> None:
+        """Change nu (any accepted form) without re-patching."""
+        resolved = resolve_nu(self.modules, nu)
+        for name, value in resolved.items():
+            if name in self._states:
+                self._states[name].nu = value
+            else:
+                self._states[name] = SAState(nu=value, generator=self.generator, method=self.method)
+
+    @property
+    def nu(self) -> Dict[str, Union[None, int, Tensor]]:
+        """Current nu per attention module."""
+        return {name: s.nu for name, s in self._states.items()}
+
+    def apply(self) -> None:
+        if self._applied:
+            return
+        for name, module in self.modules.items():
+            if "forward" in module.__dict__:
+                raise RuntimeError(f"attention module {name!r} already has a patched forward (nested patch?)")
+        for name, module in self.modules.items():
+            adapter = _REGISTRY[type(module)]
+            state = self._states[name]
+            original = type(module).forward.__get__(module)
+
+            def patched(self_module, *args, _adapter=adapter, _state=state, _original=original, **kwargs):
+                if _state.nu is None:
+                    return _original(*args, **kwargs)
+                return _adapter.forward(self_module, _state, _original, *args, **kwargs)
+
+            module.forward = types.MethodType(patched, module)
+        if any(isinstance(m, nn.MultiheadAttention) for m in self.modules.values()):
+            # nn.TransformerEncoderLayer's inference fast path calls a fused kernel instead of self_attn.forward;
+            # turn it off while patched so the adapter is actually used.
+            self._fastpath_before = torch.backends.mha.get_fastpath_enabled()
+            torch.backends.mha.set_fastpath_enabled(False)
+        self._applied = True
+
+    def remove(self) -> None:
+        """Restore every attention module's original forward."""
+        for module in self.modules.values():
+            module.__dict__.pop("forward", None)
+        if self._fastpath_before is not None:
+            torch.backends.mha.set_fastpath_enabled(self._fastpath_before)
+            self._fastpath_before = None
+        self._applied = False
+
+    def __enter__(self) -> "StochasticAttention":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.remove()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# predictive sampling
+# --------------------------------------------------------------------------------------------------------------
+def _tile(value: Any, times: int) -> Any:
+    if isinstance(value, Tensor):
+        return value.repeat(times, *([1] * (value.dim() - 1)))
+    return value
+
+
+@torch.no_grad()
+def predictive_samples(
+    fn: Callable[..., Tensor],
+    *inputs: Any,
+    num_samples: int,
+    max_rows: Optional[int] = None,
+    progress: bool = False,
+) -> Tensor:
+    """Draw ``num_samples`` stochastic forward passes of ``fn`` (a model with SA, dropout, ... enabled).
+
+    Every tensor in ``inputs`` has the batch on dim 0 (B, ...); non-tensors are passed unchanged. The passes are
+    folded into the batch: each call sees the inputs tiled ``m`` times (sample-major), with ``m`` as large as
+    ``max_rows // B`` allows (all ``num_samples`` at once when ``max_rows`` is None). Every row of a folded
+    batch samples independently, so the result equals ``num_samples`` separate passes in law.
+
+    Returns: (num_samples, B, ...) tensor.
+    """
+    if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples < 1:
+        raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
+    batch = next((x.shape[0] for x in inputs if isinstance(x, Tensor)), None)
+    if batch is None:
+        raise ValueError("inputs must contain at least one tensor with the batch on dim 0")
+    per_call = num_samples if max_rows is None else max(1, min(num_samples, max_rows // max(batch, 1)))
+    chunks: List[Tensor] = []
+    done = 0
+    calls = range(math.ceil(num_samples / per_call))
+    if progress:
+        from tqdm.auto import tqdm
+
+        calls = tqdm(calls, desc="predictive samples", leave=False)
+    for _ in calls:
+        m = min(per_call, num_samples - done)
+        out = fn(*(_tile(x, m) for x in inputs))
+        chunks.append(out.reshape(m, batch, *out.shape[1:]))
+        done += m
+    return torch.cat(chunks, dim=0)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# built-in adapters
+# --------------------------------------------------------------------------------------------------------------
+def _register_rtdl() -> None:
+    try:
+        from rtdl_revisiting_models import MultiheadAttention as RtdlAttention
+    except ImportError:  # pragma: no cover - rtdl is a declared dependency
+        return
+
+    @register_attention(RtdlAttention, n_heads=lambda m: m._n_heads)
+    def _rtdl_forward(module, state: SAState, original, x_q: Tensor, x_kv: Tensor) -> Tensor:
+        # Same computation as rtdl_revisiting_models.MultiheadAttention.forward (v0.0.2) with SA inserted
+        # between the softmax and the attention-probability dropout.
+        q, k, v = module.W_q(x_q), module.W_k(x_kv), module.W_v(x_kv)
+        if module.key_compression is not None:
+            k = module.key_compression(k.transpose(1, 2)).transpose(1, 2)
+            compress_v = module.key_compression if module.value_compression is None else module.value_compression
+            v = compress_v(v.transpose(1, 2)).transpose(1, 2)
+        batch_size, n_q_tokens = q.shape[0], q.shape[1]
+        heads = module._n_heads
+        d_head_key = k.shape[-1] // heads
+        d_head_value = v.shape[-1] // heads
+        q, k = module._reshape(q), module._reshape(k)
+        probs = F.softmax(q @ k.transpose(1, 2) / math.sqrt(d_head_key), dim=-1)  # (B*H, L, S), batch-major
+        probs = state.weights(probs.view(batch_size, heads, *probs.shape[1:])).flatten(0, 1)
+        if module.dropout is not None:
+            probs = module.dropout(probs)
+        x = probs @ module._reshape(v)
+        x = (
+            x.reshape(batch_size, heads, n_q_tokens, d_head_value)
+            .transpose(1, 2)
+            .reshape(batch_size, n_q_tokens, heads * d_head_value)
+        )
+        return module.W_out(x) if module.W_out is not None else x
+
+
+def _register_torch_mha() -> None:
+    @register_attention(nn.MultiheadAttention, n_heads=lambda m: m.num_heads)
+    def _mha_forward(
+        module: nn.MultiheadAttention,
+        state: SAState,
+        original,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        key_padding_mask: Optional[Tensor] = None,
+        need_weights: bool = True,
+        attn_mask: Optional[Tensor] = None,
+        average_attn_weights: bool = True,
+        is_causal: bool = False,
+    ):
+        # Re-expresses torch.nn.MultiheadAttention.forward (in-projection, masks, softmax, dropout, out-projection)
+        # with SA after the masked softmax. bias_k/bias_v and add_zero_attn are not supported.
+        if module.bias_k is not None or module.add_zero_attn:
+            raise NotImplementedError("stochastic attention does not support bias_k/bias_v or add_zero_attn")
+        unbatched = query.dim() == 2
+        if unbatched:
+            query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+            if key_padding_mask is not None:
+                key_padding_mask = key_padding_mask.unsqueeze(0)
+        elif module.batch_first:
+            query, key, value = (t.transpose(0, 1) for t in (query, key, value))
+        L, B, E = query.shape
+        S = key.shape[0]
+        H = module.num_heads
+        Dh = E // H
+        if module._qkv_same_embed_dim:
+            w_q, w_k, w_v = module.in_proj_weight.chunk(3)
+        else:
+            w_q, w_k, w_v = module.q_proj_weight, module.k_proj_weight, module.v_proj_weight
+        b_q, b_k, b_v = module.in_proj_bias.chunk(3) if module.in_proj_bias is not None else (None, None, None)
+        q = F.linear(query, w_q, b_q).view(L, B, H, Dh).permute(1, 2, 0, 3)  # (B, H, L, Dh)
+        k = F.linear(key, w_k, b_k).view(S, B, H, Dh).permute(1, 2, 0, 3)
+        v = F.linear(value, w_v, b_v).view(S, B, H, Dh).permute(1, 2, 0, 3)
+        logits = (q @ k.transpose(-2, -1)) / math.sqrt(Dh)  # (B, H, L, S)
+        if attn_mask is None and is_causal:
+            attn_mask = torch.ones(L, S, dtype=torch.bool, device=query.device).triu(1)
+        if attn_mask is not None:  # nn.MultiheadAttention: bool True = NOT allowed; float = additive
+            if attn_mask.dim() == 3:
+                attn_mask = attn_mask.view(B, H, L, S)
+            logits = logits.masked_fill(attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else logits + attn_mask
+        if key_padding_mask is not None:
+            kpm = key_padding_mask.view(B, 1, 1, S)
+            logits = logits.masked_fill(kpm, float("-inf")) if kpm.dtype == torch.bool else logits + kpm
+        probs = torch.nan_to_num(torch.softmax(logits, dim=-1), nan=0.0)
+        weights = state.weights(probs)
+        if module.training and module.dropout > 0.0:
+            weights = F.dropout(weights, p=module.dropout)
+        out = (weights @ v).permute(2, 0, 1, 3).reshape(L, B, E)
+        out = module.out_proj(out)
+        if unbatched:
+            out = out.squeeze(1)
+        elif module.batch_first:
+            out = out.transpose(0, 1)
+        if not need_weights:
+            return out, None
+        attn = weights.mean(dim=1) if average_attn_weights else weights
+        return out, (attn.squeeze(0) if unbatched else attn)
+
+
+_register_rtdl()
+_register_torch_mha()
+
+
+def iter_patched(model: nn.Module) -> Iterator[str]:
+    """Names of the attention modules of ``model`` whose forward is currently patched."""
+    for name, module in attention_modules(model).items():
+        if "forward" in module.__dict__:
+            yield name

@@ -1,0 +1,168 @@
+"""Calibration of nu: EvalStats, the log-log posterior, the closed-form proposal, and the BO loop."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from rtdl_revisiting_models import FTTransformer
+from scipy import optimize
+
+from stochattn.calibrate import (
+    EvalResult,
+    IntegerDomain,
+    LogLogPosterior,
+    SASampler,
+    bo_calibrate,
+    eval_stats,
+    nu_continuous,
+    score_sweep,
+    surrogate_objective,
+    target_scale,
+)
+
+
+class Regressor(torch.nn.Module):
+    def __init__(self, seed=0):
+        super().__init__()
+        torch.manual_seed(seed)
+        kw = FTTransformer.get_default_kwargs(n_blocks=1)
+        kw.update(d_block=32, attention_dropout=0.0, ffn_dropout=0.0, residual_dropout=0.0)
+        self.ft = FTTransformer(n_cont_features=5, cat_cardinalities=[], d_out=1, **kw)
+
+    def forward(self, x):
+        return self.ft(x, None).squeeze(-1)
+
+
+def test_posterior_recovers_known_slope_and_intercept():
+    rng = np.random.default_rng(0)
+    a, ln_b, eps = -0.5, 0.3, 0.05
+    nu = np.exp(rng.uniform(0, np.log(2000), size=40))
+    s = np.exp(a * np.log(nu) + ln_b + eps * rng.standard_normal(40))
+    post = LogLogPosterior.fit(nu, s)
+    draws = post.sample(np.random.default_rng(1), 20_000)
+    for key, truth in (("a", a), ("ln_b", ln_b)):
+        m, sd = draws[key].mean(), draws[key].std()
+        assert abs(m - truth) < 4 * sd, (key, m, sd)
+        assert sd < 0.05  # the data pin the line down
+    # eps^2: posterior InvGamma((n-2)/2, SSR/2); the 99.9 % credible interval must contain the truth
+    lo, hi = np.quantile(draws["eps2"], [0.0005, 0.9995])
+    assert lo < eps**2 < hi
+    # posterior mean of (a, ln b) = least squares under the reference prior
+    X = np.column_stack([np.log(nu), np.ones(40)])
+    assert np.allclose(post.mean, np.linalg.lstsq(X, np.log(s), rcond=None)[0])
+
+
+@pytest.mark.parametrize("a, ln_b, eps2, s0", [(-0.5, 0.0, 0.01, 0.2), (-0.3, 1.2, 0.2, 0.5), (-1.1, -0.4, 0.0001, 0.01)])
+def test_closed_form_nu_cont_matches_numerical_minimisation(a, ln_b, eps2, s0):
+    res = optimize.minimize_scalar(
+        lambda t: surrogate_objective(np.exp(t), a, ln_b, eps2, s0), bounds=(-20, 40), method="bounded",
+        options={"xatol": 1e-10},
+    )
+    assert float(nu_continuous(a, ln_b, eps2, s0)) == pytest.approx(math.exp(res.x), rel=1e-4)
+    # the closed-form objective itself equals the expectation over zeta ~ LogNormal(0, eps2) (Gauss-Hermite)
+    nodes, weights = np.polynomial.hermite_e.hermegauss(80)
+    zeta = np.exp(math.sqrt(eps2) * nodes)
+    nu = 7.0
+    mc = np.sum(weights * (math.exp(ln_b) * nu**a * zeta - s0) ** 2) / np.sqrt(2 * np.pi)
+    assert surrogate_objective(nu, a, ln_b, eps2, s0) == pytest.approx(mc, rel=1e-10)
+
+
+def test_integer_domain_projection_and_initial_design():
+    d = IntegerDomain(1, 1024)
+    assert d.project(3.4) == 3 and d.project(0.2) == 1 and d.project(5000) == 1024
+    assert d.initial_design(3) == [1, 32, 1024]
+    listed = IntegerDomain(values=[1, 2, 4, 8, 16])
+    assert listed.project(5.9) == 4 and listed.project(6.1) == 8
+    with pytest.raises(ValueError, match="low <= high"):
+        IntegerDomain(0, 10)
+
+
+def _synthetic_evaluate(nu_true=16, s_true=1.0, noise=0.01, seed=0):
+    """A scale law s(nu) = s_true (nu/nu_true)^-1/2 with multiplicative noise, and the L_SA of independent
+    half-normal R and Z (E[(R-Z)^2] = Var R + Var Z + (E R - E Z)^2)."""
+    rng = np.random.default_rng(seed)
+
+    def evaluate(nu):
+        s = s_true * (nu / nu_true) ** -0.5 * math.exp(noise * rng.standard_normal())
+        var = lambda m: m**2 * (math.pi / 2 - 1)  # noqa: E731  half-normal with mean m
+        return EvalResult(nu=nu, loss=var(s) + var(s_true) + (s - s_true) ** 2, scale=s)
+
+    return evaluate
+
+
+def test_bo_is_deterministic_for_a_seed_and_records_both_operating_points():
+    r1 = bo_calibrate(_synthetic_evaluate(seed=3), s0=1.0, budget=10, seed=7)
+    r2 = bo_calibrate(_synthetic_evaluate(seed=3), s0=1.0, budget=10, seed=7)
+    strip = lambda d: {k: v for k, v in d.items() if k != "seconds"}  # noqa: E731  wall-clock differs
+    assert strip(r1.to_dict()) == strip(r2.to_dict())
+    assert len(r1.history()) == 10 and [h["source"] for h in r1.history()][:3] == ["initial"] * 3
+    assert r1.nu == r1.nu_surrogate and abs(math.log(r1.nu_surrogate / 16)) < 0.15
+    # both operating points are recorded; the loss arg-min is one of the evaluated candidates
+    assert r1.nu_loss_argmin in {h["nu"] for h in r1.history()}
+    assert len(r1.posterior_draws["nu_cont"]) == 4000
+    r3 = bo_calibrate(_synthetic_evaluate(seed=3), s0=1.0, budget=10, seed=7, operating_point="loss_argmin")
+    assert r3.nu == r3.nu_loss_argmin
+
+
+def test_bo_bad_input():
+    ev = _synthetic_evaluate()
+    with pytest.raises(ValueError, match="s0 must be positive"):
+        bo_calibrate(ev, s0=0.0)
+    with pytest.raises(ValueError, match="budget"):
+        bo_calibrate(ev, s0=1.0, budget=2, initial_design=3)
+    with pytest.raises(ValueError, match="operating_point"):
+        bo_calibrate(ev, s0=1.0, operating_point="best")
+
+
+def test_bo_recovers_nu_true_on_a_constructed_sa_problem():
+    """Targets are themselves SA passes at nu_true, so the residual scale equals SA's deviation at nu_true."""
+    nu_true, n = 16, 600
+    model = Regressor().eval()
+    x = torch.randn(n, 5, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        point = model(x)
+    with SASampler(model, generator=torch.Generator().manual_seed(99)) as sampler:
+        y = sampler(nu_true, x, 1)[0]
+        z = (y - point).abs()
+        s0 = target_scale(y, point)
+        for seed in (0, 1, 2):
+            gen = torch.Generator().manual_seed(seed)
+            evaluate = lambda nu: eval_stats(  # noqa: E731
+                nu, sampler, x, y, point, batch_size=300, num_batches=2, num_passes=8, generator=gen
+            )
+            res = bo_calibrate(evaluate, s0, domain=IntegerDomain(1, 1024), budget=10, seed=seed)
+            a = -0.5  # Prop. 2: s ~ nu^-1/2 near the deterministic limit
+            # ln nu* error = (ln s0 error)/|a|; SE of ln s0 from n residuals, SE of ln s(nu) from 2*300*8 passes
+            se_ln_s0 = float(z.std() / z.mean()) / math.sqrt(n)
+            se_ln_nu = math.sqrt(se_ln_s0**2 + (se_ln_s0 / math.sqrt(8)) ** 2) / abs(a)
+            tol = 4 * se_ln_nu + 0.5 / nu_true  # plus integer rounding
+            assert abs(math.log(res.nu_surrogate_continuous / nu_true)) < tol, (seed, res.nu_surrogate_continuous, tol)
+            slope = res.posterior["mean"][0]
+            assert -0.6 < slope < -0.4
+
+
+def test_eval_stats_rejects_nan_and_bad_shapes():
+    x, y = torch.randn(10, 3), torch.randn(10)
+    point = torch.zeros(10)
+    ok = lambda nu, xb, m: torch.zeros(m, len(xb))  # noqa: E731
+    r = eval_stats(4, ok, x, y, point, batch_size=5, num_batches=2, num_passes=3)
+    assert r.scale == 0 and r.loss > 0
+    with pytest.raises(ValueError, match="contain NaN"):
+        eval_stats(4, lambda nu, xb, m: torch.full((m, len(xb)), float("nan")), x, y, point, batch_size=5, num_batches=1, num_passes=2)
+    with pytest.raises(ValueError, match="point .* contains NaN"):
+        eval_stats(4, ok, x, y, torch.full((10,), float("nan")), batch_size=5, num_batches=1, num_passes=2)
+    with pytest.raises(ValueError, match="sample_fn returned shape"):
+        eval_stats(4, lambda nu, xb, m: torch.zeros(m, len(xb), 2), x, y, point, batch_size=5, num_batches=1, num_passes=2)
+    with pytest.raises(ValueError, match="same shape"):
+        target_scale(y, torch.zeros(9))
+
+
+def test_score_sweep_finds_the_crps_optimal_scale():
+    """Gaussian predictive N(0, (c^2/nu)) for y ~ N(0, sigma^2): CRPS is minimised at c^2/nu = sigma^2."""
+    c, sigma = 4.0, 1.0  # optimum nu = 16
+    y = torch.randn(4000, generator=torch.Generator().manual_seed(0)) * sigma
+    gen = torch.Generator().manual_seed(1)
+    sample = lambda nu, xb, m: torch.randn(m, len(xb), generator=gen) * c / math.sqrt(nu)  # noqa: E731
+    out = score_sweep(sample, torch.zeros(4000, 1), y, [4, 8, 16, 32, 64], num_samples=19)
+    assert out["nu"] == 16 and len(out["scores"]) == 5

@@ -1,0 +1,130 @@
+"""Tests for stochattn.provenance: the <file>.prov.json records."""
+
+import datetime as dt
+import hashlib
+import platform
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from stochattn.io import load_json
+from stochattn.provenance import file_record, git_state, provenance_record, write_provenance
+
+T0 = dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+T1 = T0 + dt.timedelta(seconds=90.5)
+
+
+def _inputs(tmp_path):
+    a = tmp_path / "in" / "a.csv"
+    a.parent.mkdir()
+    a.write_bytes(b"x,y\n1,2\n")
+    b = tmp_path / "in" / "b.npz"
+    b.write_bytes(np.random.default_rng(0).bytes(5000))
+    return a, b
+
+
+def test_record_hashes_inputs_like_hashlib(tmp_path):
+    a, b = _inputs(tmp_path)
+    out = tmp_path / "table.csv"
+    out.write_text("dataset,method\n")
+    rec = provenance_record(
+        rule="uci_table",
+        inputs=[a, str(b)],
+        outputs=[out, tmp_path / "not_yet.png"],
+        config_subset={"uci": {"n_samples": np.int64(19)}},
+        seeds=[0, 1],
+        started=T0,
+        finished=T1,
+        extra={"note": "x"},
+    )
+    assert rec["rule"] == "uci_table"
+    assert [r["sha256"] for r in rec["inputs"]] == [
+        hashlib.sha256(a.read_bytes()).hexdigest(),
+        hashlib.sha256(b.read_bytes()).hexdigest(),
+    ]
+    assert [r["size"] for r in rec["inputs"]] == [a.stat().st_size, 5000]
+    assert rec["inputs"][1]["path"] == str(b)
+    assert rec["outputs"][0]["sha256"] == hashlib.sha256(out.read_bytes()).hexdigest()
+    assert rec["outputs"][1] == {"path": str(tmp_path / "not_yet.png")}
+    assert rec["config"] == {"uci": {"n_samples": 19}} and type(rec["config"]["uci"]["n_samples"]) is int
+    assert rec["seeds"] == [0, 1] and rec["extra"] == {"note": "x"}
+    assert "git_commit" in rec and "git_dirty" in rec
+    assert isinstance(rec["git_commit"], str) and rec["git_commit"]
+    assert rec["started"] == "2025-01-02T03:04:05+00:00" and rec["seconds"] == 90.5
+    assert rec["host"] == platform.node()
+    assert rec["packages"]["numpy"] == np.__version__
+    assert rec["packages"]["python"] == platform.python_version()
+    assert {"torch", "scipy", "pandas", "scoringrules", "rtdl_revisiting_models", "ivon-opt", "snakemake"} <= set(
+        rec["packages"]
+    )
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        assert rec["device"] == "cpu"
+    assert rec["torch_threads"] == torch.get_num_threads()
+
+
+def test_directory_input_and_missing_input(tmp_path):
+    a, b = _inputs(tmp_path)
+    rec = file_record(tmp_path / "in")
+    lines = "".join(
+        f"{p.name}\0{hashlib.sha256(p.read_bytes()).hexdigest()}\n" for p in sorted([a, b])
+    )
+    assert rec["sha256"] == hashlib.sha256(lines.encode()).hexdigest()
+    assert rec["n_files"] == 2 and rec["size"] == a.stat().st_size + b.stat().st_size
+    with pytest.raises(FileNotFoundError, match="missing.txt"):
+        provenance_record(rule="r", inputs=[tmp_path / "missing.txt"], outputs=[], config_subset={}, seeds=0,
+                          started=T0, finished=T1)
+
+
+def test_bad_arguments(tmp_path):
+    a, _ = _inputs(tmp_path)
+    kw = dict(rule="r", outputs=[], config_subset={}, seeds=0)
+    with pytest.raises(TypeError, match="inputs"):
+        provenance_record(inputs=str(a), started=T0, finished=T1, **kw)
+    with pytest.raises(ValueError, match="before started"):
+        provenance_record(inputs=[a], started=T1, finished=T0, **kw)
+    rec = provenance_record(inputs=[a], started=1_700_000_000.0, finished=1_700_000_002.25, **kw)
+    assert rec["seconds"] == 2.25
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git executable not found")
+def test_git_commit_and_dirty_flag(tmp_path, monkeypatch):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+
+    def git(*args):
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo,
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    assert git_state(repo) == {"git_commit": "unknown", "git_dirty": None}  # not a repository yet
+    git("init", "-q")
+    assert git_state(repo)["git_commit"] == "unknown"  # repository without a commit
+    (repo / "f.txt").write_text("1\n")
+    git("add", "f.txt")
+    git("commit", "-q", "-m", "c")
+    head = git("rev-parse", "HEAD")
+    assert git_state(repo) == {"git_commit": head, "git_dirty": False}
+    (repo / "untracked.txt").write_text("u\n")
+    assert git_state(repo)["git_dirty"] is False  # untracked files do not count
+    (repo / "f.txt").write_text("2\n")
+    assert git_state(repo) == {"git_commit": head, "git_dirty": True}
+    monkeypatch.chdir(repo)  # default: the repository of the working directory
+    rec = provenance_record(rule="r", inputs=[], outputs=[], config_subset={}, seeds=None, started=T0, finished=T1)
+    assert rec["git_commit"] == head and rec["git_dirty"] is True
+
+
+def test_write_provenance_atomic(tmp_path):
+    a, _ = _inputs(tmp_path)
+    rec = provenance_record(rule="r", inputs=[a], outputs=[], config_subset={"k": 1}, seeds={"train": 3},
+                            started=T0, finished=T1)
+    target = tmp_path / "results" / "tables" / "uci.csv"
+    path = write_provenance(target, rec)
+    assert path == tmp_path / "results" / "tables" / "uci.csv.prov.json"
+    assert load_json(path) == rec
+    with pytest.raises(TypeError):
+        write_provenance(tmp_path / "other.csv", {**rec, "bad": object()})
+    assert not (tmp_path / "other.csv.prov.json").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
