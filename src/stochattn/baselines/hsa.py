@@ -1,0 +1,450 @@
+"""Hierarchical Stochastic Attention (HSA) baseline (Pei et al., 2022; paper App. "HSA").
+
+HSA makes attention stochastic at two levels, both with Gumbel-softmax relaxations:
+
+1. each key is (softly) assigned to one of ``k`` learned centroids,
+   ``prob = gumbel_softmax(K C, tau1)`` over the centroids and ``K~ = prob C^T``;
+2. attention over values is sampled, ``weights = gumbel_softmax(Q K~^T / sqrt(d_head), tau2)`` over the keys,
+   and the head output is ``weights V``.
+
+The Gumbel noise stays on in eval mode: it is the method's predictive uncertainty. A model is trained from
+scratch with it (ordinary MSE training, e.g. ``stochattn.training.fit_regressor``) and predictive samples are
+repeated stochastic forward passes (:func:`hsa_samples`).
+
+Choices, checked against the reference code amzn/sto-transformer (Apache-2.0), read, not copied:
+
+* ``code/common/transformer.py``, class ``StoSelfDualAttention`` (used by the IMDB experiments, ~l. 98-140):
+  one centroid matrix ``(head_dim, k)`` per attention module, shared by all heads, initialised
+  ``U(-0.5, 0.5)`` (~l. 106); soft (``hard=False``) Gumbel-softmax at both levels (~l. 125 and ~l. 132);
+  logits ``Q K~^T`` without a ``1/sqrt(d)`` factor (~l. 127). Defaults ``k_centroid=2, tau1=tau2=1.0``
+  (``StoTransformerEncoder`` signature and ``code/IMDB/Config.py`` arguments ``--k_centroid/--tau1/--tau2``).
+* ``code/CoLA/Sto_Transformer.py``, class ``DualStoSelfAttention`` (~l. 101-170): same centroid layout and
+  init (~l. 122-124) but ``hard=True`` (straight-through) at both levels (~l. 144 and ~l. 155), attention
+  dropout after the sampled weights (~l. 159).
+
+Here: soft Gumbel-softmax by default (``hard=True`` gives the straight-through variant), centroids shared
+across heads with one matrix per attention module, ``U(-0.5, 0.5)`` init, attention dropout applied to the
+sampled weights as rtdl applies it to its softmax probabilities.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+
+import torch
+from rtdl_revisiting_models import MultiheadAttention
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from stochattn.training import eval_mode, model_device
+
+__all__ = [
+    "HierarchicalStochasticAttention",
+    "gumbel_noise",
+    "gumbel_softmax",
+    "hsa_ft_transformer",
+    "hsa_generator",
+    "hsa_samples",
+    "replace_attention_with_hsa",
+]
+
+
+def _check_generator(generator: torch.Generator | None, device: torch.device) -> None:
+    if generator is None:
+        return
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+    if generator.device.type != device.type:
+        raise ValueError(
+            f"generator is on device {generator.device} but the tensors are on {device}; "
+            "create the generator on the model's device"
+        )
+
+
+def gumbel_noise(
+    shape: torch.Size | tuple[int, ...],
+    *,
+    device: torch.device | str | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Standard Gumbel(0, 1) noise of ``shape`` in float32, ``G = -log(-log U)``, ``U ~ U[0, 1)``.
+
+    ``torch.nn.functional.gumbel_softmax`` takes no generator; this draws from ``generator`` when given
+    (else the global RNG), so sampling is reproducible.
+    """
+    device = torch.device("cpu") if device is None else torch.device(device)
+    _check_generator(generator, device)
+    u = torch.rand(shape, generator=generator, device=device, dtype=torch.float32)
+    # U = 0 would give -inf; clamping at the smallest normal float keeps the noise finite (max ~ -4.5).
+    return -torch.log(-torch.log(u.clamp_min(torch.finfo(torch.float32).tiny)))
+
+
+def gumbel_softmax(
+    logits: Tensor,
+    tau: float,
+    *,
+    hard: bool = False,
+    dim: int = -1,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Gumbel-softmax sample ``softmax((logits + G) / tau)`` along ``dim``; same shape and dtype as ``logits``.
+
+    With ``hard=True`` the forward value is the one-hot arg-max and the gradient is the soft sample's
+    (straight-through), as ``F.gumbel_softmax(hard=True)``. Computed in float32 for low-precision inputs.
+    """
+    if not (isinstance(tau, (int, float)) and tau > 0 and math.isfinite(tau)):
+        raise ValueError(f"tau must be a positive finite number, got {tau!r}")
+    g = gumbel_noise(logits.shape, device=logits.device, generator=generator)
+    y = torch.softmax((logits.float() + g) / tau, dim=dim)
+    if hard:
+        index = y.argmax(dim=dim, keepdim=True)
+        y_hard = torch.zeros_like(y).scatter_(dim, index, 1.0)
+        y = y_hard - y.detach() + y
+    return y.to(logits.dtype)
+
+
+class HierarchicalStochasticAttention(nn.Module):
+    """Drop-in replacement for ``rtdl_revisiting_models.MultiheadAttention`` with two-level Gumbel sampling.
+
+    Same constructor arguments (``d_embedding``, ``n_heads``, ``dropout``; no Linformer compression), same
+    parameters ``W_q, W_k, W_v`` and ``W_out`` (``None`` for one head), so an rtdl attention's state dict
+    loads with ``strict=False`` (only ``centroids`` is new); see :meth:`from_rtdl`.
+
+    Extra parameter ``centroids`` of shape ``(d_head, n_centroids)``, shared by all heads (as in the reference).
+
+    ``forward(x_q (B, n_q, d), x_kv (B, n_k, d)) -> (B, n_q, d)``. The attribute ``generator`` (default
+    ``None``: global RNG) is the ``torch.Generator`` the Gumbel noise is drawn from; set it with
+    :func:`hsa_generator`.
+    """
+
+    def __init__(
+        self,
+        *,
+        d_embedding: int,
+        n_heads: int,
+        dropout: float,
+        n_centroids: int = 2,
+        tau1: float = 1.0,
+        tau2: float = 1.0,
+        hard: bool = False,
+        logit_scale: float | None = None,
+    ) -> None:
+        """
+        Args:
+            d_embedding: token embedding size, a multiple of ``n_heads``.
+            n_heads: number of heads; with more than one there is an output mixing layer ``W_out``.
+            dropout: dropout rate on the sampled attention weights (training mode only), as rtdl.
+            n_centroids: number ``k`` of key centroids (Pei et al. default 2).
+            tau1: Gumbel-softmax temperature of the key-to-centroid assignment (default 1).
+            tau2: Gumbel-softmax temperature of the attention over keys (default 1).
+            hard: straight-through one-hot samples at both levels (the CoLA reference code) instead of soft.
+            logit_scale: factor on ``Q K~^T``; ``None`` means ``1/sqrt(d_head)``.
+        """
+        for name, value in (("d_embedding", d_embedding), ("n_heads", n_heads), ("n_centroids", n_centroids)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if d_embedding % n_heads:
+            raise ValueError(f"d_embedding must be a multiple of n_heads, got {d_embedding=} and {n_heads=}")
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
+        for name, value in (("tau1", tau1), ("tau2", tau2)):
+            if not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
+                raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+        if logit_scale is not None and not (logit_scale > 0 and math.isfinite(logit_scale)):
+            raise ValueError(f"logit_scale must be a positive finite number or None, got {logit_scale!r}")
+        super().__init__()
+        self.W_q = nn.Linear(d_embedding, d_embedding)
+        self.W_k = nn.Linear(d_embedding, d_embedding)
+        self.W_v = nn.Linear(d_embedding, d_embedding)
+        self.W_out = nn.Linear(d_embedding, d_embedding) if n_heads > 1 else None
+        self.dropout = nn.Dropout(dropout) if dropout else None
+        self._n_heads = n_heads
+        d_head = d_embedding // n_heads
+        self.centroids = nn.Parameter(torch.empty(d_head, n_centroids))
+        self.tau1 = float(tau1)
+        self.tau2 = float(tau2)
+        self.hard = bool(hard)
+        # NOTE[DIFF] The reference code (StoSelfDualAttention / DualStoSelfAttention) uses Q K~^T without any
+        # scaling; we keep rtdl's 1/sqrt(d_head) by default so that weights copied from a trained rtdl
+        # attention give logits on the scale they were trained for (pass logit_scale=1.0 for the reference).
+        self.logit_scale = 1.0 / math.sqrt(d_head) if logit_scale is None else float(logit_scale)
+        self.generator: torch.Generator | None = None
+        for m in (self.W_q, self.W_k, self.W_v, self.W_out):
+            if m is not None:
+                nn.init.zeros_(m.bias)  # as rtdl
+        if not self.centroids.is_meta:  # meta: built by from_rtdl, initialised there
+            self.reset_centroids()
+
+    @property
+    def n_heads(self) -> int:
+        return self._n_heads
+
+    @property
+    def n_centroids(self) -> int:
+        return self.centroids.shape[1]
+
+    def reset_parameters(self, generator: torch.Generator | None = None) -> None:
+        """Initialise as rtdl (default ``nn.Linear`` init, zero biases) and ``centroids ~ U(-0.5, 0.5)``.
+
+        ``generator`` (CPU) makes the centroid init reproducible; the linear layers use the global RNG.
+        """
+        for m in (self.W_q, self.W_k, self.W_v, self.W_out):
+            if m is not None:
+                m.reset_parameters()
+                nn.init.zeros_(m.bias)
+        self.reset_centroids(generator)
+
+    @torch.no_grad()
+    def reset_centroids(self, generator: torch.Generator | None = None) -> None:
+        """``centroids ~ U(-0.5, 0.5)`` (reference init), drawn on CPU from ``generator`` when given."""
+        c = torch.rand(self.centroids.shape, generator=generator, dtype=torch.float32, device="cpu") - 0.5
+        self.centroids.copy_(c)
+
+    @classmethod
+    def from_rtdl(
+        cls,
+        attention: MultiheadAttention,
+        *,
+        n_centroids: int = 2,
+        tau1: float = 1.0,
+        tau2: float = 1.0,
+        hard: bool = False,
+        logit_scale: float | None = None,
+        generator: torch.Generator | None = None,
+    ) -> HierarchicalStochasticAttention:
+        """HSA module with ``attention``'s ``W_q/W_k/W_v/W_out`` (copied), dropout rate, device and dtype.
+
+        Centroids are freshly initialised, from ``generator`` (CPU) when given, else from the global RNG; no
+        other random numbers are drawn.
+        """
+        if not isinstance(attention, MultiheadAttention):
+            raise TypeError(
+                f"attention must be an rtdl_revisiting_models.MultiheadAttention, got {type(attention).__name__}"
+            )
+        if attention.key_compression is not None:
+            raise ValueError("attention uses Linformer key/value compression, which HSA does not support")
+        dropout = attention.dropout.p if attention.dropout is not None else 0.0
+        # Built on the meta device so that no throw-away weights are drawn from the global RNG.
+        with torch.device("meta"):
+            new = cls(
+                d_embedding=attention.W_q.in_features,
+                n_heads=attention._n_heads,
+                dropout=dropout,
+                n_centroids=n_centroids,
+                tau1=tau1,
+                tau2=tau2,
+                hard=hard,
+                logit_scale=logit_scale,
+            )
+        ref = attention.W_q.weight
+        new.to_empty(device=ref.device).to(dtype=ref.dtype)
+        missing, unexpected = new.load_state_dict(attention.state_dict(), strict=False)
+        if set(missing) != {"centroids"} or unexpected:  # pragma: no cover - guards rtdl layout changes
+            raise RuntimeError(f"rtdl attention layout changed: missing={missing}, unexpected={unexpected}")
+        new.reset_centroids(generator)
+        new.train(attention.training)
+        return new
+
+    def extra_repr(self) -> str:
+        return (
+            f"n_heads={self._n_heads}, n_centroids={self.n_centroids}, tau1={self.tau1}, tau2={self.tau2}, "
+            f"hard={self.hard}, logit_scale={self.logit_scale:.4g}"
+        )
+
+    def _split_heads(self, x: Tensor) -> Tensor:
+        """(B, n, d) -> (B * H, n, d_head), rtdl's head layout."""
+        b, n, d = x.shape
+        h = self._n_heads
+        return x.reshape(b, n, h, d // h).transpose(1, 2).reshape(b * h, n, d // h)
+
+    def _merge_heads(self, x: Tensor, batch_size: int) -> Tensor:
+        """(B * H, n, d_head) -> (B, n, d)."""
+        _, n, d_head = x.shape
+        h = self._n_heads
+        return x.reshape(batch_size, h, n, d_head).transpose(1, 2).reshape(batch_size, n, h * d_head)
+
+    def _check_inputs(self, x_q: Tensor, x_kv: Tensor) -> None:
+        d = self.W_q.in_features
+        for name, x in (("x_q", x_q), ("x_kv", x_kv)):
+            if not isinstance(x, Tensor):
+                raise TypeError(f"{name} must be a Tensor, got {type(x).__name__}")
+            if x.ndim != 3 or x.shape[-1] != d:
+                raise ValueError(f"{name} must have shape (batch, n_tokens, {d}), got {tuple(x.shape)}")
+        if x_q.shape[0] != x_kv.shape[0]:
+            raise ValueError(f"x_q and x_kv batch sizes differ: {x_q.shape[0]} vs {x_kv.shape[0]}")
+
+    def centroid_keys(self, k: Tensor) -> tuple[Tensor, Tensor]:
+        """Level 1: keys ``k`` (..., n_k, d_head) -> (``K~`` (..., n_k, d_head), ``prob`` (..., n_k, n_centroids)).
+
+        ``prob = gumbel_softmax(k C, tau1)`` over centroids, ``K~ = prob C^T``.
+        """
+        prob = gumbel_softmax(k @ self.centroids, self.tau1, hard=self.hard, generator=self.generator)
+        return prob @ self.centroids.T, prob
+
+    def _weights_and_values(self, x_q: Tensor, x_kv: Tensor) -> tuple[Tensor, Tensor]:
+        self._check_inputs(x_q, x_kv)
+        q = self._split_heads(self.W_q(x_q))
+        k = self._split_heads(self.W_k(x_kv))
+        v = self._split_heads(self.W_v(x_kv))
+        k_tilde, _ = self.centroid_keys(k)
+        logits = (q @ k_tilde.transpose(1, 2)) * self.logit_scale
+        weights = gumbel_softmax(logits, self.tau2, hard=self.hard, generator=self.generator)
+        return weights, v
+
+    def attention_weights(self, x_q: Tensor, x_kv: Tensor) -> Tensor:
+        """Sampled attention weights (B * H, n_q, n_k) before dropout (rows on the simplex)."""
+        return self._weights_and_values(x_q, x_kv)[0]
+
+    def forward(self, x_q: Tensor, x_kv: Tensor) -> Tensor:
+        """x_q (B, n_q, d), x_kv (B, n_k, d) -> (B, n_q, d); a fresh Gumbel sample at every call."""
+        weights, v = self._weights_and_values(x_q, x_kv)
+        if self.dropout is not None:
+            weights = self.dropout(weights)
+        x = self._merge_heads(weights @ v, x_q.shape[0])
+        if self.W_out is not None:
+            x = self.W_out(x)
+        return x
+
+
+def replace_attention_with_hsa(
+    model: nn.Module,
+    *,
+    n_centroids: int = 2,
+    tau1: float = 1.0,
+    tau2: float = 1.0,
+    hard: bool = False,
+    logit_scale: float | None = None,
+    seed: int | None = None,
+) -> nn.Module:
+    """Swap every ``rtdl_revisiting_models.MultiheadAttention`` inside ``model`` (in place) for an HSA module.
+
+    Weights ``W_q/W_k/W_v/W_out`` and the dropout rate are copied, so the rest of the model is unchanged and the
+    parameter count grows by ``d_head * n_centroids`` per attention module. ``seed`` makes the centroid init
+    reproducible. Returns ``model``; raises ``ValueError`` if it holds no rtdl attention.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    if isinstance(model, MultiheadAttention):
+        raise ValueError("model is itself an rtdl MultiheadAttention; use HierarchicalStochasticAttention.from_rtdl")
+    generator = torch.Generator().manual_seed(seed) if seed is not None else None
+    targets = [name for name, m in model.named_modules() if isinstance(m, MultiheadAttention)]
+    if not targets:
+        raise ValueError("model contains no rtdl_revisiting_models.MultiheadAttention module to replace")
+    for name in targets:
+        parent_name, _, child_name = name.rpartition(".")
+        parent = model.get_submodule(parent_name)
+        new = HierarchicalStochasticAttention.from_rtdl(
+            parent.get_submodule(child_name),
+            n_centroids=n_centroids,
+            tau1=tau1,
+            tau2=tau2,
+            hard=hard,
+            logit_scale=logit_scale,
+            generator=generator,
+        )
+        setattr(parent, child_name, new)  # works for ModuleDict/ModuleList children as well
+    return model
+
+
+def hsa_ft_transformer(
+    n_features: int,
+    *,
+    n_centroids: int = 2,
+    tau1: float = 1.0,
+    tau2: float = 1.0,
+    hard: bool = False,
+    logit_scale: float | None = None,
+    **ft_kwargs,
+) -> nn.Module:
+    """The project's FT-Transformer regressor with every attention module replaced by HSA.
+
+    ``ft_kwargs`` go to ``stochattn.backbones.ft_transformer.build_ft_transformer`` (``n_blocks``, ``d_block``,
+    ``attention_n_heads``, ..., ``seed``); the same ``seed`` (if any) initialises the centroids. The result
+    maps ``x (B, n_features) -> (B,)`` and is trained like any regressor (``stochattn.training.fit_regressor``).
+    """
+    from stochattn.backbones.ft_transformer import build_ft_transformer
+
+    model = build_ft_transformer(n_features, **ft_kwargs)
+    return replace_attention_with_hsa(
+        model,
+        n_centroids=n_centroids,
+        tau1=tau1,
+        tau2=tau2,
+        hard=hard,
+        logit_scale=logit_scale,
+        seed=ft_kwargs.get("seed"),
+    )
+
+
+def _hsa_modules(model: nn.Module) -> list[HierarchicalStochasticAttention]:
+    return [m for m in model.modules() if isinstance(m, HierarchicalStochasticAttention)]
+
+
+@contextlib.contextmanager
+def hsa_generator(model: nn.Module, generator: torch.Generator | None) -> Iterator[nn.Module]:
+    """Context in which every HSA module of ``model`` draws its Gumbel noise from ``generator``."""
+    modules = _hsa_modules(model)
+    previous = [m.generator for m in modules]
+    try:
+        for m in modules:
+            m.generator = generator
+        yield model
+    finally:
+        for m, g in zip(modules, previous):
+            m.generator = g
+
+
+@torch.no_grad()
+def hsa_samples(
+    model: nn.Module,
+    x: Tensor,
+    num_samples: int,
+    *,
+    generator: torch.Generator | int | None = None,
+    batch_size: int = 8192,
+    progress: bool = False,
+) -> Tensor:
+    """``num_samples`` stochastic forward passes of an HSA model in eval mode: x (n, ...) -> (S, n, ...).
+
+    Samples are folded into the batch: ``x`` is tiled along dim 0 so that one forward pass evaluates up to
+    ``batch_size`` rows (samples x inputs), then reshaped back. ``generator`` is a ``torch.Generator`` on the
+    model's device or an ``int`` seed; draws are reproducible for a fixed generator state and ``batch_size``.
+    Every module's training flag is restored afterwards; the result is on the model's device.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    if not _hsa_modules(model):
+        raise ValueError("model contains no HierarchicalStochasticAttention module; its passes would be identical")
+    if not isinstance(x, Tensor) or x.ndim < 1 or x.shape[0] < 1:
+        raise ValueError(f"x must be a Tensor with at least one row, got {getattr(x, 'shape', type(x))}")
+    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
+        raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    device = model_device(model)
+    if isinstance(generator, int) and not isinstance(generator, bool):
+        generator = torch.Generator(device=device).manual_seed(generator)
+    elif generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator, an int seed or None, got {type(generator).__name__}")
+    _check_generator(generator, device)
+
+    x = x.to(device)
+    n = x.shape[0]
+    rows = max(1, min(n, batch_size // num_samples))  # inputs per pass
+    reps = max(1, min(num_samples, batch_size // rows))  # samples folded into one pass
+    chunks = [(s0, r0) for s0 in range(0, num_samples, reps) for r0 in range(0, n, rows)]
+
+    out: Tensor | None = None
+    with eval_mode(model), hsa_generator(model, generator):
+        for s0, r0 in tqdm(chunks, desc="HSA samples", disable=not progress or len(chunks) == 1):
+            s1, r1 = min(s0 + reps, num_samples), min(r0 + rows, n)
+            tiled = x[r0:r1].repeat(s1 - s0, *([1] * (x.ndim - 1)))  # (s * b, ...), sample-major
+            y = model(tiled)
+            y = y.reshape(s1 - s0, r1 - r0, *y.shape[1:])
+            if out is None:
+                out = y.new_empty(num_samples, n, *y.shape[2:])
+            out[s0:s1, r0:r1] = y
+    assert out is not None
+    return out

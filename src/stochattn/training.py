@@ -1,0 +1,423 @@
+"""Shared supervised training loop for scalar regressors (FT-Transformer backbone and the weight-space baselines).
+
+One loop, three ways to use it:
+
+* plain training (AdamW with rtdl's parameter groups, the default),
+* SWAG: SGD with momentum plus an ``on_epoch_end`` hook that collects weight moments,
+* IVON: a ``step_fn`` that wraps the backward pass in ``optimizer.sampled_params(train=True)``.
+
+A model here maps ``x: (B, n_features) -> (B,)`` (a trailing singleton output dimension is also accepted).
+Everything random inside :func:`fit_regressor` (mini-batch order, dropout masks, IVON's weight noise) is driven by
+the ``seed`` argument, so a CPU run is bit-for-bit repeatable; the global torch RNG of the caller is left untouched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import math
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Protocol, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+__all__ = [
+    "FitResult",
+    "LossFn",
+    "StepFn",
+    "as_generator",
+    "as_tensor",
+    "derive_seed",
+    "eval_mode",
+    "fit_regressor",
+    "model_device",
+    "parameter_groups",
+    "predict",
+    "regression_output",
+    "resolve_device",
+    "seeded",
+    "standard_step",
+]
+
+LossFn = Callable[[Tensor, Tensor], Tensor]
+"""``loss(prediction: (B,), target: (B,)) -> scalar``, averaged over the batch (e.g. ``F.mse_loss``)."""
+
+
+class StepFn(Protocol):
+    """One optimisation step on one mini-batch; returns the (detached) mini-batch loss.
+
+    The loop calls ``step_fn(model, optimizer, x_batch (B, F), y_batch (B,), loss_fn)`` with the model in train
+    mode. :func:`standard_step` is the default; ``stochattn.baselines.ivon.ivon_step`` is the IVON variant.
+    """
+
+    def __call__(
+        self, model: nn.Module, optimizer: torch.optim.Optimizer, x: Tensor, y: Tensor, loss_fn: LossFn
+    ) -> Tensor: ...
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# small helpers shared by the backbone and the baselines
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    """``None`` -> CUDA when available, else CPU; strings are parsed."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device: cannot interpret {device!r} as a torch device") from exc
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """Device of the model's first parameter or buffer (CPU for a model without either)."""
+    for t in model.parameters():
+        return t.device
+    for t in model.buffers():
+        return t.device
+    return torch.device("cpu")
+
+
+def as_tensor(a: Tensor | np.ndarray | Sequence[float], name: str, ndim: int) -> Tensor:
+    """Convert array-like ``a`` to a float32 CPU-or-same-device tensor with exactly ``ndim`` dimensions."""
+    if not isinstance(a, Tensor):
+        try:
+            a = torch.as_tensor(np.asarray(a, dtype=np.float32))
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{name}: expected a tensor or array of numbers, got {type(a).__name__}") from exc
+    if a.ndim != ndim:
+        raise ValueError(f"{name}: expected {ndim} dimension(s), got shape {tuple(a.shape)}")
+    if not a.is_floating_point():
+        a = a.float()
+    return a.to(torch.float32)
+
+
+def as_generator(generator: torch.Generator | int) -> torch.Generator:
+    """A ``torch.Generator`` as is, or a fresh CPU generator seeded with the given int."""
+    if isinstance(generator, torch.Generator):
+        return generator
+    if isinstance(generator, (int, np.integer)) and not isinstance(generator, bool):
+        return torch.Generator().manual_seed(int(generator))
+    raise TypeError(f"generator: expected torch.Generator or int seed, got {type(generator).__name__}")
+
+
+def derive_seed(generator: torch.Generator | int) -> int:
+    """An int seed: the int itself, or one draw from the generator (advancing it)."""
+    if isinstance(generator, (int, np.integer)) and not isinstance(generator, bool):
+        return int(generator)
+    gen = as_generator(generator)
+    return int(torch.randint(0, 2**62, (1,), generator=gen, device=gen.device).item())
+
+
+@contextlib.contextmanager
+def seeded(seed: int, device: torch.device | None = None) -> Iterator[None]:
+    """Seed torch's global RNG (CPU, plus ``device`` if it is CUDA) inside the block, restoring it afterwards.
+
+    Used where a library draws from the global RNG and takes no generator (``nn.Dropout``, ``ivon.IVON``).
+    """
+    devices = [device] if device is not None and device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(int(seed))
+        yield
+
+
+@contextlib.contextmanager
+def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """Put every module in eval mode inside the block; restore each module's own ``training`` flag afterwards."""
+    flags = [(m, m.training) for m in model.modules()]
+    try:
+        model.eval()
+        yield model
+    finally:
+        for m, flag in flags:
+            m.training = flag
+
+
+def regression_output(out: Tensor, n: int) -> Tensor:
+    """Check a model output for ``n`` rows and return it as ``(n,)`` (a trailing singleton dim is dropped)."""
+    if out.ndim == 2 and out.shape[1] == 1:
+        out = out[:, 0]
+    if out.shape != (n,):
+        raise ValueError(f"model: expected output of shape ({n},) or ({n}, 1), got {tuple(out.shape)}")
+    return out
+
+
+@torch.no_grad()
+def predict(
+    model: nn.Module,
+    x: Tensor | np.ndarray,
+    batch_size: int = 1024,
+    device: str | torch.device | None = None,
+) -> Tensor:
+    """Deterministic predictions ``(n,)`` (float32, CPU) of ``model`` on ``x: (n, n_features)``.
+
+    Eval mode (dropout off) and no autograd inside; the modules' train/eval flags are restored afterwards.
+    ``device=None`` runs on the model's current device; another device moves the model there (and leaves it).
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size: must be >= 1, got {batch_size}")
+    x = as_tensor(x, "x", 2)
+    dev = model_device(model) if device is None else resolve_device(device)
+    model.to(dev)
+    outs = []
+    with eval_mode(model):
+        for xb in x.split(batch_size):
+            xb = xb.to(dev)
+            outs.append(regression_output(model(xb), len(xb)).float().cpu())
+    return torch.cat(outs) if outs else torch.empty(0)
+
+
+def _rmse(pred: Tensor, y: Tensor) -> float:
+    return float(torch.sqrt(torch.mean((pred.double() - y.double().cpu()) ** 2)))
+
+
+def parameter_groups(
+    model: nn.Module, weight_decay: float, param_names: Sequence[str] | None = None
+) -> list[dict]:
+    """Optimizer parameter groups with weight decay ``weight_decay``, only over trainable parameters.
+
+    If the model has rtdl's ``make_parameter_groups()`` (``FTTransformer``, ``TabularRegressor``), its split is
+    used: no weight decay on embeddings, normalisations and biases (as rtdl recommends for FT-Transformer).
+    Otherwise all parameters share one group. ``param_names`` restricts the groups to the named parameters
+    (e.g. LoRA adapters). Parameters are listed in ``model.named_parameters()`` order, so optimizers that
+    flatten them (IVON) see a deterministic layout (rtdl builds its groups from a ``set``).
+    """
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if param_names is not None:
+        wanted = set(param_names)
+        missing = wanted - {n for n, _ in model.named_parameters()}
+        if missing:
+            raise ValueError(f"param_names: not parameters of the model: {sorted(missing)[:5]}")
+        named = [(n, p) for n, p in named if n in wanted]
+    if not named:
+        raise ValueError("model: no trainable parameters (requires_grad=True) to optimise")
+    order = {id(p): i for i, (_, p) in enumerate(named)}
+    no_decay: set[int] = set()
+    if hasattr(model, "make_parameter_groups"):
+        for group in model.make_parameter_groups():
+            if group.get("weight_decay", None) == 0.0:
+                no_decay.update(id(p) for p in group["params"])
+    decay = [p for _, p in named if id(p) not in no_decay]
+    zero = [p for _, p in named if id(p) in no_decay]
+    groups = []
+    if decay:
+        groups.append({"params": sorted(decay, key=lambda p: order[id(p)]), "weight_decay": float(weight_decay)})
+    if zero:
+        groups.append({"params": sorted(zero, key=lambda p: order[id(p)]), "weight_decay": 0.0})
+    return groups
+
+
+def standard_step(
+    model: nn.Module, optimizer: torch.optim.Optimizer, x: Tensor, y: Tensor, loss_fn: LossFn
+) -> Tensor:
+    """zero_grad -> forward -> loss -> backward -> ``optimizer.step()``; returns the detached loss."""
+    optimizer.zero_grad(set_to_none=True)
+    loss = loss_fn(regression_output(model(x), len(x)), y)
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the loop
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class FitResult:
+    """Outcome of :func:`fit_regressor`.
+
+    ``history`` holds per-epoch lists ``epoch`` (1-based), ``train_loss`` (mean mini-batch loss, weighted by batch
+    size) and ``val_rmse`` (NaN without validation data). ``best_epoch`` is the epoch whose weights (and optimizer
+    state) the model holds on return: the validation-RMSE minimiser, or the last epoch without validation data.
+    """
+
+    best_epoch: int
+    best_val_rmse: float
+    epochs_run: int
+    stopped_early: bool
+    seconds: float
+    history: dict[str, list[float]]
+    optimizer: torch.optim.Optimizer = field(repr=False)
+
+
+def _snapshot(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    model_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    return model_state, copy.deepcopy(optimizer.state_dict())
+
+
+def _make_optimizer(
+    optimizer: str | torch.optim.Optimizer | Callable[[nn.Module], torch.optim.Optimizer],
+    model: nn.Module,
+    lr: float,
+    weight_decay: float,
+) -> torch.optim.Optimizer:
+    if isinstance(optimizer, torch.optim.Optimizer):
+        return optimizer
+    if isinstance(optimizer, str):
+        if optimizer.lower() != "adamw":
+            raise ValueError(f"optimizer: unknown name {optimizer!r}; use 'adamw', an Optimizer or a factory")
+        if not lr > 0:
+            raise ValueError(f"lr: must be > 0, got {lr}")
+        if weight_decay < 0:
+            raise ValueError(f"weight_decay: must be >= 0, got {weight_decay}")
+        return torch.optim.AdamW(parameter_groups(model, weight_decay), lr=lr, weight_decay=weight_decay)
+    if callable(optimizer):
+        opt = optimizer(model)
+        if not isinstance(opt, torch.optim.Optimizer):
+            raise TypeError(f"optimizer: the factory returned {type(opt).__name__}, not a torch Optimizer")
+        return opt
+    raise TypeError(f"optimizer: expected 'adamw', an Optimizer or a callable, got {type(optimizer).__name__}")
+
+
+def fit_regressor(
+    model: nn.Module,
+    x_train: Tensor | np.ndarray,
+    y_train: Tensor | np.ndarray,
+    x_val: Tensor | np.ndarray | None = None,
+    y_val: Tensor | np.ndarray | None = None,
+    *,
+    seed: int,
+    optimizer: str | torch.optim.Optimizer | Callable[[nn.Module], torch.optim.Optimizer] = "adamw",
+    lr: float = 1e-4,
+    weight_decay: float = 1e-5,
+    batch_size: int = 256,
+    max_epochs: int = 500,
+    patience: int | None = 16,
+    restore_best: bool = True,
+    loss: LossFn = F.mse_loss,
+    step_fn: StepFn | None = None,
+    on_epoch_end: Callable[[int, nn.Module], None] | None = None,
+    eval_batch_size: int = 1024,
+    device: str | torch.device | None = None,
+    progress: bool = True,
+    desc: str = "train",
+) -> FitResult:
+    """Train ``model`` (``(B, F) -> (B,)``) in place by mini-batch optimisation with early stopping.
+
+    Args:
+        x_train, y_train: ``(n, F)`` and ``(n,)`` training data (tensors or arrays; cast to float32).
+        x_val, y_val: ``(m, F)``, ``(m,)`` validation data for early stopping on RMSE, or both ``None`` (then
+            training runs ``max_epochs`` epochs and keeps the last state).
+        seed: drives mini-batch shuffling (a ``torch.Generator``) and every global-RNG draw during training
+            (dropout masks, IVON noise) through :func:`seeded`; the caller's RNG state is restored afterwards.
+        optimizer: ``"adamw"`` (``torch.optim.AdamW(lr, weight_decay)`` over :func:`parameter_groups`, i.e.
+            rtdl's ``make_parameter_groups()`` split, the default of Gorishniy et al. 2021: lr 1e-4, wd 1e-5),
+            an already built optimizer, or a factory ``model -> Optimizer`` called after the model is moved to
+            ``device``. ``lr``/``weight_decay`` apply to ``"adamw"`` only.
+        max_epochs: cap on epochs. Gorishniy et al. train until ``patience`` epochs pass without improvement;
+            500 is a generous cap for UCI-sized data (a quick configuration lowers it).
+        patience: stop after this many epochs without a strictly lower validation RMSE; ``None`` disables early
+            stopping (the best validation state is still restored when validation data is given).
+        restore_best: with validation data, put the model and optimizer back into the state of the epoch with
+            the lowest validation RMSE (the default); ``False`` keeps the last epoch's state.
+        loss: ``loss(pred (B,), y (B,)) -> scalar``; mean squared error by default.
+        step_fn: one optimisation step per mini-batch (see :class:`StepFn`); :func:`standard_step` by default.
+        on_epoch_end: ``hook(epoch, model)`` called after each epoch's training pass and before validation
+            (SWAG collects its moments here).
+        device: where to train; ``None`` picks CUDA when available. The model is moved there.
+
+    Returns:
+        :class:`FitResult`; the model (and optimizer) hold the state of ``best_epoch`` (of the last epoch if
+        ``restore_best=False``). Validation RMSE is that of the deterministic prediction of :func:`predict`
+        (eval mode; for IVON the posterior-mean weights).
+
+    Raises:
+        FloatingPointError: if the training loss turns non-finite and there is no earlier best state to restore
+            (no validation data, ``restore_best=False``, or no finite validation RMSE yet), or if the
+            validation RMSE is never finite.
+    """
+    if (x_val is None) != (y_val is None):
+        raise ValueError("x_val, y_val: give both or neither")
+    if batch_size < 1:
+        raise ValueError(f"batch_size: must be >= 1, got {batch_size}")
+    if max_epochs < 1:
+        raise ValueError(f"max_epochs: must be >= 1, got {max_epochs}")
+    if patience is not None and patience < 1:
+        raise ValueError(f"patience: must be >= 1 or None, got {patience}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed: expected an int, got {type(seed).__name__}")
+    x_tr = as_tensor(x_train, "x_train", 2)
+    y_tr = as_tensor(y_train, "y_train", 1)
+    if len(x_tr) != len(y_tr) or len(x_tr) == 0:
+        raise ValueError(f"x_train, y_train: need the same non-zero length, got {len(x_tr)} and {len(y_tr)}")
+    has_val = x_val is not None
+    if has_val:
+        x_va = as_tensor(x_val, "x_val", 2)
+        y_va = as_tensor(y_val, "y_val", 1)
+        if len(x_va) != len(y_va) or len(x_va) == 0:
+            raise ValueError(f"x_val, y_val: need the same non-zero length, got {len(x_va)} and {len(y_va)}")
+        if x_va.shape[1] != x_tr.shape[1]:
+            raise ValueError(f"x_val: has {x_va.shape[1]} features, x_train has {x_tr.shape[1]}")
+    step = standard_step if step_fn is None else step_fn
+
+    dev = resolve_device(device)
+    model.to(dev)
+    opt = _make_optimizer(optimizer, model, lr, weight_decay)
+    x_tr, y_tr = x_tr.to(dev), y_tr.to(dev)
+    shuffle_gen = torch.Generator().manual_seed(int(seed))  # CPU generator: same order on every device
+
+    history: dict[str, list[float]] = {"epoch": [], "train_loss": [], "val_rmse": []}
+    best_rmse, best_epoch, best_state = math.inf, 0, None
+    stopped_early = False
+    t0 = time.perf_counter()
+    with seeded(int(seed), dev):
+        bar = tqdm(range(1, max_epochs + 1), desc=desc, disable=not progress, leave=False)
+        for epoch in bar:
+            model.train()
+            perm = torch.randperm(len(x_tr), generator=shuffle_gen).to(dev)
+            total, count = torch.zeros((), device=dev, dtype=torch.float64), 0
+            for idx in perm.split(batch_size):
+                batch_loss = step(model, opt, x_tr[idx], y_tr[idx], loss)
+                total += batch_loss.detach().double() * len(idx)
+                count += len(idx)
+            train_loss = float(total) / count
+            if on_epoch_end is not None:
+                on_epoch_end(epoch, model)
+            val_rmse = _rmse(predict(model, x_va, eval_batch_size), y_va) if has_val else math.nan
+            history["epoch"].append(epoch)
+            history["train_loss"].append(train_loss)
+            history["val_rmse"].append(val_rmse)
+            bar.set_postfix(loss=f"{train_loss:.4g}", val_rmse=f"{val_rmse:.4g}")
+
+            if not math.isfinite(train_loss):
+                if best_state is None or not restore_best:
+                    raise FloatingPointError(
+                        f"training loss became {train_loss} in epoch {epoch} with no earlier best state to"
+                        " fall back on; lower lr"
+                    )
+                warnings.warn(f"training loss became {train_loss} in epoch {epoch}; restoring epoch {best_epoch}")
+                stopped_early = True
+                break
+            if has_val:
+                if val_rmse < best_rmse:
+                    best_rmse, best_epoch = val_rmse, epoch
+                    best_state = _snapshot(model, opt) if restore_best else ()
+                elif patience is not None and epoch - best_epoch >= patience:
+                    stopped_early = True
+                    break
+            else:
+                best_epoch = epoch
+        bar.close()
+    if has_val:
+        if best_state is None:
+            raise FloatingPointError("validation RMSE was never finite; lower lr")
+        if restore_best and best_epoch != history["epoch"][-1]:
+            model.load_state_dict(best_state[0])
+            opt.load_state_dict(best_state[1])
+    return FitResult(
+        best_epoch=best_epoch,
+        best_val_rmse=best_rmse,
+        epochs_run=len(history["epoch"]),
+        stopped_early=stopped_early,
+        seconds=time.perf_counter() - t0,
+        history=history,
+        optimizer=opt,
+    )
