@@ -105,11 +105,12 @@ def _counts_categorical(p: Tensor, nu: int, generator: Optional[torch.Generator]
     total = cdf[:, -1:]
     u = torch.rand((rows, nu), generator=generator, device=p.device, dtype=p.dtype) * total
     idx = torch.searchsorted(cdf, u, right=True)
-    # idx = first j with cdf_j > u, so a key with p_j = 0 (cdf_j = cdf_{j-1}) is never selected, except when
-    # rounding makes u == total: clamp to the last key with positive probability (probability ~2^-24 per draw).
-    positive = p > 0
-    last_positive = (n - 1) - torch.flip(positive, dims=[-1]).to(torch.int8).argmax(dim=-1, keepdim=True)
-    idx = torch.minimum(idx, last_positive)
+    # idx = first j with cdf_j > u, so a key with p_j = 0 (cdf_j = cdf_{j-1}) is never selected; only u == total
+    # (a rounding event, probability ~2^-24 per draw) gives idx == n: send it to the last key with positive mass.
+    overflow = idx >= n
+    if overflow.any():
+        last_positive = (n - 1) - torch.flip(p > 0, dims=[-1]).to(torch.int8).argmax(dim=-1, keepdim=True)
+        idx = torch.where(overflow, last_positive.expand_as(idx), idx)
     counts = torch.zeros_like(p)
     counts.scatter_add_(1, idx, torch.ones_like(u))
     # fully masked rows (total mass 0) receive no draw

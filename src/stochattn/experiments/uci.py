@@ -61,19 +61,30 @@ def prepare(
     return save_prepared(out_path, prepared)
 
 
+def sinusoid_features(x: np.ndarray) -> np.ndarray:
+    """x (n,) -> (n, 4) polynomial features [x, x^2, x^3, |x|] of the teaser's 1-D input.
+
+    An FT-Transformer attends over one token per feature plus [CLS]; a single raw feature would leave SA only two
+    tokens to resample, which caps its dispersion at nu = 1. Column 0 stays the raw x (used for plotting).
+    """
+    return np.column_stack([x, x**2, x**3, np.abs(x)])
+
+
 def prepare_sinusoid(
     out_path: str | Path, *, n: int = 400, noise: float = 0.3, val_fraction: float = 0.15, cal_fraction: float = 0.15,
     test_fraction: float = 0.25, seed: int = 0,
 ) -> Path:
     """Teaser data: x ~ U(-3, 3), y = sin(2x) + 0.5 x + N(0, noise^2), split like a UCI data set."""
     rng = np.random.default_rng(seed)
-    x = rng.uniform(-3.0, 3.0, size=(n, 1))
-    y = np.sin(2 * x[:, 0]) + 0.5 * x[:, 0] + noise * rng.standard_normal(n)
+    x = rng.uniform(-3.0, 3.0, size=n)
+    y = np.sin(2 * x) + 0.5 * x + noise * rng.standard_normal(n)
+    features = sinusoid_features(x)
     n_test = int(round(test_fraction * n))
     perm = rng.permutation(n)
     test, train = np.sort(perm[:n_test]), np.sort(perm[n_test:])
     prepared = prepare_split(
-        x[train], y[train], x[test], y[test], val_fraction=val_fraction, cal_fraction=cal_fraction, seed=seed
+        features[train], y[train], features[test], y[test], val_fraction=val_fraction, cal_fraction=cal_fraction,
+        seed=seed,
     )
     return save_prepared(out_path, prepared)
 

@@ -1,0 +1,178 @@
+"""Tests for stochattn.figures: every figure writer makes a readable PNG and a PDF from contract-format files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import numpy as np
+import pytest
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from stochattn import figures as F
+from stochattn import report as R
+from stochattn.io import save_npz
+from test_report import make_fake_uci, metrics_paths  # the shared fake-run builder (Gaussian setup)
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory):
+    root = tmp_path_factory.mktemp("uci")
+    files = make_fake_uci(root, spreads={"swag": 2.0}, temperatures={"mc_dropout": 2.0})
+    runs = R.load_runs(metrics_paths(files), progress=False)
+    return files, runs
+
+
+def sharp_inputs(files, dataset, methods=R.METHODS, n_splits=3):
+    """method -> [(samples.npz, metrics.json)] of every split (the pair form of the input)."""
+    return {m: [(files[(dataset, k, m)]["samples"], files[(dataset, k, m)]["metrics"]) for k in range(n_splits)]
+            for m in methods}
+
+
+def assert_figure_files(written, out_base):
+    png, pdf = Path(str(out_base) + ".png"), Path(str(out_base) + ".pdf")
+    assert written == [png, pdf]
+    assert png.stat().st_size > 1000 and pdf.stat().st_size > 1000
+    assert pdf.read_bytes()[:5] == b"%PDF-"
+    img = mpimg.imread(png)
+    assert img.ndim == 3 and img.shape[2] == 4  # Agg writes RGBA
+    assert img.shape[0] > 100 and img.shape[1] > 100
+    assert img[..., :3].std() > 0.01  # something was drawn
+    return img
+
+
+def test_save_figure_strips_suffix_and_is_atomic(tmp_path):
+    fig = Figure(figsize=(2, 2))
+    FigureCanvasAgg(fig)
+    fig.add_subplot().plot([0, 1], [1, 0])
+    written = F.save_figure(fig, tmp_path / "sub" / "fig.png")
+    assert_figure_files(written, tmp_path / "sub" / "fig")
+    assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["fig.pdf", "fig.png"]  # no temp files
+    # dpi 150: a 2 x 2 inch figure is 300 x 300 pixels
+    assert mpimg.imread(written[0]).shape[:2] == (300, 300)
+    with pytest.raises(TypeError, match="fig"):
+        F.save_figure("not a figure", tmp_path / "x")
+
+
+def test_pit_histograms(tmp_path, fake):
+    files, runs = fake
+    out = tmp_path / "pit_yacht"
+    assert_figure_files(F.pit_histograms(runs, "yacht", out), out)
+    # also from paths, and the scaled variant
+    out2 = tmp_path / "pit_energy_scaled"
+    paths = [v["metrics"] for (d, _, _), v in files.items() if d == "energy"]
+    assert_figure_files(F.pit_histograms(paths, "energy", out2, pit="scaled"), out2)
+    with pytest.raises(ValueError, match="wine"):
+        F.pit_histograms(runs, "wine", tmp_path / "x")
+
+
+def test_normalised_widths_match_table_ratio(fake):
+    files, runs = fake
+    widths = F.normalised_widths(sharp_inputs(files, "yacht"), 0.95, dataset="yacht")
+    assert list(widths) == list(R.METHODS)
+    assert all(w.shape == (3 * 40,) for w in widths.values())
+    assert widths["sa"].mean() == pytest.approx(1.0, rel=1e-12)
+    # mc_dropout = SA's draws scaled by T = 2 around the same deviations: every width exactly twice SA's
+    np.testing.assert_allclose(widths["mc_dropout"], 2.0 * widths["sa"], rtol=1e-10)
+    # equal split sizes: the mean normalised width is the table's Panel B ratio
+    tidy = R.uci_master_table(runs)
+    for method in R.METHODS:
+        row = tidy[(tidy.dataset == "yacht") & (tidy.method == method) & (tidy.metric == "pi95_width_ratio")]
+        assert widths[method].mean() == pytest.approx(row.value.iloc[0], rel=1e-10)
+    # dict form of the input gives the same numbers
+    dict_form = {m: {"samples": [p for p, _ in v], "metrics": [q for _, q in v]}
+                 for m, v in sharp_inputs(files, "yacht").items()}
+    np.testing.assert_array_equal(F.normalised_widths(dict_form)["swag"], widths["swag"])
+
+
+def test_normalised_widths_errors(fake):
+    files, _ = fake
+    inputs = sharp_inputs(files, "yacht")
+    with pytest.raises(ValueError, match="'sa'"):
+        F.normalised_widths({m: v for m, v in inputs.items() if m != "sa"})
+    with pytest.raises(ValueError, match="not 'energy'"):
+        F.normalised_widths(inputs, dataset="energy")
+    with pytest.raises(ValueError, match="one of each per split"):
+        F.normalised_widths({"sa": {"samples": [inputs["sa"][0][0]], "metrics": []}})
+
+
+def test_sharpness_boxplot_whiskers_p5_p95_and_mean(tmp_path, fake):
+    files, _ = fake
+    out = tmp_path / "sharp_yacht"
+    assert_figure_files(F.sharpness_boxplot(sharp_inputs(files, "yacht"), "yacht", out), out)
+    widths = F.normalised_widths(sharp_inputs(files, "yacht"))
+    fig = Figure()
+    FigureCanvasAgg(fig)
+    box = F._draw_sharpness(fig.add_subplot(), widths, 0.95)
+    for i, method in enumerate(widths):
+        lo_whisker, hi_whisker = box["whiskers"][2 * i], box["whiskers"][2 * i + 1]
+        assert lo_whisker.get_ydata()[1] == pytest.approx(np.percentile(widths[method], 5))
+        assert hi_whisker.get_ydata()[1] == pytest.approx(np.percentile(widths[method], 95))
+        assert box["means"][i].get_marker() == "D"
+        assert box["means"][i].get_ydata()[0] == pytest.approx(widths[method].mean())
+    assert box["fliers"] == [] or all(len(f.get_ydata()) == 0 for f in box["fliers"])
+
+
+def test_yacht_appendix_any_dataset(tmp_path, fake):
+    files, runs = fake
+    for dataset in ("yacht", "energy"):
+        out = tmp_path / f"appendix_{dataset}"
+        img = assert_figure_files(F.yacht_appendix(runs, sharp_inputs(files, dataset), dataset, out), out)
+        assert img.shape[1] > 1.5 * img.shape[0]  # two panels side by side
+
+
+def test_cost_figure(tmp_path, fake):
+    _, runs = fake
+    cost = R.uci_cost_table(runs)
+    out = tmp_path / "cost_yacht"
+    assert_figure_files(F.cost_figure(cost, out, dataset="yacht"), out)
+    out_all = tmp_path / "cost_all"
+    assert_figure_files(F.cost_figure(cost, out_all), out_all)
+    # a zero total (nothing recorded) cannot sit on a log axis: still draws
+    zero = cost.copy()
+    zero.loc[(zero.method == "sa") & (zero.metric == "seconds_total"), "value"] = 0.0
+    out_zero = tmp_path / "cost_zero"
+    assert_figure_files(F.cost_figure(zero, out_zero, dataset="yacht"), out_zero)
+    with pytest.raises(ValueError, match="metric"):
+        F.cost_figure(cost, tmp_path / "x", metric="nope")
+
+
+def _fake_sinusoid(root: Path, n: int = 80, s: int = 19, seed: int = 0):
+    """A 1-D noisy sinusoid in the prepared.npz layout (x standardised) and per-method test samples."""
+    rng = np.random.default_rng(seed)
+    x_raw = np.sort(rng.uniform(-3.0, 3.0, n))
+    x_mean, x_std = x_raw.mean(), x_raw.std()
+    trend = np.sin(2 * x_raw)
+    y = trend + rng.normal(0.0, 0.3, n)
+    prepared = root / "toy" / "sinusoid" / "split0" / "prepared.npz"
+    perm = rng.permutation(n)  # test rows need not be sorted by x
+    save_npz(prepared, x_test=((x_raw - x_mean) / x_std)[perm, None], y_test=y[perm], x_mean=np.array([x_mean]),
+             x_std=np.array([x_std]), y_mean=np.float64(0.0), y_std=np.float64(1.0))
+    paths = {}
+    for i, (method, sd) in enumerate({"sa": 0.3, "mc_dropout": 0.1, "swag": 0.05, "hsa": 0.6}.items()):
+        samples = trend[perm] + rng.normal(0.0, sd * (1 + 0.5 * np.abs(x_raw[perm])), (s, n))
+        paths[method] = root / "toy" / "sinusoid" / "split0" / method / "samples.npz"
+        save_npz(paths[method], y=y[perm], point=trend[perm], samples=samples)
+    return prepared, paths
+
+
+def test_teaser_sinusoid(tmp_path):
+    prepared, paths = _fake_sinusoid(tmp_path)
+    out = tmp_path / "teaser_c"
+    assert_figure_files(F.teaser_sinusoid(paths, prepared, out), out)
+    assert_figure_files(F.teaser_sinusoid(paths, prepared, out, trend_method="swag", level=0.5), out)
+    with pytest.raises(ValueError, match="trend_method"):
+        F.teaser_sinusoid(paths, prepared, out, trend_method="ivon")
+
+
+def test_teaser_rejects_mismatched_inputs(tmp_path):
+    prepared, paths = _fake_sinusoid(tmp_path)
+    short = tmp_path / "short.npz"
+    save_npz(short, y=np.zeros(5), point=np.zeros(5), samples=np.zeros((3, 5)))
+    with pytest.raises(ValueError, match="test points"):
+        F.teaser_sinusoid({"sa": short}, prepared, tmp_path / "x")
+    two_d = tmp_path / "prep2d.npz"
+    save_npz(two_d, x_test=np.zeros((80, 2)), x_mean=np.zeros(2), x_std=np.ones(2))
+    with pytest.raises(ValueError, match="single feature"):
+        F.teaser_sinusoid(paths, two_d, tmp_path / "x")

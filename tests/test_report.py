@@ -1,0 +1,394 @@
+"""Tests for stochattn.report: UCI tables from per-run metrics.json files (tidy CSV, markdown, LaTeX)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from stochattn import metrics as M
+from stochattn import report as R
+from stochattn.io import load_json, save_json, save_npz
+from stochattn.scaling import apply_scale, fit_temperature
+
+LEVELS = (0.25, 0.5, 0.75, 0.95)
+SECONDS = {  # (train, calibrate, predict) per method, fixed so the cost table has closed-form values
+    "sa": (0.0, 2.0, 1.0),
+    "mc_dropout": (0.0, 0.1, 1.5),
+    "swag": (100.0, 0.5, 3.0),
+    "multiswag": (1000.0, 0.5, 30.0),
+    "hsa": (50.0, 0.5, 1.0),
+    "ivon": (60.0, 0.5, 2.0),
+}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# fake runs in the UCI contract's format (also imported by test_figures.py)
+# --------------------------------------------------------------------------------------------------------------
+def _summary(samples, point, y, sigma_y, seed):
+    scalars, pit_values = M.summarize(samples, point, y, rng=seed, levels=LEVELS)
+    scalars["nrmse"] = scalars["rmse"] / sigma_y
+    return scalars, pit_values
+
+
+def make_fake_uci(
+    root: Path,
+    datasets=("yacht", "energy"),
+    n_splits: int = 3,
+    methods=R.METHODS,
+    *,
+    spreads: dict | None = None,
+    temperatures: dict | None = None,
+    n: int = 40,
+    n_cal: int = 60,
+    s: int = 19,
+    seed: int = 0,
+) -> dict:
+    """Write ``root/<dataset>/split<k>/<method>/{samples.npz, metrics.json}`` from a known Gaussian setup.
+
+    Per (dataset, split): truth ``y = mu + eps``, ``eps ~ N(0, 1)``; one standard normal draw ``z`` (S, n) shared
+    by all methods, so method m's samples are ``mu + spreads[m] * z`` (SA: spread 1, calibrated) and its widths
+    are exact multiples of SA's. The point is ``mu`` (+ a method offset for baselines, so CRPS differs). Baselines
+    get ``temperatures[m]`` if given, else T fitted on a calibration split; SA is native (T = 1, scaled = native).
+    Returns ``{(dataset, split, method): {"samples": path, "metrics": path}}``.
+    """
+    spreads = {m: 1.0 for m in methods} | (spreads or {})
+    temperatures = temperatures or {}
+    out = {}
+    for di, dataset in enumerate(datasets):
+        for k in range(n_splits):
+            rng = np.random.default_rng([seed, di, k])
+            scale = 1.0 + di  # data sets in different units
+            mu, mu_cal = rng.normal(0.0, 3.0, n) * scale, rng.normal(0.0, 3.0, n_cal) * scale
+            y = mu + rng.normal(0.0, scale, n)
+            y_cal = mu_cal + rng.normal(0.0, scale, n_cal)
+            z, z_cal = rng.normal(0.0, scale, (s, n)), rng.normal(0.0, scale, (s, n_cal))
+            sigma_y = 3.0 * scale
+            for mi, method in enumerate(methods):
+                offset = 0.1 * mi * scale
+                point, point_cal = mu + offset, mu_cal + offset
+                samples = point + spreads[method] * z
+                cal_samples = point_cal + spreads[method] * z_cal
+                run_dir = root / dataset / f"split{k}" / method
+                save_npz(run_dir / "samples.npz", y=y, point=point, samples=samples, cal_y=y_cal,
+                         cal_point=point_cal, cal_samples=cal_samples, sigma_y=np.float64(sigma_y))
+                native, pit_native = _summary(samples, point, y, sigma_y, seed=100 + k)
+                if method == "sa":
+                    temp, scaled, pit_scaled = 1.0, dict(native), pit_native
+                else:
+                    temp = temperatures.get(method) or fit_temperature(cal_samples, point_cal, y_cal)
+                    scaled, pit_scaled = _summary(apply_scale(samples, point, temp), point, y, sigma_y,
+                                                  seed=100 + k)
+                train, calibrate, predict = SECONDS.get(method, (1.0, 1.0, 1.0))
+                save_json(run_dir / "metrics.json", {
+                    "dataset": dataset, "split": k, "method": method, "sigma_y": sigma_y,
+                    "native": native, "scaled": scaled, "temperature": temp,
+                    "pit_native": pit_native, "pit_scaled": pit_scaled,
+                    "seconds": {"train": train, "calibrate": calibrate, "predict": predict},
+                })
+                out[(dataset, k, method)] = {"samples": run_dir / "samples.npz",
+                                             "metrics": run_dir / "metrics.json"}
+    return out
+
+
+def metrics_paths(files: dict) -> list[Path]:
+    return [v["metrics"] for v in files.values()]
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory):
+    root = tmp_path_factory.mktemp("uci")
+    files = make_fake_uci(root, spreads={"swag": 2.0}, temperatures={"mc_dropout": 2.0})
+    runs = R.load_runs(metrics_paths(files), progress=False)
+    return files, runs
+
+
+def _get(tidy, dataset, method, metric):
+    row = tidy[(tidy.dataset == dataset) & (tidy.method == method) & (tidy.metric == metric)]
+    assert len(row) == 1, (dataset, method, metric)
+    return row.iloc[0]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# load_runs
+# --------------------------------------------------------------------------------------------------------------
+def test_load_runs_one_row_per_run(fake):
+    files, runs = fake
+    assert len(runs) == 2 * 3 * 6
+    assert not runs.duplicated(["dataset", "split", "method"]).any()
+    # registry order (energy before yacht), METHODS order, then split
+    assert list(runs["dataset"].unique()) == ["energy", "yacht"]
+    assert list(runs.loc[runs.dataset == "yacht", "method"].unique()) == list(R.METHODS)
+    row = runs[(runs.dataset == "yacht") & (runs.split == 1) & (runs.method == "swag")].iloc[0]
+    rec = load_json(files[("yacht", 1, "swag")]["metrics"])
+    np.testing.assert_array_equal(row["pit_native"], rec["pit_native"])
+    assert row["scaled_width_95"] == rec["scaled"]["width_95"]
+    assert row["seconds_train"] == 100.0 and row["temperature"] == rec["temperature"]
+
+
+def test_load_runs_infers_keys_from_path_and_rejects_bad_input(tmp_path, fake):
+    files, _ = fake
+    rec = load_json(files[("yacht", 0, "sa")]["metrics"])
+    for key in ("dataset", "split", "method"):
+        rec.pop(key)
+    p = tmp_path / "concrete" / "split4" / "hsa" / "metrics.json"
+    save_json(p, rec)
+    runs = R.load_runs([p], progress=False)
+    assert runs.loc[0, ["dataset", "split", "method"]].tolist() == ["concrete", 4, "hsa"]
+    with pytest.raises(ValueError, match="duplicated"):
+        R.load_runs([p, p], progress=False)
+    with pytest.raises(FileNotFoundError, match="nope"):
+        R.load_runs([tmp_path / "nope.json"], progress=False)
+    with pytest.raises(TypeError, match="metrics_paths"):
+        R.load_runs(str(p), progress=False)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# master table
+# --------------------------------------------------------------------------------------------------------------
+def test_tidy_columns_exact(fake):
+    _, runs = fake
+    for tidy in (R.uci_master_table(runs), R.uci_crps_table(runs), R.uci_cost_table(runs)):
+        assert list(tidy.columns) == ["dataset", "method", "metric", "value", "std", "n"]
+        assert tidy["n"].dtype == np.int64
+        assert not tidy.duplicated(["dataset", "method", "metric"]).any()
+
+
+def test_pooled_w1_is_w1_of_concatenated_pit(fake):
+    files, runs = fake
+    tidy = R.uci_master_table(runs)
+    for dataset in ("yacht", "energy"):
+        for method in R.METHODS:
+            pits = [load_json(files[(dataset, k, method)]["metrics"])["pit_native"] for k in range(3)]
+            row = _get(tidy, dataset, method, "w1_native_pooled")
+            assert row.value == M.w1_uniform(np.concatenate(pits))
+            assert math.isnan(row["std"]) and row.n == 3
+            per_split = [M.w1_uniform(p) for p in pits]
+            row = _get(tidy, dataset, method, "w1_native_per_split")
+            assert row.value == pytest.approx(np.mean(per_split), rel=1e-12)
+            assert row["std"] == pytest.approx(np.std(per_split, ddof=1), rel=1e-12)
+    # pooling is not averaging: per-split W1 of 40 points carries a larger finite-sample floor
+    sa_pooled = _get(tidy, "yacht", "sa", "w1_native_pooled").value
+    assert sa_pooled != _get(tidy, "yacht", "sa", "w1_native_per_split").value
+
+
+def test_width_ratio_sa_one_and_constructed_doubles(fake):
+    _, runs = fake
+    tidy = R.uci_master_table(runs)
+    for dataset in ("yacht", "energy"):
+        sa = _get(tidy, dataset, "sa", "pi95_width_ratio")
+        assert sa.value == 1.0 and sa["std"] == 0.0
+        # mc_dropout: same spread as SA, temperature fixed at 2 -> scaled width exactly 2x SA's native width
+        mc = _get(tidy, dataset, "mc_dropout", "pi95_width_ratio")
+        assert mc.value == pytest.approx(2.0, rel=1e-12) and mc["std"] == pytest.approx(0.0, abs=1e-12)
+        # swag: native spread 2, temperature fitted on calibration data -> ratio = T-weighted, uses scaled widths
+        sw_runs = runs[(runs.dataset == dataset) & (runs.method == "swag")]
+        sa_runs = runs[(runs.dataset == dataset) & (runs.method == "sa")]
+        expected = sw_runs["scaled_width_95"].mean() / sa_runs["native_width_95"].mean()
+        assert _get(tidy, dataset, "swag", "pi95_width_ratio").value == pytest.approx(expected, rel=1e-12)
+        assert expected != pytest.approx(sw_runs["native_width_95"].mean() / sa_runs["native_width_95"].mean())
+
+
+def test_sa_is_reported_native_whatever_its_scaled_block(fake):
+    _, runs = fake
+    tampered = runs.copy()
+    is_sa = tampered.method == "sa"
+    tampered.loc[is_sa, "scaled_width_95"] *= 3.0
+    tampered.loc[is_sa, "scaled_coverage_95"] = 0.0
+    a, b = R.uci_master_table(runs), R.uci_master_table(tampered)
+    pd.testing.assert_frame_equal(a, b)
+    assert _get(b, "yacht", "sa", "coverage_95_scaled").value == _get(b, "yacht", "sa", "coverage_95_native").value
+
+
+def test_rmse_and_coverage_rows(fake):
+    files, runs = fake
+    tidy = R.uci_master_table(runs)
+    acc = tidy[tidy.metric == "rmse_over_sigma"]
+    assert set(acc.method) == {"sa"} and len(acc) == 2
+    nrmse = [load_json(files[("energy", k, "sa")]["metrics"])["native"]["nrmse"] for k in range(3)]
+    row = _get(tidy, "energy", "sa", "rmse_over_sigma")
+    assert row.value == pytest.approx(np.mean(nrmse), rel=1e-12)
+    assert row["std"] == pytest.approx(np.std(nrmse, ddof=1), rel=1e-12)
+    for method in R.METHODS:
+        for block in ("native", "scaled"):
+            cov = [load_json(files[("yacht", k, method)]["metrics"])[block]["coverage_95"] for k in range(3)]
+            if method == "sa":
+                cov = [load_json(files[("yacht", k, "sa")]["metrics"])["native"]["coverage_95"] for k in range(3)]
+            assert _get(tidy, "yacht", method, f"coverage_95_{block}").value == pytest.approx(np.mean(cov))
+    # temperature-scaling a 2x-overdispersed method (mc_dropout with T = 2) raises its coverage
+    assert (_get(tidy, "yacht", "mc_dropout", "coverage_95_scaled").value
+            >= _get(tidy, "yacht", "mc_dropout", "coverage_95_native").value)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# CRPS and cost
+# --------------------------------------------------------------------------------------------------------------
+def test_crps_mean_std_match_numpy(fake):
+    files, runs = fake
+    tidy = R.uci_crps_table(runs)
+    assert set(tidy.metric) == {"crps"} and len(tidy) == 12
+    for dataset in ("yacht", "energy"):
+        for method in R.METHODS:
+            vals = np.array([load_json(files[(dataset, k, method)]["metrics"])["native"]["crps"] for k in range(3)])
+            row = _get(tidy, dataset, method, "crps")
+            assert row.value == pytest.approx(vals.mean(), rel=1e-12)
+            assert row["std"] == pytest.approx(vals.std(ddof=1), rel=1e-12)
+            assert row.n == 3
+
+
+def test_cost_table_closed_form(fake):
+    _, runs = fake
+    tidy = R.uci_cost_table(runs)
+    for method, (train, cal, pred) in SECONDS.items():
+        assert _get(tidy, "yacht", method, "seconds_total").value == pytest.approx(train + cal + pred)
+        assert _get(tidy, "yacht", method, "seconds_train").value == pytest.approx(train)
+        ratio = _get(tidy, "yacht", method, "adaptation_over_sa_calibration").value
+        assert ratio == pytest.approx((train + cal) / SECONDS["sa"][1])
+    assert _get(tidy, "yacht", "sa", "adaptation_over_sa_calibration").value == 1.0
+
+
+def test_single_split_std_is_nan(tmp_path):
+    files = make_fake_uci(tmp_path, datasets=("yacht",), n_splits=1, methods=("sa", "hsa"))
+    runs = R.load_runs(metrics_paths(files), progress=False)
+    tidy = R.uci_crps_table(runs)
+    assert tidy["std"].isna().all() and (tidy["n"] == 1).all()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# rendering
+# --------------------------------------------------------------------------------------------------------------
+CAPTION = "quick config: 1 block, d=64, 3 splits, capped epochs; protein/naval subsampled"
+
+
+@pytest.mark.parametrize("kind,table", [("master", R.uci_master_table), ("crps", R.uci_crps_table),
+                                        ("cost", R.uci_cost_table), ("coverage", R.uci_master_table)])
+def test_renderings_contain_datasets_methods_caption(fake, kind, table):
+    _, runs = fake
+    tidy = table(runs)
+    md = R.to_markdown(tidy, kind, CAPTION)
+    tex = R.to_latex(tidy, kind, CAPTION)
+    short = kind != "crps"
+    for text in (md, tex):
+        assert CAPTION in text
+        for name in ("Yacht", "Energy"):
+            assert name in text
+        for method in R.METHODS:
+            assert R.method_label(method, short=short) in text
+    # markdown: header + separator + one line per data set
+    table_lines = [ln for ln in md.splitlines() if ln.startswith("|")]
+    assert len(table_lines) == 2 + 2
+    header_lines = 1 if kind == "crps" else 2  # one method row, plus a group row when there are panels
+    assert sum(ln.rstrip().endswith("\\\\") for ln in tex.splitlines()) == header_lines + 2
+    assert r"\begin{tabular}" in tex and r"\end{table*}" in tex
+
+
+def _master_tidy():
+    w1 = {"yacht": [0.021, 0.038, 0.037, 0.070, 0.061, 0.103], "naval": [0.022, 0.020, 0.053, 0.028, 0.073, 0.183]}
+    ratio = {"yacht": [1.0, 1.301, 1.535, 1.308, 1.913, 1.471], "naval": [1.0, 1.328, 3.378, 3.018, 0.451, 2.158]}
+    rows = []
+    for ds in ("yacht", "naval"):
+        rows.append((ds, "sa", "rmse_over_sigma", 0.05, 0.01, 20))
+        for m, w, r in zip(R.METHODS, w1[ds], ratio[ds]):
+            rows.append((ds, m, "w1_native_pooled", w, math.nan, 20))
+            rows.append((ds, m, "pi95_width_ratio", r, 0.1, 20))
+    return pd.DataFrame(rows, columns=list(R.TIDY_COLUMNS))
+
+
+def _md_row(md, label):
+    line = next(ln for ln in md.splitlines() if ln.startswith(f"| {label} "))
+    return [c.strip() for c in line.strip("|").split("|")]
+
+
+def test_master_bold_lowest_w1_and_ratio_per_row():
+    tidy = _master_tidy()
+    md = R.to_markdown(tidy, "master", "cap")
+    yacht, naval = _md_row(md, "Yacht"), _md_row(md, "Naval")
+    # cells: Dataset, Acc, 6 x W1, 6 x ratio
+    assert yacht[1] == "0.050"  # Acc never bold
+    assert [c.startswith("**") for c in yacht[2:8]] == [True, False, False, False, False, False]
+    assert [c.startswith("**") for c in yacht[8:14]] == [True, False, False, False, False, False]
+    assert [c.startswith("**") for c in naval[2:8]] == [False, True, False, False, False, False]
+    assert [c.startswith("**") for c in naval[8:14]] == [False, False, False, False, True, False]
+    assert naval[3] == "**0.020**" and naval[12] == "**0.451**"
+    tex = R.to_latex(tidy, "master", "cap")
+    naval_tex = next(ln for ln in tex.splitlines() if ln.startswith("Naval"))
+    assert naval_tex.count(r"\textbf") == 2
+    assert r"\textbf{0.020}" in naval_tex and r"\textbf{0.451}" in naval_tex
+    assert "Naval & 0.050 &  & 0.022" in naval_tex  # spacer column after Acc, as in the paper
+
+
+def test_crps_bold_two_best_per_row_and_pm():
+    vals = {"concrete": [3.176, 3.083, 3.181, 2.993, 3.920, 3.925], "naval": [0.0015, 0.0017, 0.0045, 0.0040,
+                                                                             0.0006, 0.0029]}
+    rows = [(ds, m, "crps", v, 0.3 * v, 20) for ds in vals for m, v in zip(R.METHODS, vals[ds])]
+    tidy = pd.DataFrame(rows, columns=list(R.TIDY_COLUMNS))
+    md = R.to_markdown(tidy, "crps", "cap")
+    concrete, naval = _md_row(md, "Concrete"), _md_row(md, "Naval")
+    assert [c.startswith("**") for c in concrete[1:]] == [False, True, False, True, False, False]
+    assert [c.startswith("**") for c in naval[1:]] == [True, False, False, False, True, False]
+    assert concrete[2] == "**3.083±0.925**"
+    assert naval[1] == "**0.0015±0.0004**"  # 4 decimals so the smallest value keeps 2 significant digits
+    tex = R.to_latex(tidy, "crps", "cap")
+    line = next(ln for ln in tex.splitlines() if ln.startswith("Concrete"))
+    assert line.count(r"\mathbf") == 2 and r"$\mathbf{3.083{\pm}0.925}$" in line and r"$3.176{\pm}0.953$" in line
+
+
+def test_bold_ties_on_displayed_values():
+    rows = [("yacht", m, "crps", v, 0.0, 3) for m, v in zip(R.METHODS, [0.5, 0.3001, 0.3004, 0.9, 0.8, 0.7])]
+    md = R.to_markdown(pd.DataFrame(rows, columns=list(R.TIDY_COLUMNS)), "crps")
+    # 0.3001 and 0.3004 both show as 0.300: the two best are a tie; 0.5 is third
+    assert [c.startswith("**") for c in _md_row(md, "Yacht")[1:]] == [False, True, True, False, False, False]
+
+
+def test_latex_escapes_caption_and_missing_cells():
+    tidy = _master_tidy()
+    tidy = tidy[~((tidy.dataset == "naval") & (tidy.method == "ivon"))]
+    tex = R.to_latex(tidy, "master", "50% of rows & d_block=64")
+    assert r"50\% of rows \& d\_block=64" in tex
+    naval = next(ln for ln in tex.splitlines() if ln.startswith("Naval"))
+    assert naval.count("--") == 2
+    md = R.to_markdown(tidy, "master", "c")
+    assert _md_row(md, "Naval").count("–") == 2
+    with pytest.raises(ValueError, match="kind"):
+        R.to_markdown(tidy, "nope")
+    with pytest.raises(TypeError, match="caption"):
+        R.to_latex(tidy, "master", 3)
+
+
+def test_write_table_files_and_provenance(tmp_path, fake):
+    files, runs = fake
+    tidy = R.uci_crps_table(runs)
+    inputs = metrics_paths(files)[:3]
+    written = R.write_table(tidy, tmp_path / "tables" / "uci_crps", CAPTION,
+                            {"rule": "uci_tables", "inputs": inputs, "config_subset": {"splits": 3},
+                             "seeds": [0]})
+    names = [p.name for p in written]
+    assert names == ["uci_crps.csv", "uci_crps.md", "uci_crps.tex", "uci_crps.csv.prov.json",
+                     "uci_crps.md.prov.json", "uci_crps.tex.prov.json"]
+    assert all(p.stat().st_size > 0 for p in written)
+    back = pd.read_csv(written[0])
+    assert list(back.columns) == list(R.TIDY_COLUMNS)
+    np.testing.assert_allclose(back["value"], tidy["value"], rtol=1e-15)
+    assert CAPTION in written[1].read_text() and CAPTION in written[2].read_text()
+    prov = json.loads(written[3].read_text())
+    assert prov["rule"] == "uci_tables" and prov["extra"]["table_kind"] == "crps"
+    assert [Path(o["path"]).name for o in prov["outputs"]] == names[:3]
+    assert all("sha256" in o for o in prov["outputs"])
+    assert not [p for p in (tmp_path / "tables").iterdir() if p.name.startswith(".")]  # no temp files left
+    with pytest.raises(ValueError, match="columns"):
+        R.write_table(tidy.rename(columns={"std": "sd"}), tmp_path / "x", "c", {"rule": "r"})
+    with pytest.raises(ValueError, match="provenance_kwargs lacks"):
+        R.write_table(tidy, tmp_path / "y", "c", {"rule": "r"})
+    assert not list(tmp_path.glob("y.*"))  # nothing written before the provenance arguments are checked
+
+
+def test_unknown_dataset_and_method_keep_their_names():
+    rows = [("sinusoid", "sa", "crps", 1.0, 0.1, 2), ("sinusoid", "deep_ensemble", "crps", 2.0, 0.1, 2)]
+    md = R.to_markdown(pd.DataFrame(rows, columns=list(R.TIDY_COLUMNS)), "crps", "toy")
+    assert "sinusoid" in md and "deep_ensemble" in md
+    assert re.search(r"\| SA \| deep_ensemble \|", md)
