@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/python examples/quickstart.py
+	$(VENV)/bin/snakemake --profile profiles/default --configfile config/quick.yaml --cores $(CORES)
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q

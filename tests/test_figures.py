@@ -172,7 +172,7 @@ def test_teaser_rejects_mismatched_inputs(tmp_path):
     save_npz(short, y=np.zeros(5), point=np.zeros(5), samples=np.zeros((3, 5)))
     with pytest.raises(ValueError, match="test points"):
         F.teaser_sinusoid({"sa": short}, prepared, tmp_path / "x")
-    two_d = tmp_path / "prep2d.npz"
-    save_npz(two_d, x_test=np.zeros((80, 2)), x_mean=np.zeros(2), x_std=np.ones(2))
-    with pytest.raises(ValueError, match="single feature"):
-        F.teaser_sinusoid(paths, two_d, tmp_path / "x")
+    three_d = tmp_path / "prep3d.npz"
+    save_npz(three_d, x_test=np.zeros((80, 2, 2)), x_mean=np.zeros(2), x_std=np.ones(2))
+    with pytest.raises(ValueError, match=r"x_test of shape \(n, n_features\)"):
+        F.teaser_sinusoid(paths, three_d, tmp_path / "x")

@@ -1,6 +1,5 @@
 """Patching models with stochastic attention: FT-Transformer and torch.nn.MultiheadAttention."""
 
-import math
 
 import pytest
 import torch
@@ -178,6 +177,14 @@ def test_predictive_samples_folds_passes_into_the_batch():
         calls.clear()
         s = predictive_samples(g, X, num_samples=10, max_rows=200)
         assert s.shape == (10, 64) and calls == [192, 192, 192, 64]
-    assert len({tuple(r.tolist()) for r in s}) == 10
+        assert len({tuple(r.tolist()) for r in s}) == 10
+        calls.clear()
+        s = predictive_samples(g, X, num_samples=3, max_rows=50)  # fewer rows allowed than inputs: chunk inputs
+        assert s.shape == (3, 64) and calls == [50, 50, 50, 14, 14, 14]
+    with torch.no_grad():
+        det = f(X)
+    with StochasticAttention(model, nu=10**7, generator=torch.Generator().manual_seed(0)):
+        near = predictive_samples(f, X, num_samples=2, max_rows=50)
+    assert torch.allclose(near, det.expand(2, -1), atol=1e-3)  # rows stay aligned with their inputs
     with pytest.raises(ValueError, match="num_samples"):
         predictive_samples(f, X, num_samples=0)

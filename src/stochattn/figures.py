@@ -373,9 +373,10 @@ def teaser_sinusoid(
     x_std_units = np.asarray(prep["x_test"], dtype=np.float64)
     if x_std_units.ndim == 1:
         x_std_units = x_std_units[:, None]
-    if x_std_units.ndim != 2 or x_std_units.shape[1] != 1:
-        raise ValueError(f"teaser_sinusoid needs a single feature; x_test in {prepared_path} has shape "
+    if x_std_units.ndim != 2:
+        raise ValueError(f"teaser_sinusoid needs x_test of shape (n, n_features); {prepared_path} has "
                          f"{x_std_units.shape}")
+    # column 0 is the raw 1-D input (stochattn.experiments.uci.sinusoid_features adds derived features after it)
     x = x_std_units[:, 0] * float(np.ravel(prep["x_std"])[0]) + float(np.ravel(prep["x_mean"])[0])
     order = method_order(samples_paths_by_method)
     data = {}

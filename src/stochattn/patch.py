@@ -234,34 +234,39 @@ def predictive_samples(
     max_rows: Optional[int] = None,
     progress: bool = False,
 ) -> Tensor:
-    """Draw ``num_samples`` stochastic forward passes of ``fn`` (a model with SA, dropout, ... enabled).
+    """Draw ``num_samples`` stochastic forward passes of ``fn`` (a model with SA, dropout, HSA, ... enabled).
 
     Every tensor in ``inputs`` has the batch on dim 0 (B, ...); non-tensors are passed unchanged. The passes are
-    folded into the batch: each call sees the inputs tiled ``m`` times (sample-major), with ``m`` as large as
-    ``max_rows // B`` allows (all ``num_samples`` at once when ``max_rows`` is None). Every row of a folded
-    batch samples independently, so the result equals ``num_samples`` separate passes in law.
+    folded into the batch: a call sees a slice of at most ``max_rows`` inputs tiled ``m`` times (sample-major),
+    with ``m`` as large as ``max_rows`` allows (everything in one call when ``max_rows`` is None). Every row of a
+    folded batch samples independently, so the result equals ``num_samples`` separate passes in law.
 
     Returns: (num_samples, B, ...) tensor.
     """
     if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples < 1:
         raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
+    if max_rows is not None and (not isinstance(max_rows, int) or max_rows < 1):
+        raise ValueError(f"max_rows must be a positive integer or None, got {max_rows!r}")
     batch = next((x.shape[0] for x in inputs if isinstance(x, Tensor)), None)
-    if batch is None:
-        raise ValueError("inputs must contain at least one tensor with the batch on dim 0")
-    per_call = num_samples if max_rows is None else max(1, min(num_samples, max_rows // max(batch, 1)))
-    chunks: List[Tensor] = []
-    done = 0
-    calls = range(math.ceil(num_samples / per_call))
+    if batch is None or batch < 1:
+        raise ValueError("inputs must contain at least one tensor with the batch (>= 1 row) on dim 0")
+    rows = batch if max_rows is None else min(batch, max_rows)  # inputs per call
+    per_call = num_samples if max_rows is None else max(1, min(num_samples, max_rows // rows))  # passes per call
+    plan = [(s0, r0) for r0 in range(0, batch, rows) for s0 in range(0, num_samples, per_call)]
     if progress:
         from tqdm.auto import tqdm
 
-        calls = tqdm(calls, desc="predictive samples", leave=False)
-    for _ in calls:
-        m = min(per_call, num_samples - done)
-        out = fn(*(_tile(x, m) for x in inputs))
-        chunks.append(out.reshape(m, batch, *out.shape[1:]))
-        done += m
-    return torch.cat(chunks, dim=0)
+        plan = tqdm(plan, desc="predictive samples", leave=False)
+    out: Optional[Tensor] = None
+    for s0, r0 in plan:
+        m, r1 = min(per_call, num_samples - s0), min(r0 + rows, batch)
+        y = fn(*(_tile(x[r0:r1], m) if isinstance(x, Tensor) else x for x in inputs))
+        y = y.reshape(m, r1 - r0, *y.shape[1:])
+        if out is None:
+            out = y.new_empty(num_samples, batch, *y.shape[2:])
+        out[s0 : s0 + m, r0:r1] = y
+    assert out is not None
+    return out
 
 
 # --------------------------------------------------------------------------------------------------------------

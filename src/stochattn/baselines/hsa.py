@@ -36,8 +36,8 @@ from collections.abc import Iterator
 import torch
 from rtdl_revisiting_models import MultiheadAttention
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
+from stochattn.patch import predictive_samples
 from stochattn.training import eval_mode, model_device
 
 __all__ = [
@@ -430,21 +430,5 @@ def hsa_samples(
         raise TypeError(f"generator must be a torch.Generator, an int seed or None, got {type(generator).__name__}")
     _check_generator(generator, device)
 
-    x = x.to(device)
-    n = x.shape[0]
-    rows = max(1, min(n, batch_size // num_samples))  # inputs per pass
-    reps = max(1, min(num_samples, batch_size // rows))  # samples folded into one pass
-    chunks = [(s0, r0) for s0 in range(0, num_samples, reps) for r0 in range(0, n, rows)]
-
-    out: Tensor | None = None
     with eval_mode(model), hsa_generator(model, generator):
-        for s0, r0 in tqdm(chunks, desc="HSA samples", disable=not progress or len(chunks) == 1):
-            s1, r1 = min(s0 + reps, num_samples), min(r0 + rows, n)
-            tiled = x[r0:r1].repeat(s1 - s0, *([1] * (x.ndim - 1)))  # (s * b, ...), sample-major
-            y = model(tiled)
-            y = y.reshape(s1 - s0, r1 - r0, *y.shape[1:])
-            if out is None:
-                out = y.new_empty(num_samples, n, *y.shape[2:])
-            out[s0:s1, r0:r1] = y
-    assert out is not None
-    return out
+        return predictive_samples(model, x.to(device), num_samples=num_samples, max_rows=batch_size, progress=progress)

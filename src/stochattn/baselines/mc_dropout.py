@@ -14,8 +14,8 @@ from typing import Iterator
 import numpy as np
 import torch
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
+from stochattn.patch import predictive_samples
 from stochattn.training import (
     as_tensor,
     derive_seed,
@@ -89,18 +89,9 @@ def mc_dropout_samples(
     if batch_size < 1:
         raise ValueError(f"batch_size: must be >= 1, got {batch_size}")
     x = as_tensor(x, "x", 2)
-    n = len(x)
     dev = model_device(model) if device is None else resolve_device(device)
     model.to(dev)
     seed = derive_seed(generator)
-    out = torch.empty(num_samples, n)
-    rows = max(1, min(n, batch_size))
-    per_pass = max(1, batch_size // rows)
-    plan = [(i, s) for i in range(0, n, rows) for s in range(0, num_samples, per_pass)]
+    forward = lambda xb: regression_output(model(xb.to(dev)), len(xb)).float().cpu()  # noqa: E731
     with dropout_enabled(model), seeded(seed, dev):
-        for i, s in tqdm(plan, desc="mc-dropout", disable=not progress, leave=False):
-            xb = x[i : i + rows].to(dev)
-            k = min(per_pass, num_samples - s)
-            pred = regression_output(model(xb.repeat(k, 1)), k * len(xb))  # rows ordered sample-major
-            out[s : s + k, i : i + len(xb)] = pred.float().cpu().view(k, len(xb))
-    return out
+        return predictive_samples(forward, x, num_samples=num_samples, max_rows=batch_size, progress=progress)

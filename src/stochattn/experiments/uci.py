@@ -18,22 +18,20 @@ SWAG phase for MultiSWAG, the full training for IVON and HSA); ``calibrate`` is 
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional
 
 import numpy as np
 import torch
 
-from .. import metrics, scaling
 from ..backbones.ft_transformer import build_ft_transformer
 from ..calibrate import IntegerDomain, SASampler, bo_calibrate, eval_stats, target_scale
 from ..data.uci import fetch_uci, load_prepared, load_uci_split, prepare_split, save_prepared  # noqa: F401
-from ..io import atomic_path, load_json, load_npz, save_json, save_npz
-from ..patch import predictive_samples
+from ..io import atomic_path, load_json, save_json, save_npz
 from ..provenance import device_info, package_versions
 from ..training import fit_regressor, predict, resolve_device
+from .evaluate import evaluate  # noqa: F401  (re-exported: one module per stage is imported by the rules)
 
 METHODS = ("sa", "mc_dropout", "swag", "multiswag", "ivon", "hsa")
 BACKBONE_METHODS = ("sa", "mc_dropout", "swag")  # methods that start from the shared deterministic backbone
@@ -356,47 +354,3 @@ def run_method(
     }
     save_json(out_dir / "meta.json", meta)
     return meta
-
-
-# --------------------------------------------------------------------------------------------------------------
-# evaluation
-# --------------------------------------------------------------------------------------------------------------
-def evaluate(
-    samples_path: str | Path,
-    out_path: str | Path,
-    *,
-    seed: int,
-    levels: Sequence[float] = (0.25, 0.5, 0.75, 0.95),
-    dataset: Optional[str] = None,
-    split: Optional[int] = None,
-) -> Dict[str, Any]:
-    """Native and temperature-scaled metrics of one run (``metrics.json``).
-
-    SA is reported native (its ``scaled`` block equals ``native``, T = 1), as in the paper; every baseline is also
-    temperature-scaled around its point prediction with T fitted on the calibration split (Gaussian-NLL
-    sigma-scaling, :func:`stochattn.scaling.fit_temperature`).
-    """
-    run = load_npz(samples_path)
-    meta = load_json(Path(samples_path).with_name("meta.json"))
-    method = meta["method"]
-    for key in ("samples", "point", "cal_samples", "cal_point"):
-        if not np.all(np.isfinite(run[key])):
-            raise ValueError(f"{samples_path}: NaN or inf in {key!r} of method {method!r}")
-    native, pit_native = metrics.summarize(run["samples"], run["point"], run["y"], seed, levels)
-    if method == "sa":
-        temperature, scaled, pit_scaled = 1.0, dict(native), pit_native
-    else:
-        temperature = scaling.fit_temperature(run["cal_samples"], run["cal_point"], run["cal_y"])
-        scaled_samples = scaling.apply_scale(run["samples"], run["point"], temperature)
-        scaled, pit_scaled = metrics.summarize(scaled_samples, run["point"], run["y"], seed, levels)
-    sigma_y = float(run["sigma_y"])
-    for block in (native, scaled):
-        block["nrmse"] = block["rmse"] / sigma_y
-    out = {
-        "dataset": dataset, "split": split, "method": method, "sigma_y": sigma_y, "native": native, "scaled": scaled,
-        "temperature": float(temperature), "pit_native": np.asarray(pit_native).ravel().tolist(),
-        "pit_scaled": np.asarray(pit_scaled).ravel().tolist(), "seconds": meta["seconds"],
-        "nu": meta.get("nu"), "num_samples": int(run["samples"].shape[0]), "n_test": int(run["samples"].shape[1]),
-    }
-    save_json(out_path, out)
-    return out

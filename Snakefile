@@ -1,0 +1,78 @@
+# stochattn: the benchmark workflow of "Stochastic Attention" (UCI regression slice and the teaser's toy).
+#
+#   snakemake --profile profiles/default --configfile config/quick.yaml      # offline embedded default, 2 cores
+#   snakemake --profile profiles/slurm                                       # the paper's protocol on a cluster
+#
+# Targets: all (default), uci, uci_<dataset> (e.g. uci_yacht), toy, or any output path such as
+# results/uci/yacht/split0/sa/metrics.json. Every output lives under results/, every log under logs/.
+# The logic lives in the stochattn package; workflow_scripts/ only adapt the snakemake object to one call.
+
+import os
+
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+# The paper's protocol; --configfile files are merged over it. Absolute, so `--directory` works from anywhere.
+configfile: os.path.join(workflow.basedir, "config", "config.yaml")
+
+
+validate(config, schema="config/schema.yaml")
+
+
+report: "report/workflow.rst"
+
+
+include: "rules/common.smk"
+
+
+wildcard_constraints:
+    experiment="uci|toy",
+    dataset="|".join(DATASET_INDEX),
+    split=r"\d+",
+    method="|".join(ALL_METHODS),
+
+
+include: "rules/data.smk"
+include: "rules/train.smk"
+include: "rules/calibrate.smk"
+include: "rules/methods.smk"
+include: "rules/evaluate.smk"
+include: "rules/report.smk"
+
+
+# Target rules and the fetch rule (which needs the network on a cluster's login node) run locally (localrule).
+rule all:
+    """Every table and figure of the UCI slice and the teaser's toy panel."""
+    default_target: True
+    localrule: True
+    input:
+        uci_targets(),
+        figure_files("teaser_sinusoid"),
+
+
+rule uci:
+    """UCI tables (master, CRPS, cost) and figures (PIT, sharpness, Yacht appendix, cost)."""
+    localrule: True
+    input:
+        uci_targets(),
+
+
+rule toy:
+    """The teaser's panel (c): predictive intervals of each method on a noisy sinusoid."""
+    localrule: True
+    input:
+        figure_files("teaser_sinusoid"),
+
+
+# One target per configured data set: every run's metrics and the data set's own figures, e.g. `uci_yacht`.
+for _dataset in DATASETS:
+
+    rule:
+        name:
+            f"uci_{_dataset}"
+        localrule: True
+        input:
+            uci_metrics([_dataset]),
+            uci_dataset_figures(_dataset),

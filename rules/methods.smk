@@ -1,0 +1,28 @@
+# The five baselines (paper App. D): MC Dropout and SWAG start from the shared backbone; MultiSWAG, IVON and HSA
+# train their own networks with the same architecture and training settings.
+
+
+rule run_method:
+    """One baseline on one split: S predictive samples on the test and calibration parts (samples.npz), meta.json."""
+    input:
+        unpack(method_inputs),
+    output:
+        samples="results/{experiment}/{dataset}/split{split}/{method}/samples.npz",
+        meta="results/{experiment}/{dataset}/split{split}/{method}/meta.json",
+    log:
+        "logs/{experiment}/{dataset}/split{split}/{method}.log",
+    wildcard_constraints:
+        method="|".join(BASELINES),
+    params:
+        method=lambda w: w.method,
+        model=lambda w: model_cfg(w.experiment),
+        train=lambda w: train_cfg(w.experiment),
+        method_cfg=lambda w: method_cfg(w.experiment, w.method),
+        num_samples=config["num_samples"],
+        seed=lambda w: seed_for(w.method, w.dataset, w.split),
+    threads: 1
+    resources:
+        mem_mb=mem_mb_train,
+        runtime=runtime_method,
+    script:
+        "../workflow_scripts/run_method.py"

@@ -1,0 +1,190 @@
+# Tables and figures of the UCI slice and the teaser's toy panel. Each file gets <file>.prov.json (rule, inputs with
+# SHA-256, config subset, seeds, git commit + dirty flag, package versions, host, device, times). Figures carry an
+# RST caption for `snakemake --report report.html`; captions name every deviation from the paper's protocol.
+
+
+rule uci_table:
+    """results/tables/uci_<table>.{csv,md,tex} from every run's metrics.json (stochattn.report)."""
+    input:
+        metrics=uci_metrics(),
+    output:
+        csv=report(
+            "results/tables/uci_{table}.csv",
+            caption="../report/uci_table.rst",
+            category="Tables",
+            labels={"table": "{table}"},
+        ),
+        md="results/tables/uci_{table}.md",
+        tex="results/tables/uci_{table}.tex",
+        csv_prov="results/tables/uci_{table}.csv.prov.json",
+        md_prov="results/tables/uci_{table}.md.prov.json",
+        tex_prov="results/tables/uci_{table}.tex.prov.json",
+    log:
+        "logs/report/uci_{table}.log",
+    wildcard_constraints:
+        table="|".join(UCI_TABLES),
+    params:
+        caption=protocol_note(),
+        config_subset=provenance_config(),
+        seeds=SEED_RULE,
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
+    script:
+        "../workflow_scripts/table.py"
+
+
+rule uci_pit_figure:
+    """Native PIT histograms of every method on one data set, pooled over splits (stochattn.figures)."""
+    input:
+        metrics=lambda w: uci_metrics([w.dataset]),
+    output:
+        png=report(
+            "results/figures/uci_pit_{dataset}.png",
+            caption="../report/uci_pit.rst",
+            category="UCI PIT",
+            labels={"dataset": "{dataset}"},
+        ),
+        pdf="results/figures/uci_pit_{dataset}.pdf",
+        png_prov="results/figures/uci_pit_{dataset}.png.prov.json",
+        pdf_prov="results/figures/uci_pit_{dataset}.pdf.prov.json",
+    log:
+        "logs/report/uci_pit_{dataset}.log",
+    wildcard_constraints:
+        dataset="|".join(UCI_DATASETS),
+    params:
+        kind="pit",
+        caption=protocol_note(),
+        config_subset=provenance_config(),
+        seeds=SEED_RULE,
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
+    script:
+        "../workflow_scripts/figure.py"
+
+
+rule uci_sharpness_figure:
+    """PI-95 widths per test point normalised by SA's mean width; baselines temperature-scaled (stochattn.figures)."""
+    input:
+        unpack(lambda w: {"samples_and_metrics": flat_paths(samples_and_metrics(w.dataset))}),
+    output:
+        png=report(
+            "results/figures/uci_sharpness_{dataset}.png",
+            caption="../report/uci_sharpness.rst",
+            category="UCI sharpness",
+            labels={"dataset": "{dataset}"},
+        ),
+        pdf="results/figures/uci_sharpness_{dataset}.pdf",
+        png_prov="results/figures/uci_sharpness_{dataset}.png.prov.json",
+        pdf_prov="results/figures/uci_sharpness_{dataset}.pdf.prov.json",
+    log:
+        "logs/report/uci_sharpness_{dataset}.log",
+    wildcard_constraints:
+        dataset="|".join(UCI_DATASETS),
+    params:
+        kind="sharpness",
+        samples_and_metrics=lambda w: samples_and_metrics(w.dataset),
+        caption=protocol_note(),
+        config_subset=provenance_config(),
+        seeds=SEED_RULE,
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
+    script:
+        "../workflow_scripts/figure.py"
+
+
+rule uci_yacht_appendix:
+    """Paper fig. uci_yacht_appendix: (a) native PIT overlaid, (b) PI-95 sharpness relative to SA."""
+    input:
+        metrics=uci_metrics(["yacht"]) if "yacht" in DATASETS else [],
+        samples_and_metrics=flat_paths(samples_and_metrics("yacht")) if "yacht" in DATASETS else [],
+    output:
+        png=report(
+            "results/figures/uci_yacht_appendix.png",
+            caption="../report/uci_yacht_appendix.rst",
+            category="UCI PIT",
+            labels={"dataset": "yacht (appendix)"},
+        ),
+        pdf="results/figures/uci_yacht_appendix.pdf",
+        png_prov="results/figures/uci_yacht_appendix.png.prov.json",
+        pdf_prov="results/figures/uci_yacht_appendix.pdf.prov.json",
+    log:
+        "logs/report/uci_yacht_appendix.log",
+    params:
+        kind="yacht_appendix",
+        samples_and_metrics=samples_and_metrics("yacht") if "yacht" in DATASETS else {},
+        caption=protocol_note(),
+        config_subset=provenance_config(),
+        seeds=SEED_RULE,
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
+    script:
+        "../workflow_scripts/figure.py"
+
+
+rule uci_cost_figure:
+    """Total wall-clock seconds per method and data set, log axis, from the cost table (stochattn.figures)."""
+    input:
+        table="results/tables/uci_cost.csv",
+    output:
+        png=report(
+            "results/figures/uci_cost.png",
+            caption="../report/uci_cost.rst",
+            category="UCI cost",
+        ),
+        pdf="results/figures/uci_cost.pdf",
+        png_prov="results/figures/uci_cost.png.prov.json",
+        pdf_prov="results/figures/uci_cost.pdf.prov.json",
+    log:
+        "logs/report/uci_cost_figure.log",
+    params:
+        kind="cost",
+        caption=protocol_note(),
+        config_subset=provenance_config(),
+        seeds=SEED_RULE,
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
+    script:
+        "../workflow_scripts/figure.py"
+
+
+rule teaser_sinusoid:
+    """Teaser panel (c): the toy's test points, the shared trend and each method's PI-95 band."""
+    input:
+        prepared=f"results/toy/{TOY_DATASET}/split0/prepared.npz",
+        samples=[f"results/toy/{TOY_DATASET}/split0/{m}/samples.npz" for m in TOY_METHODS],
+    output:
+        png=report(
+            "results/figures/teaser_sinusoid.png",
+            caption="../report/teaser_sinusoid.rst",
+            category="Teaser",
+        ),
+        pdf="results/figures/teaser_sinusoid.pdf",
+        png_prov="results/figures/teaser_sinusoid.png.prov.json",
+        pdf_prov="results/figures/teaser_sinusoid.pdf.prov.json",
+    log:
+        "logs/report/teaser_sinusoid.log",
+    params:
+        kind="teaser",
+        methods=TOY_METHODS,
+        caption=(
+            f"Toy data: n={config['toy']['n']} points (25 % test), noise sd {config['toy']['noise']}; "
+            f"model {model_cfg('toy')}, training {train_cfg('toy')}. {protocol_note()}"
+        ),
+        config_subset=provenance_config("toy"),
+        seeds=SEED_RULE,
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
+    script:
+        "../workflow_scripts/figure.py"

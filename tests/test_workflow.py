@@ -1,0 +1,394 @@
+"""The Snakemake workflow: DAG of the paper's protocol (dry run), a tiny end-to-end run, reruns, bad input.
+
+Snakemake runs in a subprocess with ``--directory <tmp>`` and the repository's Snakefile, so nothing is written
+into the repository's results/. The tiny run (config/test.yaml: yacht, 1 split, 2 epochs, S=5, MultiSWAG L=2)
+reads the shared offline data mirror (../shared/data); tests that need it are skipped where it is missing.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SNAKEFILE = REPO / "Snakefile"
+PROFILE = REPO / "profiles" / "default"
+MIRROR = (REPO / ".." / "shared" / "data").resolve()
+HAVE_MIRROR = (MIRROR / "UCI_Datasets" / "yacht" / "data" / "data.txt").is_file()
+needs_mirror = pytest.mark.skipif(not HAVE_MIRROR, reason=f"offline data mirror {MIRROR} not present")
+
+ALL_DATASETS = ["concrete", "energy", "kin8nm", "naval", "power", "protein", "wine", "yacht"]
+ALL_METHODS = ["sa", "mc_dropout", "swag", "multiswag", "ivon", "hsa"]
+PIPELINE_RULES = [
+    "fetch_uci", "prepare_uci", "prepare_toy", "train_backbone", "calibrate_sa", "run_method", "evaluate",
+    "uci_table", "uci_pit_figure", "uci_sharpness_figure", "uci_yacht_appendix", "uci_cost_figure",
+    "teaser_sinusoid",
+]  # fmt: skip
+TABLES = ["uci_master", "uci_crps", "uci_cost"]
+FIGURES = ["uci_pit_yacht", "uci_sharpness_yacht", "uci_yacht_appendix", "uci_cost", "teaser_sinusoid"]
+
+
+def _snakemake_cmd() -> list[str]:
+    exe = Path(sys.executable).with_name("snakemake")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "snakemake"]
+
+
+def smk(workdir: Path, *args: str, configfile: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run Snakemake on the repository's workflow with ``workdir`` as working directory (stdout+stderr merged)."""
+    cmd = [*_snakemake_cmd(), "--snakefile", str(SNAKEFILE), "--directory", str(workdir),
+           "--profile", str(PROFILE)]  # fmt: skip
+    cmd += list(args)
+    if configfile is not None:  # last: --configfile takes several values and would swallow targets
+        cmd += ["--configfile", str(configfile)]
+    workdir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.run(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=timeout, env=env)  # fmt: skip
+
+
+def job_stats(output: str) -> dict[str, int]:
+    """The 'Job stats' table of a Snakemake run or dry run as {rule: count} (without 'total')."""
+    m = re.search(r"Job stats:\n.*?\n-+\s+-+\n(.*?)\n(?:\n|$)", output, re.S)
+    assert m, f"no job stats in the output:\n{output[-3000:]}"
+    stats = {}
+    for line in m.group(1).splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            stats[parts[0]] = int(parts[1])
+    stats.pop("total", None)
+    return stats
+
+
+def write_config(path: Path, base: Path | None = None, **updates) -> Path:
+    """A config file: ``base`` (a YAML file) updated key by key (nested mappings merged) with ``updates``."""
+    cfg = yaml.safe_load(base.read_text()) if base is not None else {}
+
+    def merge(a, b):
+        for k, v in b.items():
+            if isinstance(v, dict) and isinstance(a.get(k), dict):
+                merge(a[k], v)
+            else:
+                a[k] = v
+
+    merge(cfg, updates)
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def n_splits(dataset: str, splits: int) -> int:
+    return min(splits, 5 if dataset == "protein" else 20)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# names: the workflow's lists agree with the library's
+# ------------------------------------------------------------------------------------------------------------------
+def test_names_agree_with_library():
+    from stochattn.data.uci import UCI_DATASETS
+    from stochattn.experiments import uci
+
+    common = (REPO / "rules" / "common.smk").read_text()
+
+    def literal(name):
+        m = re.search(rf"^{name} = (\[.*?\])", common, re.M)
+        assert m, f"{name} not found in rules/common.smk"
+        return ast.literal_eval(m.group(1))
+
+    assert literal("ALL_METHODS") == list(uci.METHODS)
+    assert literal("BACKBONE_METHODS") == list(uci.BACKBONE_METHODS)
+    schema = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
+    assert schema["$defs"]["dataset"]["enum"] == list(UCI_DATASETS) == ALL_DATASETS
+    assert schema["$defs"]["method"]["enum"] == list(uci.METHODS) == ALL_METHODS
+    paper = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    assert paper["datasets"] == ALL_DATASETS and paper["methods"] == ALL_METHODS
+    assert paper["splits"] == 20 and paper["num_samples"] == 19
+    assert paper["method_params"]["multiswag"]["components"] == 10
+    assert (paper["model"]["n_blocks"], paper["model"]["d_block"]) == (3, 192)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# dry runs
+# ------------------------------------------------------------------------------------------------------------------
+def test_dry_run_paper_protocol(tmp_path):
+    """config/config.yaml: every rule appears; 20 splits x 8 data sets (5 for protein) x 6 methods metrics."""
+    res = smk(tmp_path, "-n")
+    assert res.returncode == 0, res.stdout[-5000:]
+    stats = job_stats(res.stdout)
+    n_runs = sum(n_splits(d, 20) for d in ALL_DATASETS)
+    assert n_runs == 7 * 20 + 5
+    toy = len(ALL_METHODS)
+    assert stats == {
+        "fetch_uci": 8,
+        "prepare_uci": n_runs,
+        "prepare_toy": 1,
+        "train_backbone": n_runs + 1,
+        "calibrate_sa": n_runs + 1,
+        "run_method": (n_runs + 1) * (toy - 1),
+        "evaluate": n_runs * len(ALL_METHODS),
+        "uci_table": len(TABLES),
+        "uci_pit_figure": 8,
+        "uci_sharpness_figure": 8,
+        "uci_yacht_appendix": 1,
+        "uci_cost_figure": 1,
+        "teaser_sinusoid": 1,
+        "all": 1,
+    }
+    out = res.stdout
+    assert "results/uci/protein/split4/multiswag/metrics.json" in out
+    assert "results/uci/protein/split5/" not in out
+    assert "results/uci/concrete/split19/sa/calibration.json" in out
+    for name in TABLES:
+        assert f"results/tables/{name}.tex" in out
+    assert not (tmp_path / "results").exists(), "a dry run must not write results"
+
+    targets = smk(tmp_path, "--list-target-rules")
+    assert targets.returncode == 0, targets.stdout
+    listed = set(targets.stdout.split())
+    assert {"all", "uci", "toy", *(f"uci_{d}" for d in ALL_DATASETS)} <= listed
+    rules = smk(tmp_path, "--list-rules")
+    assert set(PIPELINE_RULES) <= set(rules.stdout.split())
+
+
+def test_dry_run_quick_config(tmp_path):
+    """config/quick.yaml: all eight data sets, 2 splits each, the shared mirror; one data set alone via uci_yacht."""
+    res = smk(tmp_path, "-n", "--quiet", "rules", configfile=REPO / "config" / "quick.yaml")
+    assert res.returncode == 0, res.stdout[-5000:]
+    stats = job_stats(res.stdout)
+    assert stats["evaluate"] == 8 * 2 * 6
+    assert stats["fetch_uci"] == 8 and stats["train_backbone"] == 8 * 2 + 1
+    one = smk(tmp_path, "-n", "uci_yacht", "--quiet", "rules", configfile=REPO / "config" / "quick.yaml")
+    assert one.returncode == 0, one.stdout[-3000:]
+    stats = job_stats(one.stdout)
+    assert stats["evaluate"] == 2 * 6 and stats["fetch_uci"] == 1
+    assert "uci_table" not in stats and "teaser_sinusoid" not in stats
+    path = smk(tmp_path, "-n", "results/uci/energy/split1/sa/metrics.json", configfile=REPO / "config" / "quick.yaml")
+    assert path.returncode == 0, path.stdout[-3000:]
+    assert job_stats(path.stdout) == {"fetch_uci": 1, "prepare_uci": 1, "train_backbone": 1, "calibrate_sa": 1,
+                                      "evaluate": 1}  # fmt: skip
+
+
+def test_slurm_profile_requests_gpus_for_training_and_sampling(tmp_path):
+    """profiles/slurm (dry run, no cluster needed): a GPU for train/sample rules only, cluster values from the
+    profile, the rules' own runtime estimates."""
+    cmd = [*_snakemake_cmd(), "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path), "--profile",
+           str(REPO / "profiles" / "slurm"), "-n", "--configfile", str(REPO / "config" / "test.yaml")]  # fmt: skip
+    res = subprocess.run(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-4000:]
+    blocks = re.split(r"\n(?=(?:local)?rule \w+:)", res.stdout)
+    seen = set()
+    for block in blocks:
+        m = re.match(r"(?:local)?rule (\w+):", block)
+        r = re.search(r"resources: (.*)", block)
+        if not m or not r:
+            continue
+        rule, resources = m.group(1), r.group(1)
+        seen.add(rule)
+        gpu = "gpu=1" in resources
+        assert gpu == (rule in ("train_backbone", "calibrate_sa", "run_method")), (rule, resources)
+        if gpu:
+            assert "slurm_partition=gpu" in resources and "runtime=" in resources
+    assert {"train_backbone", "calibrate_sa", "run_method", "evaluate", "prepare_uci"} <= seen
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# bad configuration: a clear error at parse time, nothing written
+# ------------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "updates, message",
+    [
+        ({"splits": -1}, "-1 is less than the minimum of 1"),
+        ({"methods": ["sa", "deep_ensemble"]}, "'deep_ensemble' is not one of"),
+        ({"datasets": ["atlantis"]}, "'atlantis' is not one of"),
+        ({"num_samples": 1}, "1 is less than the minimum of 2"),
+        ({"model": {"d_block": "wide"}}, "'wide' is not of type 'integer'"),
+        ({"method_params": {"swag": {"learning_rate": 0.1}}}, "'learning_rate' was unexpected"),
+    ],
+)
+def test_schema_violation_is_a_clear_error(tmp_path, updates, message):
+    cfg = write_config(tmp_path / "bad.yaml", **updates)
+    res = smk(tmp_path / "work", "-n", configfile=cfg)
+    assert res.returncode != 0
+    assert "Error validating config file" in res.stdout and message in res.stdout, res.stdout[-3000:]
+    assert not (tmp_path / "work" / "results").exists()
+
+
+def test_unknown_dataset_in_a_target_path(tmp_path):
+    res = smk(tmp_path, "-n", "results/uci/atlantis/split0/sa/metrics.json")
+    assert res.returncode != 0
+    assert "results/uci/atlantis/split0/sa/metrics.json" in res.stdout and "MissingRule" in res.stdout, res.stdout
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# bad data: fetch fails naming the file, and no results/data/... output remains
+# ------------------------------------------------------------------------------------------------------------------
+@needs_mirror
+@pytest.mark.slow
+def test_corrupt_mirror_fails_naming_the_file(tmp_path):
+    mirror = tmp_path / "mirror"
+    src = MIRROR / "UCI_Datasets" / "yacht" / "data"
+    shutil.copytree(src, mirror / "UCI_Datasets" / "yacht" / "data")
+    bad = mirror / "UCI_Datasets" / "yacht" / "data" / "index_test_7.txt"
+    bad.write_text(bad.read_text() + "1\n")
+    cfg = write_config(tmp_path / "c.yaml", datasets=["yacht"], splits=1,
+                       data={"mirrors": [str(mirror)], "allow_download": False})  # fmt: skip
+    work = tmp_path / "work"
+    res = smk(work, "results/uci/yacht/split0/prepared.npz", configfile=cfg)
+    assert res.returncode != 0
+    assert "index_test_7.txt" in res.stdout and "checksum mismatch" in res.stdout, res.stdout[-4000:]
+    assert not (work / "results" / "data" / "uci" / "yacht").exists()
+    assert not (work / "results" / "uci").exists()
+
+
+@pytest.mark.slow
+def test_missing_mirror_without_network_is_a_clear_error(tmp_path):
+    cfg = write_config(tmp_path / "c.yaml", datasets=["yacht"], splits=1,
+                       data={"mirrors": [str(tmp_path / "no_such_mirror")], "allow_download": False})  # fmt: skip
+    work = tmp_path / "work"
+    res = smk(work, "results/data/uci/yacht", configfile=cfg)
+    assert res.returncode != 0
+    out = res.stdout
+    assert "no_such_mirror" in out and "folder does not exist" in out and "allow_download=False" in out, out[-4000:]
+    assert not (work / "results" / "data" / "uci" / "yacht").exists()
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# tiny end-to-end run
+# ------------------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """config/test.yaml run to completion in a temporary directory (module-scoped: ~1-2 min on 2 cores)."""
+    if not HAVE_MIRROR:
+        pytest.skip(f"offline data mirror {MIRROR} not present")
+    root = tmp_path_factory.mktemp("tiny")
+    cfg = root / "test.yaml"
+    shutil.copy(REPO / "config" / "test.yaml", cfg)
+    work = root / "work"
+    res = smk(work, configfile=cfg)
+    assert res.returncode == 0, res.stdout[-6000:]
+    return {"root": root, "work": work, "cfg": cfg, "output": res.stdout}
+
+
+def _prov_ok(target: Path, work: Path) -> dict:
+    prov = Path(str(target) + ".prov.json")
+    assert prov.is_file(), f"missing provenance {prov}"
+    rec = json.loads(prov.read_text())
+    for key in ("rule", "inputs", "outputs", "config", "seeds", "git_commit", "git_dirty", "packages", "host",
+                "device", "started", "finished"):  # fmt: skip
+        assert key in rec, f"{prov} lacks {key!r}"
+    assert rec["inputs"], f"{prov} lists no inputs"
+    for item in rec["inputs"]:
+        assert item["sha256"] == sha256(work / item["path"]), f"{prov}: stale hash of {item['path']}"
+    assert rec["git_commit"] != "unknown" or not (REPO / ".git").exists()
+    return rec
+
+
+@pytest.mark.slow
+def test_tiny_run_outputs_follow_the_contract(tiny_run):
+    work = tiny_run["work"]
+    cfg = yaml.safe_load(tiny_run["cfg"].read_text())
+    S = cfg["num_samples"]
+    run = work / "results" / "uci" / "yacht" / "split0"
+    n_test = None
+    for method in ALL_METHODS:
+        d = np.load(run / method / "samples.npz")
+        assert set(d.files) == {"y", "point", "samples", "cal_y", "cal_point", "cal_samples", "sigma_y"}
+        n = d["y"].shape[0]
+        n_test = n_test or n
+        assert n == n_test == 31  # Gal's yacht split 0 has 31 test points
+        assert d["point"].shape == (n,) and d["samples"].shape == (S, n)
+        n_cal = d["cal_y"].shape[0]
+        assert d["cal_point"].shape == (n_cal,) and d["cal_samples"].shape == (S, n_cal)
+        assert d["sigma_y"].shape == () and float(d["sigma_y"]) > 0
+        assert np.all(np.isfinite(d["samples"])) and np.ptp(d["samples"], axis=0).max() > 0
+        meta = json.loads((run / method / "meta.json").read_text())
+        assert meta["method"] == method and {"train", "calibrate", "predict"} <= set(meta["seconds"])
+        metrics = json.loads((run / method / "metrics.json").read_text())
+        assert (metrics["dataset"], metrics["split"], metrics["method"]) == ("yacht", 0, method)
+        for block in ("native", "scaled"):
+            assert {"rmse", "nrmse", "crps", "coverage_95", "width_95", "w1"} <= set(metrics[block])
+        assert len(metrics["pit_native"]) == n
+    assert (run / "sa" / "calibration.json").is_file()
+    assert (run / "backbone" / "model.pt").is_file()
+
+    for name in TABLES:
+        csv = work / "results" / "tables" / f"{name}.csv"
+        header = csv.read_text().splitlines()[0]
+        assert header == "dataset,method,metric,value,std,n"
+        for ext in ("csv", "md", "tex"):
+            rec = _prov_ok(csv.with_suffix(f".{ext}"), work)
+            assert rec["rule"] == "uci_table"
+            assert len(rec["inputs"]) == len(ALL_METHODS)  # one metrics.json per run
+    md = (work / "results" / "tables" / "uci_master.md").read_text()
+    assert "splits=1 (paper protocol: 20, 5 for protein)" in md  # the reductions reach the captions
+
+    for name in FIGURES:
+        png = work / "results" / "figures" / f"{name}.png"
+        pdf = png.with_suffix(".pdf")
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and pdf.read_bytes()[:5] == b"%PDF-"
+        for f in (png, pdf):
+            rec = _prov_ok(f, work)
+            assert rec["outputs"][0]["path"] == str(f.relative_to(work))
+    teaser = _prov_ok(work / "results" / "figures" / "teaser_sinusoid.png", work)
+    assert any(i["path"].startswith("results/toy/sinusoid/split0/") for i in teaser["inputs"])
+    assert (work / "logs" / "uci" / "yacht" / "split0" / "train_backbone.log").is_file()
+
+
+@pytest.mark.slow
+def test_second_invocation_does_nothing(tiny_run):
+    res = smk(tiny_run["work"], configfile=tiny_run["cfg"])
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert "Nothing to be done" in res.stdout, res.stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_changing_a_method_parameter_reruns_only_its_dependents(tiny_run):
+    cfg = write_config(tiny_run["root"] / "swag_lr.yaml", base=tiny_run["cfg"], method_params={"swag": {"lr": 0.02}})
+    res = smk(tiny_run["work"], "-n", configfile=cfg)
+    assert res.returncode == 0, res.stdout[-3000:]
+    stats = job_stats(res.stdout)
+    # uci swag + toy swag; the uci swag run's evaluation; every table and figure downstream of them
+    assert stats.pop("run_method") == 2
+    assert stats.pop("evaluate") == 1
+    assert set(stats) <= {"uci_table", "uci_pit_figure", "uci_sharpness_figure", "uci_yacht_appendix",
+                          "uci_cost_figure", "teaser_sinusoid", "all"}, stats  # fmt: skip
+    methods = set(re.findall(r"method=(\w+)", res.stdout))
+    assert methods == {"swag"}, methods
+    # the unchanged config still has nothing to do
+    assert "Nothing to be done" in smk(tiny_run["work"], "-n", configfile=tiny_run["cfg"]).stdout
+
+
+@pytest.mark.slow
+def test_html_report(tiny_run):
+    out = tiny_run["root"] / "report.html"
+    res = smk(tiny_run["work"], "--report", str(out), configfile=tiny_run["cfg"])
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert out.is_file() and out.stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_nan_in_predictions_is_a_clear_error(tiny_run):
+    """Runs last on the tiny run's files: a samples.npz with NaN makes evaluate fail and leaves no metrics."""
+    work = tiny_run["work"]
+    run = work / "results" / "uci" / "yacht" / "split0" / "mc_dropout"
+    data = dict(np.load(run / "samples.npz"))
+    data["samples"][0, 3] = np.nan
+    with open(run / "samples.npz", "wb") as fh:  # newer than metrics.json: evaluate reruns
+        np.savez(fh, **data)
+    res = smk(work, str((run / "metrics.json").relative_to(work)), configfile=tiny_run["cfg"])
+    assert res.returncode != 0
+    assert "NaN or inf in 'samples'" in res.stdout and "mc_dropout" in res.stdout, res.stdout[-4000:]
+    assert not (run / "metrics.json").exists()

@@ -1,0 +1,29 @@
+"""Rules calibrate_sa and run_method: stochattn.experiments.uci.run_method for one method on one split."""
+
+import logging
+import os
+import sys
+
+sys.stderr = sys.stdout = open(snakemake.log[0], "w", buffering=1)  # noqa: F821 (snakemake is injected)
+logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+import torch  # noqa: E402
+
+from stochattn.experiments.uci import run_method  # noqa: E402
+
+torch.set_num_threads(snakemake.threads)  # noqa: F821
+p = snakemake.params  # noqa: F821
+meta = run_method(
+    p.method,
+    snakemake.input.prepared,  # noqa: F821
+    os.path.dirname(snakemake.output.samples),  # noqa: F821
+    backbone_path=snakemake.input.get("backbone"),  # noqa: F821
+    model=p.model,
+    train=p.train,
+    method_cfg=p.method_cfg,
+    num_samples=p.num_samples,
+    seed=p.seed,
+    device=snakemake.config["device"],  # noqa: F821
+    progress=snakemake.config["progress"],  # noqa: F821
+)
+print(f"{p.method}: seconds {meta['seconds']}", flush=True)

@@ -1,0 +1,35 @@
+"""Rule uci_table: one UCI table (master, crps or cost) from every run's metrics.json, with provenance.
+
+stochattn.report: load_runs -> uci_<table>_table -> write_table (csv, md, tex and a .prov.json beside each).
+"""
+
+import logging
+import os
+import sys
+import time
+
+sys.stderr = sys.stdout = open(snakemake.log[0], "w", buffering=1)  # noqa: F821 (snakemake is injected)
+logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+from stochattn import report  # noqa: E402
+
+started = time.time()
+table = snakemake.wildcards.table  # noqa: F821
+runs = report.load_runs(snakemake.input.metrics, progress=snakemake.config["progress"])  # noqa: F821
+tidy = getattr(report, f"uci_{table}_table")(runs)
+basename = os.path.splitext(snakemake.output.csv)[0]  # noqa: F821
+written = report.write_table(
+    tidy,
+    basename,
+    snakemake.params.caption,  # noqa: F821
+    {
+        "rule": snakemake.rule,  # noqa: F821
+        "inputs": list(snakemake.input.metrics),  # noqa: F821
+        "config_subset": snakemake.params.config_subset,  # noqa: F821
+        "seeds": snakemake.params.seeds,  # noqa: F821
+        "started": started,
+        "repo_dir": os.path.dirname(snakemake.scriptdir),  # noqa: F821 (git state of the workflow's repository)
+    },
+    kind=table,
+)
+print("wrote", *map(str, written), sep="\n  ", flush=True)

@@ -1,0 +1,25 @@
+"""Rule train_backbone: stochattn.experiments.uci.train_backbone (the deterministic FT-Transformer of one split)."""
+
+import logging
+import sys
+
+sys.stderr = sys.stdout = open(snakemake.log[0], "w", buffering=1)  # noqa: F821 (snakemake is injected)
+logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+import torch  # noqa: E402
+
+from stochattn.experiments.uci import train_backbone  # noqa: E402
+
+torch.set_num_threads(snakemake.threads)  # noqa: F821
+p = snakemake.params  # noqa: F821
+meta = train_backbone(
+    snakemake.input.prepared,  # noqa: F821
+    snakemake.output.model,  # noqa: F821
+    snakemake.output.meta,  # noqa: F821
+    model=p.model,
+    train=p.train,
+    seed=p.seed,
+    device=snakemake.config["device"],  # noqa: F821
+    progress=snakemake.config["progress"],  # noqa: F821
+)
+print(f"backbone: best epoch {meta['best_epoch']}, {meta['seconds']:.1f} s", flush=True)
