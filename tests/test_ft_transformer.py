@@ -10,13 +10,7 @@ from stochattn.backbones.ft_transformer import TabularRegressor, build_ft_transf
 from stochattn.training import fit_regressor
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # Tiny models run several times faster single-threaded (thread overhead dominates); restore afterwards.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def small(n_features=5, **kw):

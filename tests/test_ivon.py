@@ -10,12 +10,7 @@ from stochattn.baselines.ivon import fit_ivon, ivon_samples, ivon_step, make_ivo
 from stochattn.training import fit_regressor
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def data():

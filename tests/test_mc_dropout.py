@@ -8,12 +8,7 @@ from stochattn.backbones.ft_transformer import build_ft_transformer
 from stochattn.baselines.mc_dropout import dropout_enabled, mc_dropout_samples
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def linear_dropout_model(w, p):

@@ -9,12 +9,7 @@ from stochattn.baselines.swag import SWAG, fit_swag, multiswag_samples, swag_sam
 from stochattn.training import fit_regressor
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def flat(model):

@@ -11,12 +11,7 @@ from stochattn.backbones.ft_transformer import build_ft_transformer, predict
 from stochattn.training import fit_regressor, parameter_groups, standard_step
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def data(n=200, seed=0):
