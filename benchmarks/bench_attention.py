@@ -4,11 +4,16 @@
 
 1. FT-Transformer (rtdl defaults: 3 blocks, d_block 192, 8 heads), 16 features, batch 1024 (a UCI-sized batch).
 2. A generic 6-layer encoder (torch.nn.TransformerEncoder, d_model 256, 8 heads, FFN 1024), sequence length 512,
-   batch 2.
-   Both at nu in {1, 4, 16, 64, 512, 10^4} with sampler "auto"; the FT-Transformer also with each sampler forced.
-3. M = 32 predictive samples of the FT-Transformer: folded into one batch vs 32 sequential passes.
-4. The two exact samplers alone on 2M attention-probability entries, to show where "auto" switches.
-Times are medians of repeated runs after a warm-up; every ratio compares numbers taken in this same run.
+   batch 2 (torch's fused attention fast path off for both: a patched model cannot use it).
+   Both at nu in {1, 4, 16, 64, 512, 10^4} with sampler "auto" (the compiled CPU kernels); the FT-Transformer
+   also with the two pure-torch samplers. "adapter only" re-expresses the attention as the patch does but
+   without sampling: the part of the overhead that is not SA itself.
+3. M = 32 predictive samples of the FT-Transformer: 32 sequential passes vs folded into the batch.
+4. The kernel's paths alone (inverse-CDF draws, binomial chain, gather output) at n_k = 17 and 512: the crossovers
+   behind cpu_kernels.categorical_limit and gather_limit.
+
+Every ratio is the median over repeats of (SA time / deterministic time) where each repeat times the two passes
+back to back, so slow drifts of a shared machine cancel; all numbers come from this one run.
 """
 
 from __future__ import annotations
@@ -17,10 +22,11 @@ import argparse
 import statistics
 import time
 
+import numpy as np
 import torch
 from torch import nn
 
-from stochattn.attention import AUTO_CATEGORICAL_PER_KEY, _counts_binomial_tree, _counts_categorical
+from stochattn import cpu_kernels, patch
 from stochattn.backbones.ft_transformer import build_ft_transformer
 from stochattn.patch import StochasticAttention, predictive_samples
 
@@ -28,7 +34,7 @@ NUS = (1, 4, 16, 64, 512, 10_000)
 
 
 def timed(fn, repeats: int) -> float:
-    fn()  # warm-up
+    fn()  # warm-up (and compilation)
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -37,21 +43,79 @@ def timed(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
+def paired_ratio(call, sa: StochasticAttention, repeats: int) -> tuple[float, float]:
+    """(median deterministic seconds, median of per-repeat SA/deterministic ratios); ``sa`` is applied per SA run."""
+    sa.apply()
+    call()  # warm-up
+    sa.remove()
+    call()
+    det, ratios = [], []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        d = time.perf_counter() - start
+        sa.apply()
+        start = time.perf_counter()
+        call()
+        s = time.perf_counter() - start
+        sa.remove()
+        det.append(d)
+        ratios.append(s / d)
+    return statistics.median(det), statistics.median(ratios)
+
+
+class _AdapterOnly:
+    """Patch whose adapters run with sampling replaced by the identity (weights = probabilities)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.sa = StochasticAttention(model, nu=1)
+        self.sa.remove()
+        self._saved = (patch.SAState.attend, patch.SAState.weights)
+
+    def apply(self) -> None:
+        patch.SAState.attend = lambda state, probs, value: probs @ value
+        patch.SAState.weights = lambda state, probs: probs
+        self.sa.apply()
+
+    def remove(self) -> None:
+        self.sa.remove()
+        patch.SAState.attend, patch.SAState.weights = self._saved
+
+
 @torch.no_grad()
 def forward_table(name: str, model: nn.Module, call, repeats: int, methods=("auto",)) -> None:
-    det = timed(call, repeats)
-    print(f"\n{name}: deterministic {det * 1e3:.1f} ms per forward pass")
-    print(f"{'nu':>8} " + " ".join(f"{m + ' ms':>16} {'ratio':>7}" for m in methods))
+    det, adapter = paired_ratio(call, _AdapterOnly(model), repeats)
+    print(f"\n{name}: deterministic {det * 1e3:.1f} ms per forward pass; adapter only (no sampling) {adapter:.2f}x")
+    print(f"{'nu':>8} " + " ".join(f"{m:>12}" for m in methods))
     for nu in NUS:
         cells = []
         for method in methods:
             if method == "categorical" and nu > 64 * 17:  # nu draws per row: 1.4e9 draws at nu = 1e4, not feasible
-                cells.append(f"{'n/a':>16} {'':>7}")
+                cells.append(f"{'n/a':>12}")
                 continue
-            with StochasticAttention(model, nu=nu, generator=torch.Generator().manual_seed(0), method=method):
-                t = timed(call, repeats)
-            cells.append(f"{t * 1e3:16.1f} {t / det:7.2f}")
+            sa = StochasticAttention(model, nu=nu, generator=torch.Generator().manual_seed(0), method=method)
+            sa.remove()
+            cells.append(f"{paired_ratio(call, sa, repeats)[1]:12.2f}")
         print(f"{nu:>8} " + " ".join(cells))
+
+
+def kernel_paths(repeats: int) -> None:
+    print("\nkernel paths alone, ms for all rows (inverse-CDF draws / binomial chain / gather output incl. nothing else;"
+          " 'dense V' = the W @ V product the gather path replaces)")
+    for n_k, groups, d in ((17, 8192, 24), (512, 16, 32)):
+        p = torch.softmax(torch.randn(groups, n_k, n_k), -1).numpy()
+        v = torch.randn(groups, n_k, d).numpy()
+        w = np.empty_like(p).reshape(-1, n_k)
+        o = np.empty((groups, p.shape[1], d), np.float32)
+        dense = timed(lambda: torch.from_numpy(p) @ torch.from_numpy(v), repeats)
+        print(f"  n_k = {n_k}: {p.shape[0] * p.shape[1]} rows, dense V {dense * 1e3:.1f} ms; categorical_limit "
+              f"{cpu_kernels.categorical_limit(n_k)}, gather_limit {cpu_kernels.gather_limit(n_k)}")
+        for nu in (1, 4, 16, 64, 256, 1024, 10_000):
+            one = np.array([nu])
+            cat = timed(lambda: cpu_kernels.multinomial_weights(p.reshape(-1, n_k), one, 1, w, limit=10**9), repeats) if nu <= 1024 else float("nan")
+            chain = timed(lambda: cpu_kernels.multinomial_weights(p.reshape(-1, n_k), one, 1, w, limit=0), repeats)
+            gather = timed(lambda: cpu_kernels.gather_output(p, v, one, 1, o), repeats) if nu <= 256 else float("nan")
+            print(f"    nu {nu:>6}: categorical {cat * 1e3:8.1f}   chain {chain * 1e3:8.1f}   gather {gather * 1e3:8.1f}")
 
 
 def main() -> None:
@@ -60,40 +124,35 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    repeats = 3 if args.quick else 7
-    methods = ("auto", "categorical", "binomial")
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, auto = categorical while nu <= "
-          f"{AUTO_CATEGORICAL_PER_KEY} * n_k")
+    repeats = 5 if args.quick else 11
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, numba threading layer after first call below")
 
     ft = build_ft_transformer(16, seed=0).eval()
     x = torch.randn(1024, 16)
-    forward_table("FT-Transformer (3 blocks, d 192), batch 1024 x 17 tokens", ft, lambda: ft(x), repeats, methods)
+    forward_table("FT-Transformer (3 blocks, d 192), batch 1024 x 17 tokens", ft, lambda: ft(x), repeats,
+                  ("auto", "categorical", "binomial"))
 
     layer = nn.TransformerEncoderLayer(256, 8, dim_feedforward=1024, dropout=0.0, batch_first=True)
     enc = nn.TransformerEncoder(layer, num_layers=6, enable_nested_tensor=False).eval()
     seq = torch.randn(2, 512, 256)
     torch.backends.mha.set_fastpath_enabled(False)  # the patched run cannot use the fused path: compare like with like
-    forward_table("6-layer encoder (d 256, 8 heads), batch 2 x 512 tokens", enc, lambda: enc(seq), max(2, repeats // 2))
+    forward_table("6-layer encoder (d 256, 8 heads), batch 2 x 512 tokens", enc, lambda: enc(seq), max(3, repeats // 2))
     torch.backends.mha.set_fastpath_enabled(True)
+    import numba
+
+    print(f"numba threading layer: {numba.threading_layer()}")
 
     print("\nM = 32 predictive samples of the FT-Transformer (batch 256), SA nu = 16")
     xb = torch.randn(256, 16)
-    with StochasticAttention(ft, nu=16, generator=torch.Generator().manual_seed(0)):
-        folded = timed(lambda: predictive_samples(ft, xb, num_samples=32), repeats)
-        sequential = timed(lambda: torch.stack([ft(xb) for _ in range(32)]), repeats)
-    print(f"  folded into one batch {folded * 1e3:.1f} ms, 32 sequential passes {sequential * 1e3:.1f} ms, "
-          f"speed-up {sequential / folded:.2f}x")
+    with torch.no_grad(), StochasticAttention(ft, nu=16, generator=torch.Generator().manual_seed(0)):
+        sequential = timed(lambda: torch.stack([ft(xb) for _ in range(32)]), repeats // 2 + 1)
+        print(f"  32 sequential passes {sequential * 1e3:.0f} ms")
+        for max_rows in (None, 2048, "auto"):
+            folded = timed(lambda: predictive_samples(ft, xb, num_samples=32, max_rows=max_rows), repeats // 2 + 1)
+            label = f"max_rows={max_rows!r}" + (f" (= {patch.AUTO_CPU_ROWS} on the CPU)" if max_rows == "auto" else "")
+            print(f"  folded, {label}: {folded * 1e3:.0f} ms, speed-up {sequential / folded:.2f}x")
 
-    print("\nexact samplers alone, 2M probability entries (rows x n_k), ms")
-    gen = torch.Generator().manual_seed(0)
-    for n_k in (16, 512):
-        rows = 2_000_000 // n_k
-        p = torch.softmax(torch.randn(rows, n_k), -1)
-        print(f"  n_k = {n_k}")
-        for nu in NUS:
-            cat = timed(lambda: _counts_categorical(p, nu, gen), 2) if nu * rows <= 5e7 else float("nan")
-            tree = timed(lambda: _counts_binomial_tree(p, torch.full((rows,), float(nu)), gen), 2)
-            print(f"    nu {nu:>6}: categorical {cat * 1e3:8.1f}   binomial tree {tree * 1e3:8.1f}")
+    kernel_paths(max(2, repeats // 3))
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from stochattn.attention import (
     stochastic_weights,
 )
 
-METHODS = ["categorical", "binomial", "auto"]
+METHODS = ["categorical", "binomial", "kernel"]
 # |z| bound for a standard-normal statistic checked over up to ~50 comparisons per test: P(|z| > 4.5) ~ 7e-6.
 Z_MAX = 4.5
 

@@ -105,6 +105,7 @@ def test_per_layer_list_glob_and_index_forms_resolve():
 
 def _identity_weights(monkeypatch):
     monkeypatch.setattr(patch_mod, "stochastic_weights", lambda probs, nu, **kw: probs)
+    monkeypatch.setattr(patch_mod, "stochastic_attention", lambda probs, value, nu, **kw: probs @ value)
 
 
 def test_rtdl_adapter_recomputes_the_original_attention(monkeypatch):
@@ -172,8 +173,11 @@ def test_predictive_samples_folds_passes_into_the_batch():
     calls = []
     g = lambda x: (calls.append(len(x)), f(x))[1]  # noqa: E731
     with StochasticAttention(model, nu=4, generator=torch.Generator().manual_seed(0)):
-        s = predictive_samples(g, X, num_samples=10)
+        s = predictive_samples(g, X, num_samples=10, max_rows=None)
         assert s.shape == (10, 64) and calls == [640]
+        calls.clear()
+        s = predictive_samples(g, X, num_samples=10)  # "auto": AUTO_CPU_ROWS inputs per call on the CPU
+        assert s.shape == (10, 64) and calls == [512, 128]
         calls.clear()
         s = predictive_samples(g, X, num_samples=10, max_rows=200)
         assert s.shape == (10, 64) and calls == [192, 192, 192, 64]
@@ -188,3 +192,5 @@ def test_predictive_samples_folds_passes_into_the_batch():
     assert torch.allclose(near, det.expand(2, -1), atol=1e-3)  # rows stay aligned with their inputs
     with pytest.raises(ValueError, match="num_samples"):
         predictive_samples(f, X, num_samples=0)
+    with pytest.raises(ValueError, match="max_rows"):
+        predictive_samples(f, X, num_samples=2, max_rows="many")

@@ -9,19 +9,23 @@ attention replaces every row by ``W / nu`` with ``W ~ Multinomial(nu, pi_row)`` 
 so the attention output ``(W/nu) V`` is centred on the deterministic output with covariance
 ``V^T (diag(pi) - pi pi^T) V / nu``.
 
-Two exact samplers are implemented; both are exact in law and never select a token whose probability is 0:
+Three exact samplers are implemented; all are exact in law and never select a token whose probability is 0:
 
-* ``"categorical"``: ``nu`` inverse-CDF draws per row (one uniform each, ``searchsorted`` in the row's cumulative
-  sum) and a scatter-add of the counts. Cost O(n_k + nu log n_k) per row: cheapest for small ``nu``.
-* ``"binomial"``: conditional binomial splitting on a balanced binary tree over the keys. A node holding ``c``
-  draws sends ``Binomial(c, m_left / (m_left + m_right))`` of them to its left child (``m`` = probability mass of
-  the child's keys) and the rest to its right child. This is the conditional-binomial construction of the
-  multinomial (design notes) arranged as a tree, so it takes ``ceil(log2 n_k)`` vectorised ``torch.binomial`` calls
-  instead of ``n_k`` sequential ones. Cost O(n_k) per row, independent of ``nu``.
+* ``"kernel"`` (CPU): the compiled per-row kernels of :mod:`stochattn.cpu_kernels` (numba): inverse-CDF draws
+  while ``nu <= AUTO_CATEGORICAL_PER_KEY * n_k``, the sequential conditional-binomial chain (BINV / BTRS
+  binomials) beyond, so the cost per row is bounded by O(n_k) whatever ``nu`` is. Through
+  :func:`stochastic_attention` it also computes the *output* of small-``nu`` rows by averaging the ``nu`` drawn
+  value rows instead of forming the dense ``W V`` product.
+* ``"categorical"``: ``nu`` inverse-CDF draws per row with torch ops (``searchsorted`` in the row's cumulative
+  sum, scatter-add of the counts). Cost O(n_k + nu log n_k) per row: cheapest for small ``nu``.
+* ``"binomial"``: conditional binomial splitting on a balanced binary tree over the keys with torch ops. A node
+  holding ``c`` draws sends ``Binomial(c, m_left / (m_left + m_right))`` of them to its left child (``m`` =
+  probability mass of the child's keys) and the rest to its right child: ``ceil(log2 n_k)`` vectorised
+  ``torch.binomial`` calls. Cost O(n_k) per row, independent of ``nu``.
 
-``"auto"`` picks ``categorical`` while ``nu <= AUTO_CATEGORICAL_PER_KEY * n_k`` and ``binomial`` beyond, so the
-cost is bounded by O(n_k) per row whatever ``nu`` is (the crossover was measured with
-``benchmarks/bench_sampler.py``).
+``"auto"`` is ``"kernel"`` on the CPU; on other devices it is ``categorical`` while ``nu <=
+AUTO_CATEGORICAL_PER_KEY * n_k`` and ``binomial`` beyond (crossovers measured with
+``benchmarks/bench_attention.py``).
 
 ``nu`` may be ``None`` (deterministic: the input is returned unchanged), a positive integer, or an integer tensor
 broadcastable to ``pi.shape[:-1]`` (per-row / per-head / per-query concentration). Inside a tensor, the value 0
@@ -33,14 +37,16 @@ from __future__ import annotations
 import math
 from typing import Literal, Optional, Union
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 Nu = Union[None, int, Tensor]
-Method = Literal["auto", "categorical", "binomial"]
+Method = Literal["auto", "kernel", "categorical", "binomial"]
+_METHODS = ("auto", "kernel", "categorical", "binomial")
 
-#: ``"auto"`` uses the categorical sampler while ``nu <= AUTO_CATEGORICAL_PER_KEY * n_k``.
+#: Off the CPU, ``"auto"`` draws categorically while ``nu <= AUTO_CATEGORICAL_PER_KEY * n_k``, by binomial splitting beyond.
 AUTO_CATEGORICAL_PER_KEY = 2
 
 _FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -151,7 +157,38 @@ def _sample_counts(p: Tensor, nu: int, method: Method, generator: Optional[torch
         return _counts_categorical(p, nu, generator)
     if method == "binomial":
         return _counts_binomial_tree(p, torch.full(p.shape[:1], float(nu), device=p.device, dtype=p.dtype), generator)
-    raise ValueError(f"method must be 'auto', 'categorical' or 'binomial', got {method!r}")
+    raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
+
+
+def _check_method(method: str, device: torch.device) -> bool:
+    """Validate ``method``; True when the compiled CPU kernel is to be used."""
+    if method not in _METHODS:
+        raise ValueError(f"method must be one of {_METHODS}, got {method!r}")
+    if method == "kernel" and device.type != "cpu":
+        raise ValueError(f"method 'kernel' runs on the CPU only; got a tensor on {device}")
+    return method == "kernel" or method == "auto" and device.type == "cpu"
+
+
+def _kernel_seed(generator: Optional[torch.Generator]) -> int:
+    """One 63-bit seed for a kernel call, drawn from ``generator`` (torch's default generator when None)."""
+    return int(torch.randint(0, 2**63 - 1, (), generator=generator, dtype=torch.int64))
+
+
+def _nu_rows(nu: Union[int, Tensor], row_shape: torch.Size) -> np.ndarray:
+    """nu as an int64 array of one value, or one value per row (rows = prod(row_shape))."""
+    if isinstance(nu, int):
+        return np.array([nu], dtype=np.int64)
+    return np.ascontiguousarray(torch.broadcast_to(nu.cpu(), row_shape).reshape(-1).numpy(), dtype=np.int64)
+
+
+def _kernel_weights(pi: Tensor, nu: Union[int, Tensor], generator: Optional[torch.Generator], work_dtype) -> Tensor:
+    from . import cpu_kernels
+
+    n = pi.shape[-1]
+    p = pi.detach().to(work_dtype).reshape(-1, n).contiguous()
+    out = torch.empty_like(p)
+    cpu_kernels.multinomial_weights(p.numpy(), _nu_rows(nu, pi.shape[:-1]), _kernel_seed(generator), out.numpy())
+    return out
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -173,13 +210,15 @@ def stochastic_weights(
         nu: None (return ``pi`` itself: deterministic attention), a positive integer, or an integer tensor
             broadcastable to ``pi.shape[:-1]``, where 0 keeps that row deterministic.
         generator: a ``torch.Generator`` on ``pi``'s device for reproducible draws.
-        method: ``"auto"``, ``"categorical"`` or ``"binomial"`` (see the module docstring); all exact in law.
+        method: ``"auto"``, ``"kernel"`` (CPU), ``"categorical"`` or ``"binomial"`` (see the module docstring);
+            all exact in law.
         validate: check ``pi`` and ``nu`` (one reduction over ``pi``); the patched hot path turns it off.
 
     Returns:
         weights of the same shape and dtype as ``pi``; each row is ``W/nu`` with ``W`` a multinomial count vector.
         Sampling runs in float32 (float64 for float64 input); only the returned ``W/nu`` is rounded to the dtype.
     """
+    use_kernel = _check_method(method, pi.device)
     if validate:
         nu = check_nu(nu)
         check_probabilities(pi)
@@ -187,6 +226,8 @@ def stochastic_weights(
         return pi
     work_dtype = torch.float64 if pi.dtype == torch.float64 else torch.float32
     n = pi.shape[-1]
+    if use_kernel:
+        return _kernel_weights(pi, nu, generator, work_dtype).view(pi.shape).to(pi.dtype)
     p = pi.detach().to(work_dtype).reshape(-1, n)
     if isinstance(nu, int):
         weights = _sample_counts(p, nu, method, generator).div_(nu)
@@ -199,6 +240,43 @@ def stochastic_weights(
             rows = (nu_rows == value).nonzero(as_tuple=True)[0]
             weights[rows] = _sample_counts(p[rows], int(value), method, generator).div_(value)
     return weights.view(pi.shape).to(pi.dtype)
+
+
+def stochastic_attention(
+    pi: Tensor,
+    value: Tensor,
+    nu: Nu,
+    *,
+    generator: Optional[torch.Generator] = None,
+    method: Method = "auto",
+) -> Tensor:
+    """Attention output with stochastic weights: ``stochastic_weights(pi, nu) @ value``, exact in law.
+
+    pi (..., L, S) probabilities, value (..., S, D) with the same leading dims -> (..., L, D) in ``value``'s dtype.
+    On the CPU (method ``"auto"`` or ``"kernel"``), when every row's ``nu`` is between 1 and
+    ``cpu_kernels.gather_limit(S)``, the output is computed by averaging the ``nu`` drawn value rows, skipping the
+    dense product; the counts are the ones :func:`stochastic_weights` would draw from the same generator state.
+    ``nu=None`` gives ``pi @ value``.
+    """
+    if nu is None:
+        return pi @ value
+    use_kernel = _check_method(method, pi.device)
+    n = pi.shape[-1]
+    if use_kernel and pi.shape[:-2] == value.shape[:-2] and value.shape[-2] == n:
+        from . import cpu_kernels
+
+        limit = cpu_kernels.gather_limit(n)
+        small = nu <= limit if isinstance(nu, int) else nu.numel() > 0 and 1 <= int(nu.min()) and int(nu.max()) <= limit
+    else:
+        small = False
+    if small:
+        work_dtype = torch.float64 if pi.dtype == torch.float64 else torch.float32
+        p = pi.detach().to(work_dtype).reshape(-1, *pi.shape[-2:]).contiguous()
+        v = value.detach().to(work_dtype).reshape(-1, *value.shape[-2:])
+        out = torch.empty(p.shape[0], p.shape[1], v.shape[-1], dtype=work_dtype)
+        cpu_kernels.gather_output(p.numpy(), v.numpy(), _nu_rows(nu, pi.shape[:-1]), _kernel_seed(generator), out.numpy())
+        return out.view(*pi.shape[:-1], value.shape[-1]).to(value.dtype)
+    return stochastic_weights(pi, nu, generator=generator, method=method, validate=False) @ value
 
 
 def masked_attention_probs(
@@ -264,7 +342,7 @@ def scaled_dot_product_attention(
         key = key.repeat_interleave(groups, dim=-3)
         value = value.repeat_interleave(groups, dim=-3)
     probs = masked_attention_probs(query, key, attn_mask, is_causal, scale)
-    weights = stochastic_weights(probs, nu, generator=generator, method=method, validate=False)
     if dropout_p > 0.0:
-        weights = F.dropout(weights, p=dropout_p)
-    return weights @ value
+        weights = stochastic_weights(probs, nu, generator=generator, method=method, validate=False)
+        return F.dropout(weights, p=dropout_p) @ value
+    return stochastic_attention(probs, value, nu, generator=generator, method=method)

@@ -132,7 +132,7 @@ class SASampler:
         *,
         generator: Optional[torch.Generator] = None,
         predict: Optional[Callable[[nn.Module, Tensor], Tensor]] = None,
-        max_rows: Optional[int] = None,
+        max_rows: Union[None, int, str] = "auto",
         nu_template: Callable[[int], NuSpec] = lambda nu: nu,
     ) -> None:
         self.model = model.eval()

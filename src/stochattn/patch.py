@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import Method, check_nu, stochastic_weights
+from .attention import Method, check_nu, stochastic_attention, stochastic_weights
 
 NuSpec = Union[None, int, Sequence, Mapping, Tensor]
 
@@ -49,13 +49,18 @@ class SAState:
         """probs (B, H, L, S) -> stochastic weights of the same shape (identity when nu is None)."""
         return stochastic_weights(probs, self.nu, generator=self.generator, method=self.method, validate=False)
 
+    def attend(self, probs: Tensor, value: Tensor) -> Tensor:
+        """probs (B, H, L, S), value (B, H, S, D) -> stochastic attention output (B, H, L, D)."""
+        return stochastic_attention(probs, value, self.nu, generator=self.generator, method=self.method)
+
 
 @dataclass(frozen=True)
 class AttentionAdapter:
     """How to run one attention module class with stochastic weights.
 
     ``forward(module, state, original_forward, *args, **kwargs)`` recomputes the module's forward with
-    ``state.weights`` applied to its (B, H, L, S) attention probabilities. ``n_heads(module)`` gives H.
+    ``state.attend(probs, value)`` (or ``state.weights(probs)`` where the weights themselves are needed, e.g.
+    under attention dropout) on its (B, H, L, S) attention probabilities. ``n_heads(module)`` gives H.
     """
 
     forward: Callable[..., Any]
@@ -220,6 +225,13 @@ class StochasticAttention:
 # --------------------------------------------------------------------------------------------------------------
 # predictive sampling
 # --------------------------------------------------------------------------------------------------------------
+#: Inputs per call for ``max_rows="auto"`` on the CPU. Folding more passes into one batch was measured *slower* on
+#: the CPU (FT-Transformer, 32 passes of 256 inputs: 4.2 s folded into one call, 3.6 s at 1024 rows, 3.2 s at 512,
+#: 3.2 s for 32 separate passes; benchmarks/bench_attention.py), so the CPU default keeps calls cache-sized; on a
+#: GPU everything is folded into one call.
+AUTO_CPU_ROWS = 512
+
+
 def _tile(value: Any, times: int) -> Any:
     if isinstance(value, Tensor):
         return value.repeat(times, *([1] * (value.dim() - 1)))
@@ -231,7 +243,7 @@ def predictive_samples(
     fn: Callable[..., Tensor],
     *inputs: Any,
     num_samples: int,
-    max_rows: Optional[int] = None,
+    max_rows: Union[None, int, str] = "auto",
     progress: bool = False,
 ) -> Tensor:
     """Draw ``num_samples`` stochastic forward passes of ``fn`` (a model with SA, dropout, HSA, ... enabled).
@@ -240,16 +252,20 @@ def predictive_samples(
     folded into the batch: a call sees a slice of at most ``max_rows`` inputs tiled ``m`` times (sample-major),
     with ``m`` as large as ``max_rows`` allows (everything in one call when ``max_rows`` is None). Every row of a
     folded batch samples independently, so the result equals ``num_samples`` separate passes in law.
+    ``max_rows="auto"``: everything in one call on a GPU, :data:`AUTO_CPU_ROWS` inputs per call on the CPU.
 
     Returns: (num_samples, B, ...) tensor.
     """
     if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples < 1:
         raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
-    if max_rows is not None and (not isinstance(max_rows, int) or max_rows < 1):
-        raise ValueError(f"max_rows must be a positive integer or None, got {max_rows!r}")
-    batch = next((x.shape[0] for x in inputs if isinstance(x, Tensor)), None)
-    if batch is None or batch < 1:
+    first = next((x for x in inputs if isinstance(x, Tensor)), None)
+    if first is None or first.dim() == 0 or first.shape[0] < 1:
         raise ValueError("inputs must contain at least one tensor with the batch (>= 1 row) on dim 0")
+    batch = first.shape[0]
+    if max_rows == "auto":
+        max_rows = None if first.device.type == "cuda" else AUTO_CPU_ROWS
+    if max_rows is not None and (isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 1):
+        raise ValueError(f"max_rows must be a positive integer, None or 'auto', got {max_rows!r}")
     rows = batch if max_rows is None else min(batch, max_rows)  # inputs per call
     per_call = num_samples if max_rows is None else max(1, min(num_samples, max_rows // rows))  # passes per call
     plan = [(s0, r0) for r0 in range(0, batch, rows) for s0 in range(0, num_samples, per_call)]
@@ -293,10 +309,12 @@ def _register_rtdl() -> None:
         d_head_value = v.shape[-1] // heads
         q, k = module._reshape(q), module._reshape(k)
         probs = F.softmax(q @ k.transpose(1, 2) / math.sqrt(d_head_key), dim=-1)  # (B*H, L, S), batch-major
-        probs = state.weights(probs.view(batch_size, heads, *probs.shape[1:])).flatten(0, 1)
-        if module.dropout is not None:
-            probs = module.dropout(probs)
-        x = probs @ module._reshape(v)
+        probs = probs.view(batch_size, heads, *probs.shape[1:])
+        v = module._reshape(v).view(batch_size, heads, -1, d_head_value)
+        if module.dropout is not None and module.training:
+            x = module.dropout(state.weights(probs)) @ v
+        else:
+            x = state.attend(probs, v)
         x = (
             x.reshape(batch_size, heads, n_q_tokens, d_head_value)
             .transpose(1, 2)
@@ -324,6 +342,7 @@ def _register_torch_mha() -> None:
         # with SA after the masked softmax. bias_k/bias_v and add_zero_attn are not supported.
         if module.bias_k is not None or module.add_zero_attn:
             raise NotImplementedError("stochastic attention does not support bias_k/bias_v or add_zero_attn")
+        self_attention = query is key and key is value
         unbatched = query.dim() == 2
         if unbatched:
             query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
@@ -340,10 +359,14 @@ def _register_torch_mha() -> None:
         else:
             w_q, w_k, w_v = module.q_proj_weight, module.k_proj_weight, module.v_proj_weight
         b_q, b_k, b_v = module.in_proj_bias.chunk(3) if module.in_proj_bias is not None else (None, None, None)
-        q = F.linear(query, w_q, b_q).view(L, B, H, Dh).permute(1, 2, 0, 3)  # (B, H, L, Dh)
-        k = F.linear(key, w_k, b_k).view(S, B, H, Dh).permute(1, 2, 0, 3)
-        v = F.linear(value, w_v, b_v).view(S, B, H, Dh).permute(1, 2, 0, 3)
-        logits = (q @ k.transpose(-2, -1)) / math.sqrt(Dh)  # (B, H, L, S)
+        if module._qkv_same_embed_dim and self_attention:  # one packed GEMM, as torch does
+            q, k, v = F.linear(query, module.in_proj_weight, module.in_proj_bias).chunk(3, dim=-1)
+        else:
+            q, k, v = F.linear(query, w_q, b_q), F.linear(key, w_k, b_k), F.linear(value, w_v, b_v)
+        q = (q * (1.0 / math.sqrt(Dh))).view(L, B, H, Dh).permute(1, 2, 0, 3)  # (B, H, L, Dh), scaled
+        k = k.reshape(S, B, H, Dh).permute(1, 2, 0, 3)
+        v = v.reshape(S, B, H, Dh).permute(1, 2, 0, 3)
+        logits = q @ k.transpose(-2, -1)  # (B, H, L, S)
         if attn_mask is None and is_causal:
             attn_mask = torch.ones(L, S, dtype=torch.bool, device=query.device).triu(1)
         if attn_mask is not None:  # nn.MultiheadAttention: bool True = NOT allowed; float = additive
@@ -353,17 +376,23 @@ def _register_torch_mha() -> None:
         if key_padding_mask is not None:
             kpm = key_padding_mask.view(B, 1, 1, S)
             logits = logits.masked_fill(kpm, float("-inf")) if kpm.dtype == torch.bool else logits + kpm
-        probs = torch.nan_to_num(torch.softmax(logits, dim=-1), nan=0.0)
-        weights = state.weights(probs)
-        if module.training and module.dropout > 0.0:
-            weights = F.dropout(weights, p=module.dropout)
-        out = (weights @ v).permute(2, 0, 1, 3).reshape(L, B, E)
+        probs = torch.softmax(logits, dim=-1)
+        if attn_mask is not None or key_padding_mask is not None:
+            probs = torch.nan_to_num(probs, nan=0.0)  # fully masked rows: softmax of all -inf
+        weights = None
+        if need_weights or module.training and module.dropout > 0.0:
+            weights = state.weights(probs)
+            dropped = F.dropout(weights, p=module.dropout) if module.training and module.dropout > 0.0 else weights
+            out = dropped @ v
+        else:
+            out = state.attend(probs, v)
+        out = out.permute(2, 0, 1, 3).reshape(L, B, E)
         out = module.out_proj(out)
         if unbatched:
             out = out.squeeze(1)
         elif module.batch_first:
             out = out.transpose(0, 1)
-        if not need_weights:
+        if weights is None:
             return out, None
         attn = weights.mean(dim=1) if average_attn_weights else weights
         return out, (attn.squeeze(0) if unbatched else attn)

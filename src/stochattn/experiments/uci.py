@@ -158,7 +158,7 @@ def _sa(data, net, cfg, num_samples, seed, progress) -> Dict[str, Any]:
     s0 = target_scale(y_cal, point_cal)
     gen = torch.Generator().manual_seed(seed)
     t0 = time.perf_counter()
-    with SASampler(net, generator=gen, max_rows=cfg.get("max_rows", 65536)) as sampler:
+    with SASampler(net, generator=gen, max_rows=cfg.get("max_rows", "auto")) as sampler:
         evaluate = lambda nu: eval_stats(  # noqa: E731
             nu, sampler, x_cal, y_cal, point_cal, batch_size=cfg["batch_size"], num_batches=cfg["num_batches"],
             num_passes=cfg["num_passes"], generator=gen,
