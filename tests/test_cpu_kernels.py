@@ -156,3 +156,24 @@ def test_kernel_method_is_cpu_only_and_auto_uses_it_on_cpu():
     if torch.cuda.is_available():
         with pytest.raises(ValueError, match="CPU only"):
             stochastic_weights(pi.cuda(), 12, method="kernel")
+
+
+@pytest.mark.parametrize("nu", [10, 40, 250, 5000])
+def test_long_row_marginals_for_each_draw_method(nu):
+    """150 keys with zeros: bisection draws (nu 10, 40, 250) and the binomial chain (5000) give
+    W_j ~ Binomial(nu, p_j): mean and variance of every count against the exact values."""
+    n_k, N = 150, 20_000
+    assert cpu_kernels.categorical_limit(n_k) >= 250 and cpu_kernels.categorical_limit(n_k) < 5000
+    g = torch.Generator().manual_seed(nu)
+    pi = torch.softmax(torch.randn(n_k, generator=g, dtype=torch.float64) * 2, -1)
+    pi[::5] = 0.0
+    pi /= pi.sum()
+    counts = torch.from_numpy(_weights(pi.expand(N, -1).contiguous().numpy(), nu, seed=nu)) * nu
+    assert torch.all(counts[:, ::5] == 0)
+    keep = pi > 0
+    mean, var = nu * pi[keep], nu * pi[keep] * (1 - pi[keep])
+    c = counts[:, keep]
+    assert ((c.mean(0) - mean) / torch.sqrt(var / N)).abs().max() < Z_MAX
+    mu4 = var * (1 + 3 * (nu - 2) * pi[keep] * (1 - pi[keep]))
+    se_var = torch.sqrt((mu4 - var**2 * (N - 3) / (N - 1)) / N)
+    assert ((c.var(0) - var) / se_var).abs().max() < Z_MAX
