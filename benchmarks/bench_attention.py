@@ -11,6 +11,9 @@
 3. M = 32 predictive samples of the FT-Transformer: 32 sequential passes vs folded into the batch.
 4. The kernel's paths alone (inverse-CDF draws, binomial chain, gather output) at n_k = 17 and 512: the crossovers
    behind cpu_kernels.categorical_limit and gather_limit.
+5. A floor: the time to generate one random number per attention-probability entry of a pass (the kernels'
+   SplitMix64 stream, all threads). Every exact sampler for nu >> n_k draws at least one variate per key of every
+   row, so at large nu no exact method can cost less than this (and a binomial variate costs several uniforms).
 
 Every ratio is the median over repeats of (SA time / deterministic time) where each repeat times the two passes
 back to back, so slow drifts of a shared machine cancel; all numbers come from this one run.
@@ -22,6 +25,7 @@ import argparse
 import statistics
 import time
 
+import numba
 import numpy as np
 import torch
 from torch import nn
@@ -83,7 +87,7 @@ class _AdapterOnly:
 
 
 @torch.no_grad()
-def forward_table(name: str, model: nn.Module, call, repeats: int, methods=("auto",)) -> None:
+def forward_table(name: str, model: nn.Module, call, repeats: int, methods=("auto",)) -> float:
     det, adapter = paired_ratio(call, _AdapterOnly(model), repeats)
     print(f"\n{name}: deterministic {det * 1e3:.1f} ms per forward pass; adapter only (no sampling) {adapter:.2f}x")
     print(f"{'nu':>8} " + " ".join(f"{m:>12}" for m in methods))
@@ -97,6 +101,7 @@ def forward_table(name: str, model: nn.Module, call, repeats: int, methods=("aut
             sa.remove()
             cells.append(f"{paired_ratio(call, sa, repeats)[1]:12.2f}")
         print(f"{nu:>8} " + " ".join(cells))
+    return det
 
 
 def kernel_paths(repeats: int) -> None:
@@ -110,12 +115,34 @@ def kernel_paths(repeats: int) -> None:
         dense = timed(lambda: torch.from_numpy(p) @ torch.from_numpy(v), repeats)
         print(f"  n_k = {n_k}: {p.shape[0] * p.shape[1]} rows, dense V {dense * 1e3:.1f} ms; categorical_limit "
               f"{cpu_kernels.categorical_limit(n_k)}, gather_limit {cpu_kernels.gather_limit(n_k)}")
-        for nu in (1, 4, 16, 64, 256, 1024, 10_000):
+        for nu in (1, 4, 16, 64, 256, 1024, 10_000, 1_000_000):
             one = np.array([nu])
             cat = timed(lambda: cpu_kernels.multinomial_weights(p.reshape(-1, n_k), one, 1, w, limit=10**9), repeats) if nu <= 1024 else float("nan")
             chain = timed(lambda: cpu_kernels.multinomial_weights(p.reshape(-1, n_k), one, 1, w, limit=0), repeats)
             gather = timed(lambda: cpu_kernels.gather_output(p, v, one, 1, o), repeats) if nu <= 256 else float("nan")
             print(f"    nu {nu:>6}: categorical {cat * 1e3:8.1f}   chain {chain * 1e3:8.1f}   gather {gather * 1e3:8.1f}")
+
+
+@numba.njit(parallel=True, cache=False)
+def _uniform_per_entry(rows: int, n_k: int, seed: np.uint64, threads: int) -> float:
+    chunk = (rows + threads - 1) // threads
+    total = 0.0
+    for t in numba.prange(threads):
+        state = np.empty(1, np.uint64)
+        acc = 0.0
+        for r in range(t * chunk, min(rows, (t + 1) * chunk)):
+            cpu_kernels._start_row(state, seed, r)
+            for _ in range(n_k):
+                acc += cpu_kernels._uniform(state)
+        total += acc
+    return total
+
+
+def uniform_floor(name: str, det_seconds: float, rows_per_pass: int, n_k: int, repeats: int) -> None:
+    threads = cpu_kernels._threads()
+    t = timed(lambda: _uniform_per_entry(rows_per_pass, n_k, np.uint64(1), threads), repeats)
+    print(f"  floor, {name}: one uniform per attention entry ({rows_per_pass} rows x {n_k} keys per pass) "
+          f"{t * 1e3:.1f} ms = {t / det_seconds:.2f} of the deterministic pass")
 
 
 def main() -> None:
@@ -129,17 +156,18 @@ def main() -> None:
 
     ft = build_ft_transformer(16, seed=0).eval()
     x = torch.randn(1024, 16)
-    forward_table("FT-Transformer (3 blocks, d 192), batch 1024 x 17 tokens", ft, lambda: ft(x), repeats,
-                  ("auto", "categorical", "binomial"))
+    det_ft = forward_table("FT-Transformer (3 blocks, d 192), batch 1024 x 17 tokens", ft, lambda: ft(x), repeats,
+                           ("auto", "categorical", "binomial"))
+    # rtdl's last block attends from the [CLS] token only: 2 blocks x 17 queries + 1 query, 8 heads, 1024 inputs
+    uniform_floor("FT-Transformer", det_ft, 1024 * 8 * (2 * 17 + 1), 17, repeats)
 
     layer = nn.TransformerEncoderLayer(256, 8, dim_feedforward=1024, dropout=0.0, batch_first=True)
     enc = nn.TransformerEncoder(layer, num_layers=6, enable_nested_tensor=False).eval()
     seq = torch.randn(2, 512, 256)
     torch.backends.mha.set_fastpath_enabled(False)  # the patched run cannot use the fused path: compare like with like
-    forward_table("6-layer encoder (d 256, 8 heads), batch 2 x 512 tokens", enc, lambda: enc(seq), max(3, repeats // 2))
+    det_enc = forward_table("6-layer encoder (d 256, 8 heads), batch 2 x 512 tokens", enc, lambda: enc(seq), max(3, repeats // 2))
+    uniform_floor("6-layer encoder", det_enc, 6 * 2 * 8 * 512, 512, repeats)
     torch.backends.mha.set_fastpath_enabled(True)
-    import numba
-
     print(f"numba threading layer: {numba.threading_layer()}")
 
     print("\nM = 32 predictive samples of the FT-Transformer (batch 256), SA nu = 16")

@@ -1,8 +1,9 @@
 """Enable stochastic attention on any model without retraining, and draw predictive ensembles.
 
 The model is left untouched except for the ``forward`` of its attention modules, which is replaced on the
-instance (never on the class) by an adapter that computes the same attention with the masked-softmax
-probabilities passed through :func:`stochattn.attention.stochastic_weights`. Removing the patch deletes the
+instance (never on the class) by an adapter that computes the same attention with stochastic weights on the
+masked-softmax probabilities (:func:`stochattn.attention.stochastic_attention`, or
+:func:`~stochattn.attention.stochastic_weights` where the weights themselves are needed). Removing the patch deletes the
 instance attribute, so the original bound method is back and outputs are bit-identical to the unpatched model.
 With ``nu=None`` an adapter calls the original forward, so a deterministic layer is bit-identical too.
 

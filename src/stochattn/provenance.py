@@ -40,6 +40,7 @@ _PACKAGES = {
     "torch": "torch",
     "numpy": "numpy",
     "scipy": "scipy",
+    "numba": "numba",
     "pandas": "pandas",
     "scoringrules": "scoringrules",
     "rtdl-revisiting-models": "rtdl_revisiting_models",
