@@ -177,3 +177,15 @@ def test_long_row_marginals_for_each_draw_method(nu):
     mu4 = var * (1 + 3 * (nu - 2) * pi[keep] * (1 - pi[keep]))
     se_var = torch.sqrt((mu4 - var**2 * (N - 3) / (N - 1)) / N)
     assert ((c.var(0) - var) / se_var).abs().max() < Z_MAX
+
+
+def test_gradients_reach_the_values_when_recorded():
+    """The gather path is skipped while autograd records a graph through V, so V still receives gradients."""
+    pi = torch.softmax(torch.randn(3, 5, 20), -1)
+    V = torch.randn(3, 20, 4, requires_grad=True)
+    out = stochastic_attention(pi, V, 2, generator=torch.Generator().manual_seed(0))
+    out.sum().backward()
+    assert V.grad is not None and V.grad.abs().sum() > 0
+    with torch.no_grad():
+        a = stochastic_attention(pi, V, 2, generator=torch.Generator().manual_seed(0))
+    assert torch.allclose(a, out.detach(), atol=1e-5)  # same draws either way

@@ -262,7 +262,9 @@ def stochastic_attention(
         return pi @ value
     use_kernel = _check_method(method, pi.device)
     n = pi.shape[-1]
-    if use_kernel and pi.shape[:-2] == value.shape[:-2] and value.shape[-2] == n:
+    # the gather path detaches V; keep the differentiable product when a gradient w.r.t. V is being recorded
+    differentiable = torch.is_grad_enabled() and value.requires_grad
+    if use_kernel and not differentiable and pi.shape[:-2] == value.shape[:-2] and value.shape[-2] == n:
         from . import cpu_kernels
 
         limit = cpu_kernels.gather_limit(n)

@@ -241,59 +241,85 @@ def _row_counts(p, nu, categorical_limit, state, cdf, table, out_row):
 # --------------------------------------------------------------------------------------------------------------
 # kernels
 # --------------------------------------------------------------------------------------------------------------
-@njit(parallel=True, cache=True)
-def _weights_kernel(probs, nu_rows, seed, categorical_limit, table, threads, out):
-    rows, n = probs.shape
-    chunk = (rows + threads - 1) // threads
+@njit(inline="always", cache=True)
+def _weights_rows(probs, nu_rows, seed, categorical_limit, table, out, start, stop):
+    """Rows [start, stop) of :func:`multinomial_weights`."""
+    n = probs.shape[1]
     per_row = nu_rows.shape[0] > 1
-    for t in prange(threads):
-        cdf = np.empty(n, np.float64)
-        state = np.empty(1, np.uint64)
-        for r in range(t * chunk, min(rows, (t + 1) * chunk)):
-            nu = nu_rows[r] if per_row else nu_rows[0]
-            p = probs[r]
-            o = out[r]
-            if nu == 0:
-                for j in range(n):
-                    o[j] = p[j]
-                continue
-            _start_row(state, seed, r)
-            _row_counts(p, nu, categorical_limit, state, cdf, table, o)
-            inv = 1.0 / nu
+    cdf = np.empty(n, np.float64)
+    state = np.empty(1, np.uint64)
+    for r in range(start, stop):
+        nu = nu_rows[r] if per_row else nu_rows[0]
+        p = probs[r]
+        o = out[r]
+        if nu == 0:
             for j in range(n):
-                o[j] *= inv
+                o[j] = p[j]
+            continue
+        _start_row(state, seed, r)
+        _row_counts(p, nu, categorical_limit, state, cdf, table, o)
+        inv = 1.0 / nu
+        for j in range(n):
+            o[j] *= inv
+
+
+@njit(inline="always", cache=True)
+def _gather_rows(probs, values, nu_rows, seed, out, start, stop):
+    """Rows [start, stop) (row r = query r % L of group r // L) of :func:`gather_output`."""
+    n_q, n = probs.shape[1], probs.shape[2]
+    d = values.shape[2]
+    per_row = nu_rows.shape[0] > 1
+    cdf = np.empty(n, np.float64)
+    acc = np.empty(d, np.float64)
+    state = np.empty(1, np.uint64)
+    for r in range(start, stop):
+        g, i = r // n_q, r % n_q
+        nu = nu_rows[r] if per_row else nu_rows[0]
+        o = out[g, i]
+        last = _cumulative(probs[g, i], cdf)
+        if last < 0:
+            for e in range(d):
+                o[e] = 0.0
+            continue
+        _start_row(state, seed, r)
+        for e in range(d):
+            acc[e] = 0.0
+        for _ in range(nu):
+            v = values[g, _draw_key(cdf, last, state)]
+            for e in range(d):
+                acc[e] += v[e]
+        inv = 1.0 / nu
+        for e in range(d):
+            o[e] = acc[e] * inv
+
+
+# NOTE[DIFF]: one thread runs a plain compiled loop, never numba's thread pool. An OpenMP pool's idle workers
+# spin after each call and starved the other processes sharing the cores: sampling a small FT-Transformer in two
+# single-threaded processes on two cores took 12-16 s instead of 2.3-2.9 s.
+@njit(cache=True)
+def _weights_serial(probs, nu_rows, seed, categorical_limit, table, out):
+    _weights_rows(probs, nu_rows, seed, categorical_limit, table, out, 0, probs.shape[0])
+
+
+@njit(cache=True)
+def _gather_serial(probs, values, nu_rows, seed, out):
+    _gather_rows(probs, values, nu_rows, seed, out, 0, probs.shape[0] * probs.shape[1])
 
 
 @njit(parallel=True, cache=True)
-def _gather_kernel(probs, values, nu_rows, seed, threads, out):
-    groups, n_q, n = probs.shape
-    d = values.shape[2]
-    rows = groups * n_q
+def _weights_parallel(probs, nu_rows, seed, categorical_limit, table, threads, out):
+    rows = probs.shape[0]
     chunk = (rows + threads - 1) // threads
-    per_row = nu_rows.shape[0] > 1
     for t in prange(threads):
-        cdf = np.empty(n, np.float64)
-        acc = np.empty(d, np.float64)
-        state = np.empty(1, np.uint64)
-        for r in range(t * chunk, min(rows, (t + 1) * chunk)):
-            g, i = r // n_q, r % n_q
-            nu = nu_rows[r] if per_row else nu_rows[0]
-            o = out[g, i]
-            last = _cumulative(probs[g, i], cdf)
-            if last < 0:
-                for e in range(d):
-                    o[e] = 0.0
-                continue
-            _start_row(state, seed, r)
-            for e in range(d):
-                acc[e] = 0.0
-            for _ in range(nu):
-                v = values[g, _draw_key(cdf, last, state)]
-                for e in range(d):
-                    acc[e] += v[e]
-            inv = 1.0 / nu
-            for e in range(d):
-                o[e] = acc[e] * inv
+        _weights_rows(probs, nu_rows, seed, categorical_limit, table, out, t * chunk, min(rows, (t + 1) * chunk))
+
+
+@njit(parallel=True, cache=True)
+def _gather_parallel(probs, values, nu_rows, seed, threads, out):
+    rows = probs.shape[0] * probs.shape[1]
+    chunk = (rows + threads - 1) // threads
+    for t in prange(threads):
+        _gather_rows(probs, values, nu_rows, seed, out, t * chunk, min(rows, (t + 1) * chunk))
 
 
 def _threads() -> int:
@@ -301,7 +327,7 @@ def _threads() -> int:
     import torch
 
     threads = max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS))
-    if numba.get_num_threads() != threads:
+    if threads > 1 and numba.get_num_threads() != threads:
         numba.set_num_threads(threads)
     return threads
 
@@ -330,7 +356,11 @@ def multinomial_weights(
     conditional-binomial chain beyond; both exact.
     """
     limit = categorical_limit(probs.shape[1]) if limit is None else limit
-    _weights_kernel(probs, nu_rows, np.uint64(seed), int(limit), LOG_FACTORIAL_TABLE, _threads(), out)
+    threads = _threads()
+    if threads == 1:
+        _weights_serial(probs, nu_rows, np.uint64(seed), int(limit), LOG_FACTORIAL_TABLE, out)
+    else:
+        _weights_parallel(probs, nu_rows, np.uint64(seed), int(limit), LOG_FACTORIAL_TABLE, threads, out)
 
 
 def gather_output(probs: np.ndarray, values: np.ndarray, nu_rows: np.ndarray, seed: int, out: np.ndarray) -> None:
@@ -340,4 +370,8 @@ def gather_output(probs: np.ndarray, values: np.ndarray, nu_rows: np.ndarray, se
     :func:`multinomial_weights` uses for that row, and the draws are the categorical ones, so for ``nu`` in the
     categorical regime both kernels realise the same counts.
     """
-    _gather_kernel(probs, values, nu_rows, np.uint64(seed), _threads(), out)
+    threads = _threads()
+    if threads == 1:
+        _gather_serial(probs, values, nu_rows, np.uint64(seed), out)
+    else:
+        _gather_parallel(probs, values, nu_rows, np.uint64(seed), threads, out)
