@@ -12,7 +12,7 @@ so the attention output ``(W/nu) V`` is centred on the deterministic output with
 Three exact samplers are implemented; all are exact in law and never select a token whose probability is 0:
 
 * ``"kernel"`` (CPU): the compiled per-row kernels of :mod:`stochattn.cpu_kernels` (numba): inverse-CDF draws
-  while ``nu <= AUTO_CATEGORICAL_PER_KEY * n_k``, the sequential conditional-binomial chain (BINV / BTRS
+  while ``nu <= cpu_kernels.categorical_limit(n_k)``, the sequential conditional-binomial chain (BINV / BTRS
   binomials) beyond, so the cost per row is bounded by O(n_k) whatever ``nu`` is. Through
   :func:`stochastic_attention` it also computes the *output* of small-``nu`` rows by averaging the ``nu`` drawn
   value rows instead of forming the dense ``W V`` product.
