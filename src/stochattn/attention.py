@@ -169,6 +169,11 @@ def _check_method(method: str, device: torch.device) -> bool:
     return method == "kernel" or method == "auto" and device.type == "cpu"
 
 
+def _work_dtype(t: Tensor) -> torch.dtype:
+    """Sampling precision: float64 for float64 input, float32 otherwise (half types are sampled in float32)."""
+    return torch.float64 if t.dtype == torch.float64 else torch.float32
+
+
 def _kernel_seed(generator: Optional[torch.Generator]) -> int:
     """One 63-bit seed for a kernel call, drawn from ``generator`` (torch's default generator when None)."""
     return int(torch.randint(0, 2**63 - 1, (), generator=generator, dtype=torch.int64))
@@ -224,7 +229,7 @@ def stochastic_weights(
         check_probabilities(pi)
     if nu is None:
         return pi
-    work_dtype = torch.float64 if pi.dtype == torch.float64 else torch.float32
+    work_dtype = _work_dtype(pi)
     n = pi.shape[-1]
     if use_kernel:
         return _kernel_weights(pi, nu, generator, work_dtype).view(pi.shape).to(pi.dtype)
@@ -272,7 +277,7 @@ def stochastic_attention(
     else:
         small = False
     if small:
-        work_dtype = torch.float64 if pi.dtype == torch.float64 else torch.float32
+        work_dtype = _work_dtype(pi)
         p = pi.detach().to(work_dtype).reshape(-1, *pi.shape[-2:]).contiguous()
         v = value.detach().to(work_dtype).reshape(-1, *value.shape[-2:])
         out = torch.empty(p.shape[0], p.shape[1], v.shape[-1], dtype=work_dtype)
