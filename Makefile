@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/snakemake --profile profiles/default --configfile config/quick.yaml --cores $(CORES)
+	$(VENV)/bin/snakemake --cores $(CORES) --configfile=config/quick.yaml  # profiles/default applies by itself
 
 test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q

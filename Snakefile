@@ -29,7 +29,7 @@ include: "rules/common.smk"
 
 wildcard_constraints:
     experiment="uci|toy",
-    dataset="|".join(DATASET_INDEX),
+    dataset="|".join([*DATASET_REGISTRY, TOY_DATASET]),
     split=r"\d+",
     method="|".join(ALL_METHODS),
 

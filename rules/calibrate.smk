@@ -1,9 +1,12 @@
 # Stochastic attention: calibrate nu on the calibration split (BO under uncertainty, Algorithms 2-3) on the frozen
-# backbone, then draw S samples at the operating point (paper §4, App. A).
+# backbone once, then draw S samples at both operating points (paper §4, App. A): sa/ at Algorithm 2's nu (the
+# arg-min of the observed loss, paper-faithful, "SA") and sa_match/ at the BO surrogate's scale-matching nu
+# (App. B's nu_opt, "SA (scale-match)"). calibration.json (both nus, the BO history) stays in sa/.
 
 
 rule calibrate_sa:
-    """SA run of one split: calibration.json (the BO history, nu_surrogate, nu_loss_argmin), samples.npz, meta.json."""
+    """SA runs of one split: calibration.json (the BO history, nu_loss_argmin, nu_surrogate) and samples.npz +
+    meta.json of sa (nu_loss_argmin) and of sa_match (nu_surrogate)."""
     input:
         prepared="results/{experiment}/{dataset}/split{split}/prepared.npz",
         backbone="results/{experiment}/{dataset}/split{split}/backbone/model.pt",
@@ -12,8 +15,12 @@ rule calibrate_sa:
         samples="results/{experiment}/{dataset}/split{split}/sa/samples.npz",
         meta="results/{experiment}/{dataset}/split{split}/sa/meta.json",
         calibration="results/{experiment}/{dataset}/split{split}/sa/calibration.json",
+        match_samples="results/{experiment}/{dataset}/split{split}/sa_match/samples.npz",
+        match_meta="results/{experiment}/{dataset}/split{split}/sa_match/meta.json",
     log:
         "logs/{experiment}/{dataset}/split{split}/sa.log",
+    benchmark:
+        benchmark_file("calibrate_sa", "{experiment}/{dataset}/split{split}/sa")
     params:
         method="sa",
         model=lambda w: model_cfg(w.experiment),
@@ -21,6 +28,7 @@ rule calibrate_sa:
         method_cfg=lambda w: method_cfg(w.experiment, "sa"),
         num_samples=config["num_samples"],
         seed=lambda w: seed_for("sa", w.dataset, w.split),
+        code=method_code("sa"),
     threads: 1
     resources:
         mem_mb=mem_mb_train,

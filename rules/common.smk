@@ -2,25 +2,35 @@
 # Only cheap imports here: the workflow is parsed again for every cluster job; torch is imported by the scripts.
 
 import copy
+import functools
+import hashlib
 import math
 from pathlib import Path
 
 import yaml
 
-from stochattn.data.uci import UCI_DATASETS
+from stochattn.data.uci import UCI_DATASETS, dataset_registry, locate_uci_file
+from stochattn.protocol import NOT_PROTOCOL, load_paper_protocol
+from stochattn.protocol import protocol_deviations as _protocol_deviations
+from stochattn.protocol import protocol_note as _protocol_note
+from stochattn.provenance import code_version
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # names
 # ---------------------------------------------------------------------------------------------------------------
-# stochattn.experiments.uci.METHODS / BACKBONE_METHODS (tests/test_workflow.py checks that they agree)
-ALL_METHODS = ["sa", "mc_dropout", "swag", "multiswag", "ivon", "hsa"]
+# stochattn.experiments.uci.METHODS / DERIVED_METHODS / BACKBONE_METHODS (tests/test_workflow.py checks that they
+# agree). Every run (method folder) name; DERIVED_METHODS are written by another method's job from the same
+# calibration: sa_match (SA at the BO surrogate's scale-matching nu) by calibrate_sa, beside sa (Algorithm 2's nu).
+ALL_METHODS = ["sa", "sa_match", "mc_dropout", "swag", "multiswag", "ivon", "hsa"]
+DERIVED_METHODS = {"sa_match": "sa"}
 BACKBONE_METHODS = ["sa", "mc_dropout", "swag"]  # start from the shared deterministic backbone
-BASELINES = [m for m in ALL_METHODS if m != "sa"]
+BASELINES = [m for m in ALL_METHODS if m != "sa" and m not in DERIVED_METHODS]
 TOY_DATASET = "sinusoid"
 
 DATASETS = list(config["datasets"])
-METHODS = list(config["methods"])
+# the configured methods and the runs derived from them (whenever "sa" is configured, "sa_match" is produced too)
+METHODS = [r for m in config["methods"] for r in (m, *(d for d, src in DERIVED_METHODS.items() if src == m))]
 TOY_METHODS = list(config["toy"]["methods"])
 
 # Relative mirror folders resolve against the workflow folder (the one holding the Snakefile), not the working
@@ -30,10 +40,27 @@ config["data"]["mirrors"] = [
     str((Path(workflow.basedir) / Path(m).expanduser()).resolve()) for m in config["data"]["mirrors"]
 ]
 
+# Data sets in Gal's layout added by configuration (custom_datasets): a relative `checksums` path resolves against
+# the workflow folder too (written back, so the fetch script reads absolute paths). The registry is the built-in
+# data sets in paper order, then the custom ones by name; any name in `datasets` must be in it.
+config.setdefault("custom_datasets", {})
+for _spec in config["custom_datasets"].values():
+    if isinstance(_spec, dict) and _spec.get("checksums"):
+        _spec["checksums"] = str((Path(workflow.basedir) / Path(_spec["checksums"]).expanduser()).resolve())
+DATASET_REGISTRY = dataset_registry(config["custom_datasets"])
+for _what, _names in (("datasets", DATASETS), ("data.max_train", list(config["data"]["max_train"]))):
+    _unknown = [d for d in _names if d not in DATASET_REGISTRY]
+    if _unknown:
+        raise ValueError(
+            f"config {_what}: unknown data set {', '.join(map(repr, _unknown))}; known: built-in "
+            f"{', '.join(UCI_DATASETS)}; custom {', '.join(config['custom_datasets']) or '(none)'}. Add a data set "
+            "in Gal's layout under custom_datasets: {<name>: {folder: ..., n_splits: ..., checksums: ...}}."
+        )
+
 
 def n_splits(dataset):
     """Gal splits used for ``dataset``: the first ``config["splits"]`` of its own (protein has 5)."""
-    return min(int(config["splits"]), UCI_DATASETS[dataset].n_splits)
+    return min(int(config["splits"]), DATASET_REGISTRY[dataset].n_splits)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -42,20 +69,65 @@ def n_splits(dataset):
 # Strides leave room for the offsets the library adds to a seed it is given (seed + 1 for calibration-split
 # samples, seed + 1000 * (component + 1) for MultiSWAG components), so no two streams collide, and keep every seed
 # below 2**31 for base seeds up to 1e9 (schema maximum).
-SEED_STAGES = ["prepare", "backbone", *ALL_METHODS, "evaluate"]
+SEED_STAGES = ["prepare", "backbone", *(m for m in ALL_METHODS if m not in DERIVED_METHODS), "evaluate"]
 DATASET_INDEX = {name: i for i, name in enumerate(UCI_DATASETS)}
 DATASET_INDEX[TOY_DATASET] = len(DATASET_INDEX)
 STAGE_STRIDE, DATASET_STRIDE, SPLIT_STRIDE = 100_000_000, 10_000_000, 100_000
+# Splits 0..19 use the first 2e6 of each 1e7 data set block. A custom data set gets one of 40 free lanes of 20
+# split slots (slots 20-39, 40-59, 60-79, 80-99 of blocks 0-9) chosen from a hash of its name: built-in seeds are
+# unchanged, and a custom data set's seeds depend on its name only (two custom names may share a lane: same seeds
+# on different data, harmless).
+MAX_SPLITS, CUSTOM_LANES = 20, 40
+
+
+def dataset_offset(dataset):
+    """Seed offset of ``dataset``: DATASET_STRIDE * index for built-ins and the toy, a name-hashed lane otherwise."""
+    if dataset in DATASET_INDEX:
+        return DATASET_STRIDE * DATASET_INDEX[dataset]
+    lane = int(hashlib.sha256(dataset.encode()).hexdigest(), 16) % CUSTOM_LANES
+    return DATASET_STRIDE * (lane % 10) + SPLIT_STRIDE * MAX_SPLITS * (1 + lane // 10)
 
 
 def seed_for(stage, dataset, split):
     """Seed of ``stage`` (prepare, backbone, a method, evaluate) for one data set and split."""
+    if not 0 <= int(split) < MAX_SPLITS:
+        raise ValueError(f"split {split} of {dataset}: the seed layout allows splits 0..{MAX_SPLITS - 1}")
     return (
         int(config["seed"])
         + STAGE_STRIDE * SEED_STAGES.index(stage)
-        + DATASET_STRIDE * DATASET_INDEX[dataset]
+        + dataset_offset(dataset)
         + SPLIT_STRIDE * int(split)
     )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# code versions: each rule that calls the library gets params.code, the hash of exactly the library functions it
+# runs (stochattn.provenance.code_version, an AST walk from the entry points): editing one of them reruns the rule's
+# jobs (rerun trigger "params"), editing anything else does not. Recorded in meta.json / metrics.json for the audit.
+# ---------------------------------------------------------------------------------------------------------------
+_CODE_VERSIONS = {}
+
+
+def code_for(*entries, exclude=()):
+    """code_version of library entry points such as "stochattn.report:write_table" (memoised per parse)."""
+    key = (entries, tuple(exclude))
+    if key not in _CODE_VERSIONS:
+        _CODE_VERSIONS[key] = code_version(entries, exclude)
+    return _CODE_VERSIONS[key]
+
+
+def method_code(method):
+    """run_method for one method: its dispatcher without the other methods' stage functions (``_<method>``)."""
+    return code_for(
+        "stochattn.experiments.uci:run_method",
+        exclude=[f"stochattn.experiments.uci:_{m}" for m in ALL_METHODS if m != method],
+    )
+
+
+def benchmark_file(rule, wildcard_path):
+    """results/benchmarks/<rule>/<wildcards>.tsv: Snakemake's benchmark record of one job (wall clock, memory);
+    stochattn.resources turns these records into the runtime estimates of the SLURM profile."""
+    return f"results/benchmarks/{rule}/{wildcard_path}.tsv"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -167,23 +239,42 @@ def provenance_config(experiment="uci"):
     subset["data"] = {k: v for k, v in config["data"].items() if k not in ("mirrors",)}
     if experiment == "toy":
         subset["toy"] = config["toy"]
+    subset["custom_datasets"] = {  # where the files come from is left out, as for the mirrors
+        d: {k: v for k, v in spec.items() if k in ("n_splits", "verify")}
+        for d, spec in config["custom_datasets"].items()
+        if d in DATASETS
+    }
     subset["protocol_deviations"] = protocol_deviations()
     return subset
 
 
 SEED_RULE = {
     "base": config["seed"],
-    "formula": "seed(stage, dataset, split) = base + 1e8 * stage_index + 1e7 * dataset_index + 1e5 * split",
+    "formula": "seed(stage, dataset, split) = base + 1e8 * stage_index + dataset_offset + 1e5 * split; "
+    "dataset_offset = 1e7 * dataset_index (built-in data sets, toy) or custom_dataset_offset (hash of the name)",
     "stage_index": {s: i for i, s in enumerate(SEED_STAGES)},
     "dataset_index": DATASET_INDEX,
+    "custom_dataset_offset": {d: dataset_offset(d) for d in DATASETS if d not in DATASET_INDEX},
 }
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # resources (rough sizes for a GPU node; a cluster profile overrides them with set-resources)
 # ---------------------------------------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
 def _rows(dataset):
-    return UCI_DATASETS[dataset].n_rows if dataset in UCI_DATASETS else int(config["toy"]["n"])
+    """Rows of ``dataset``: the registry's n_rows; for a custom data set without one, the lines of its data.txt
+    in the first source that has it (10000 when none has it yet)."""
+    if dataset == TOY_DATASET:
+        return int(config["toy"]["n"])
+    ds = DATASET_REGISTRY[dataset]
+    if ds.n_rows is not None:
+        return ds.n_rows
+    path = locate_uci_file(ds, "data.txt", config["data"]["mirrors"])
+    if path is None:
+        return 10_000
+    with open(path, "rb") as fh:
+        return max(1, sum(1 for line in fh if line.strip()))
 
 
 def _trainings(experiment, method):
@@ -215,64 +306,26 @@ def runtime_method(wildcards, attempt):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# captions: every deviation from the paper's protocol (config/config.yaml) is named automatically
+# captions: what differs from the paper (config/paper_protocol.yaml, the values the paper states, each with its
+# section) and the project's choices the paper leaves open, written into every caption (stochattn.protocol)
 # ---------------------------------------------------------------------------------------------------------------
-with open(Path(workflow.basedir) / "config" / "config.yaml") as _fh:
-    PAPER_CONFIG = yaml.safe_load(_fh)
+PAPER_PROTOCOL = load_paper_protocol(Path(workflow.basedir) / "config" / "paper_protocol.yaml")
 
-# keys whose values do not change what a number means
-_NOT_PROTOCOL = {"seed", "device", "progress", "data.mirrors", "data.allow_download", "report", "toy"}
-
-
-def _leaves(tree, prefix=""):
-    if isinstance(tree, dict) and tree:
-        for key, value in tree.items():
-            yield from _leaves(value, f"{prefix}{key}.")
-    else:
-        yield prefix[:-1], tree
+# keys whose values do not change what a number means (custom data sets: named under datasets / unverified data)
+_NOT_PROTOCOL = set(NOT_PROTOCOL)
 
 
-def _fmt(value):
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{k}: {_fmt(v)}" for k, v in value.items()) + "}" if value else "none"
-    if isinstance(value, list):
-        return "[" + ", ".join(_fmt(v) for v in value) + "]"
-    if value is None:
-        return "none"
-    return str(value)
+def _run_config():
+    """The config as run: ``methods`` lists every run the tables show (derived ones such as sa_match included)."""
+    return {**config, "methods": METHODS}
 
 
-def protocol_deviations(cfg=None, reference=None):
-    """``["key=value (paper protocol: value)", ...]`` for every leaf of the config that differs from
-    config/config.yaml (the paper's protocol where the paper states it, our documented choice elsewhere), in the
-    config's order."""
-    cfg = config if cfg is None else cfg
-    reference = PAPER_CONFIG if reference is None else reference
-    ref = dict(_leaves(reference))
-    out = []
-    for key, value in _leaves(cfg):
-        if any(key == k or key.startswith(f"{k}.") for k in _NOT_PROTOCOL):
-            continue
-        if key == "data.mirrors":
-            continue
-        if key in ref and ref[key] == value:
-            continue
-        if key == "splits":
-            out.append(f"splits={value} (paper protocol: 20, 5 for protein)")
-        elif key.startswith("data.max_train."):
-            out.append(f"{key}={value} (paper protocol: all training rows)")
-        else:
-            out.append(f"{key}={_fmt(value)} (config.yaml: {_fmt(ref.get(key, 'not set'))})")
-    return out
+def protocol_deviations():
+    """{"reduced", "changed", "added", "unverified_data", "project_choices"}: lists of "key=value (paper: ...)"
+    for the running config (stochattn.protocol.protocol_deviations)."""
+    return _protocol_deviations(_run_config(), PAPER_PROTOCOL, _NOT_PROTOCOL)
 
 
 def protocol_note():
-    """One caption sentence naming the configuration and its deviations from the paper's protocol."""
-    dev = protocol_deviations()
-    head = f"S={config['num_samples']} samples per method."
-    if not dev:
-        text = f"Paper protocol (config/config.yaml). {head}"
-    else:
-        text = f"{head} Reduced from the paper's protocol (config/config.yaml): " + "; ".join(dev) + "."
-    note = config["report"]["note"].strip()
-    return f"{note} {text}" if note else text
+    """The caption paragraph: report.note, S, reductions / changes from the paper, project choices."""
+    return _protocol_note(_run_config(), PAPER_PROTOCOL, config["report"]["note"], _NOT_PROTOCOL)

@@ -11,7 +11,7 @@ rule fetch_uci:
     log:
         "logs/data/fetch_uci_{dataset}.log",
     wildcard_constraints:
-        dataset="|".join(UCI_DATASETS),
+        dataset="|".join(DATASET_REGISTRY),
     localrule: True
     threads: 1
     resources:
@@ -26,16 +26,20 @@ rule prepare_uci:
     input:
         raw="results/data/uci/{dataset}",
     output:
-        "results/uci/{dataset}/split{split}/prepared.npz",
+        prepared="results/uci/{dataset}/split{split}/prepared.npz",
+        prov="results/uci/{dataset}/split{split}/prepared.npz.prov.json",
     log:
         "logs/uci/{dataset}/split{split}/prepare.log",
+    benchmark:
+        benchmark_file("prepare_uci", "{dataset}/split{split}")
     wildcard_constraints:
-        dataset="|".join(UCI_DATASETS),
+        dataset="|".join(DATASET_REGISTRY),
     params:
         val_fraction=config["data"]["val_fraction"],
         cal_fraction=config["data"]["cal_fraction"],
         max_train=lambda w: config["data"]["max_train"].get(w.dataset),
         seed=lambda w: seed_for("prepare", w.dataset, w.split),
+        code=code_for("stochattn.experiments.uci:prepare"),
     threads: 1
     resources:
         mem_mb=2000,
@@ -47,13 +51,17 @@ rule prepare_uci:
 rule prepare_toy:
     """The teaser's 1-D noisy sinusoid in the prepared.npz format (one split)."""
     output:
-        f"results/toy/{TOY_DATASET}/split0/prepared.npz",
+        prepared=f"results/toy/{TOY_DATASET}/split0/prepared.npz",
+        prov=f"results/toy/{TOY_DATASET}/split0/prepared.npz.prov.json",
     log:
         f"logs/toy/{TOY_DATASET}/split0/prepare.log",
+    benchmark:
+        benchmark_file("prepare_toy", f"{TOY_DATASET}/split0")
     params:
         n=config["toy"]["n"],
         noise=config["toy"]["noise"],
         seed=seed_for("prepare", TOY_DATASET, 0),
+        code=code_for("stochattn.experiments.uci:prepare_sinusoid"),
     threads: 1
     resources:
         mem_mb=1000,

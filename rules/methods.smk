@@ -11,6 +11,8 @@ rule run_method:
         meta="results/{experiment}/{dataset}/split{split}/{method}/meta.json",
     log:
         "logs/{experiment}/{dataset}/split{split}/{method}.log",
+    benchmark:
+        benchmark_file("run_method", "{experiment}/{dataset}/split{split}/{method}")
     wildcard_constraints:
         method="|".join(BASELINES),
     params:
@@ -20,6 +22,7 @@ rule run_method:
         method_cfg=lambda w: method_cfg(w.experiment, w.method),
         num_samples=config["num_samples"],
         seed=lambda w: seed_for(w.method, w.dataset, w.split),
+        code=lambda w: method_code(w.method),
     threads: 1
     resources:
         mem_mb=mem_mb_train,

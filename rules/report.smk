@@ -27,6 +27,9 @@ rule uci_table:
         caption=protocol_note(),
         config_subset=provenance_config(),
         seeds=SEED_RULE,
+        code=lambda w: code_for(
+            "stochattn.report:load_runs", f"stochattn.report:uci_{w.table}_table", "stochattn.report:write_table"
+        ),
     threads: 1
     resources:
         mem_mb=2000,
@@ -52,12 +55,13 @@ rule uci_pit_figure:
     log:
         "logs/report/uci_pit_{dataset}.log",
     wildcard_constraints:
-        dataset="|".join(UCI_DATASETS),
+        dataset="|".join(DATASET_REGISTRY),
     params:
         kind="pit",
         caption=protocol_note(),
         config_subset=provenance_config(),
         seeds=SEED_RULE,
+        code=code_for("stochattn.figures:pit_histograms", "stochattn.provenance:provenance_record"),
     threads: 1
     resources:
         mem_mb=2000,
@@ -67,7 +71,8 @@ rule uci_pit_figure:
 
 
 rule uci_sharpness_figure:
-    """PI-95 widths per test point normalised by SA's mean width; baselines temperature-scaled (stochattn.figures)."""
+    """PI-95 widths per test point normalised by SA's mean width; the other methods conformally matched to SA's
+    calibration-split coverage (stochattn.figures)."""
     input:
         unpack(lambda w: {"samples_and_metrics": flat_paths(samples_and_metrics(w.dataset))}),
     output:
@@ -83,13 +88,14 @@ rule uci_sharpness_figure:
     log:
         "logs/report/uci_sharpness_{dataset}.log",
     wildcard_constraints:
-        dataset="|".join(UCI_DATASETS),
+        dataset="|".join(DATASET_REGISTRY),
     params:
         kind="sharpness",
         samples_and_metrics=lambda w: samples_and_metrics(w.dataset),
         caption=protocol_note(),
         config_subset=provenance_config(),
         seeds=SEED_RULE,
+        code=code_for("stochattn.figures:sharpness_boxplot", "stochattn.provenance:provenance_record"),
     threads: 1
     resources:
         mem_mb=2000,
@@ -121,6 +127,7 @@ rule uci_yacht_appendix:
         caption=protocol_note(),
         config_subset=provenance_config(),
         seeds=SEED_RULE,
+        code=code_for("stochattn.figures:yacht_appendix", "stochattn.provenance:provenance_record"),
     threads: 1
     resources:
         mem_mb=2000,
@@ -149,6 +156,7 @@ rule uci_cost_figure:
         caption=protocol_note(),
         config_subset=provenance_config(),
         seeds=SEED_RULE,
+        code=code_for("stochattn.figures:cost_figure", "stochattn.provenance:provenance_record"),
     threads: 1
     resources:
         mem_mb=2000,
@@ -176,12 +184,16 @@ rule teaser_sinusoid:
     params:
         kind="teaser",
         methods=TOY_METHODS,
+        max_trend_rmse=config["toy"]["max_trend_rmse"],
         caption=(
             f"Toy data: n={config['toy']['n']} points (25 % test), noise sd {config['toy']['noise']}; "
+            f"every method's point prediction is within RMSE {config['toy']['max_trend_rmse']} of the "
+            "backbone's (checked when the figure is drawn); "
             f"model {model_cfg('toy')}, training {train_cfg('toy')}. {protocol_note()}"
         ),
         config_subset=provenance_config("toy"),
         seeds=SEED_RULE,
+        code=code_for("stochattn.figures:teaser_sinusoid", "stochattn.provenance:provenance_record"),
     threads: 1
     resources:
         mem_mb=2000,

@@ -10,10 +10,13 @@ rule train_backbone:
         meta="results/{experiment}/{dataset}/split{split}/backbone/meta.json",
     log:
         "logs/{experiment}/{dataset}/split{split}/train_backbone.log",
+    benchmark:
+        benchmark_file("train_backbone", "{experiment}/{dataset}/split{split}")
     params:
         model=lambda w: model_cfg(w.experiment),
         train=lambda w: train_cfg(w.experiment),
         seed=lambda w: seed_for("backbone", w.dataset, w.split),
+        code=code_for("stochattn.experiments.uci:train_backbone"),
     threads: 1
     resources:
         mem_mb=mem_mb_train,

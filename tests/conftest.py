@@ -11,3 +11,39 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# one finished tiny run shared by tests/test_audit.py, test_reruns.py and test_slurm.py (session-scoped: ~40 s)
+# ------------------------------------------------------------------------------------------------------------------
+TINY_TARGETS = ["results/tables/uci_master.csv", "results/figures/uci_pit_yacht.png"]
+
+
+def tiny_config(path, **updates):
+    """config/test.yaml restricted to yacht split 0 and two methods on the shared backbone."""
+    from test_workflow import REPO, write_config
+
+    base = {"datasets": ["yacht"], "splits": 1, "methods": ["mc_dropout", "swag"]}
+    return write_config(path, base=REPO / "config" / "test.yaml", **{**base, **updates})
+
+
+@pytest.fixture(scope="session")
+def tiny_chain(tmp_path_factory):
+    """A finished tiny run of TINY_TARGETS: {"work", "cfg", "root"}. Read-only: copy it (copy_run) to change files."""
+    from test_workflow import HAVE_MIRROR, MIRROR, smk
+
+    if not HAVE_MIRROR:
+        pytest.skip(f"offline data mirror {MIRROR} not present")
+    root = tmp_path_factory.mktemp("chain")
+    cfg = tiny_config(root / "tiny.yaml")
+    res = smk(root / "work", *TINY_TARGETS, configfile=cfg)
+    assert res.returncode == 0, res.stdout[-6000:]
+    return {"root": root, "work": root / "work", "cfg": cfg}
+
+
+def copy_run(chain, dest):
+    """A copy of the shared tiny run (results, logs and Snakemake's metadata, mtimes kept) at ``dest``."""
+    import shutil
+
+    shutil.copytree(chain["work"], dest, symlinks=True)
+    return dest

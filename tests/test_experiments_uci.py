@@ -5,13 +5,12 @@ import pytest
 
 from stochattn.data.uci import load_prepared
 from stochattn.experiments import uci
-from stochattn.io import load_json, load_npz, save_npz
+from stochattn.io import load_json, load_npz, save_json, save_npz
 
 MODEL = dict(n_blocks=1, d_block=16, attention_n_heads=2)
 TRAIN = dict(max_epochs=3, patience=2, lr=1e-3, batch_size=64)
 CFG = {
-    "sa": dict(batch_size=64, num_batches=1, num_passes=4, nu_min=1, nu_max=256, budget=4, initial_design=3,
-               operating_point="surrogate"),
+    "sa": dict(batch_size=64, num_batches=1, num_passes=4, nu_min=1, nu_max=256, budget=4, initial_design=3),
     "mc_dropout": {},
     "swag": dict(lr=1e-3, epochs=2),
     "multiswag": dict(lr=1e-3, epochs=2, components=2),
@@ -30,11 +29,62 @@ def workdir(tmp_path_factory):
     return d
 
 
-@pytest.mark.parametrize("method", uci.METHODS)
-def test_method_writes_contracted_samples_meta_and_metrics(workdir, method):
+@pytest.fixture(scope="module")
+def sa_run(workdir):
+    """run_method("sa"): one calibration, two runs (sa/ and sa_match/)."""
+    return uci.run_method("sa", workdir / "prepared.npz", workdir / "sa", backbone_path=workdir / "backbone/model.pt",
+                          model=MODEL, train=TRAIN, method_cfg=CFG["sa"], num_samples=S, seed=1, progress=False)
+
+
+def test_names():
+    assert uci.METHODS[:2] == ("sa", "sa_match") and uci.DERIVED_METHODS == {"sa_match": "sa"}
+    assert uci.RUN_METHODS == tuple(m for m in uci.METHODS if m != "sa_match")
+
+
+def test_sa_writes_both_operating_points_from_one_calibration(workdir, sa_run):
+    cal = load_json(workdir / "sa" / "calibration.json")
+    assert len(cal["history"]) == 4 and not (workdir / "sa_match" / "calibration.json").exists()
+    assert cal["nu"] == cal["nu_loss_argmin"]
+    assert cal["runs"] == {"sa": {"operating_point": "loss_argmin", "nu": cal["nu_loss_argmin"]},
+                           "sa_match": {"operating_point": "surrogate", "nu": cal["nu_surrogate"]}}
+    metas = {m: load_json(workdir / m / "meta.json") for m in ("sa", "sa_match")}
+    assert metas["sa"] == sa_run
+    for name, op, nu in (("sa", "loss_argmin", cal["nu_loss_argmin"]), ("sa_match", "surrogate", cal["nu_surrogate"])):
+        meta = metas[name]
+        assert meta["method"] == name and meta["operating_point"] == op and meta["nu"] == nu
+        assert (meta["nu_loss_argmin"], meta["nu_surrogate"]) == (cal["nu_loss_argmin"], cal["nu_surrogate"])
+        assert meta["calibration"] == str(workdir / "sa" / "calibration.json")
+        assert meta["seconds"]["calibrate"] == metas["sa"]["seconds"]["calibrate"] > 0  # the shared calibration
+    a, b = load_npz(workdir / "sa" / "samples.npz"), load_npz(workdir / "sa_match" / "samples.npz")
+    for key in ("y", "point", "cal_y", "cal_point"):
+        np.testing.assert_array_equal(a[key], b[key])  # same backbone, same split
+    assert a["samples"].shape == b["samples"].shape and not np.array_equal(a["samples"], b["samples"])
+    # both metrics.json: SA native and the reference; sa_match matched to SA's calibration coverage
+    m_sa = uci.evaluate(workdir / "sa" / "samples.npz", workdir / "sa" / "metrics.json", seed=0)
+    m_match = uci.evaluate(workdir / "sa_match" / "samples.npz", workdir / "sa_match" / "metrics.json", seed=0,
+                           reference_path=workdir / "sa" / "samples.npz")
+    assert (m_sa["nu"], m_match["nu"]) == (cal["nu_loss_argmin"], cal["nu_surrogate"])
+    assert (m_sa["operating_point"], m_match["operating_point"]) == ("loss_argmin", "surrogate")
+    assert m_sa["matched"]["factor_95"] == 1.0
+    assert m_sa["matched"]["width_95"] == m_sa["native"]["width_95"]
+    assert m_match["matched"]["target_coverage_95"] == m_sa["matched"]["cal_coverage_95"]
+    with pytest.raises(ValueError, match="written by run_method"):
+        uci.run_method("sa_match", workdir / "prepared.npz", workdir / "x", backbone_path=workdir / "backbone/model.pt",
+                       model=MODEL, train=TRAIN, method_cfg=CFG["sa"], num_samples=S, seed=1, progress=False)
+    with pytest.raises(ValueError, match="operating_point"):
+        uci.run_method("sa", workdir / "prepared.npz", workdir / "x", backbone_path=workdir / "backbone/model.pt",
+                       model=MODEL, train=TRAIN, method_cfg={**CFG["sa"], "operating_point": "surrogate"},
+                       num_samples=S, seed=1, progress=False)
+
+
+@pytest.mark.parametrize("method", uci.RUN_METHODS)
+def test_method_writes_contracted_samples_meta_and_metrics(workdir, sa_run, method):
     out = workdir / method
-    meta = uci.run_method(method, workdir / "prepared.npz", out, backbone_path=workdir / "backbone/model.pt",
-                          model=MODEL, train=TRAIN, method_cfg=CFG[method], num_samples=S, seed=1, progress=False)
+    if method == "sa":
+        meta = sa_run
+    else:
+        meta = uci.run_method(method, workdir / "prepared.npz", out, backbone_path=workdir / "backbone/model.pt",
+                              model=MODEL, train=TRAIN, method_cfg=CFG[method], num_samples=S, seed=1, progress=False)
     data = load_prepared(workdir / "prepared.npz")
     run = load_npz(out / "samples.npz")
     n, n_cal = len(data["y_test"]), len(data["y_cal"])
@@ -45,14 +95,21 @@ def test_method_writes_contracted_samples_meta_and_metrics(workdir, method):
     assert set(meta["seconds"]) >= {"train", "calibrate", "predict", "backbone_train"}
     if method == "sa":
         cal = load_json(out / "calibration.json")
-        assert meta["nu"] in (cal["nu_surrogate"], cal["nu_loss_argmin"]) and len(cal["history"]) == 4
-    metrics = uci.evaluate(out / "samples.npz", out / "metrics.json", seed=0, dataset="sinusoid", split=0)
+        assert meta["nu"] == cal["nu_loss_argmin"] and len(cal["history"]) == 4
+    ref = None if method == "sa" else workdir / "sa" / "samples.npz"
+    metrics = uci.evaluate(out / "samples.npz", out / "metrics.json", seed=0, dataset="sinusoid", split=0,
+                           reference_path=ref)
     assert len(metrics["pit_native"]) == n and 0 <= metrics["native"]["w1"] <= 0.5
     assert metrics["native"]["nrmse"] == pytest.approx(metrics["native"]["rmse"] / float(run["sigma_y"]))
     if method == "sa":
         assert metrics["scaled"] == metrics["native"] and metrics["temperature"] == 1.0
     else:
         assert metrics["temperature"] > 0
+    matched = metrics["matched"]
+    n_cal = len(data["y_cal"])
+    for key in ("25", "50", "75", "95"):
+        gap = matched[f"cal_coverage_{key}"] - matched[f"target_coverage_{key}"]
+        assert (0 <= gap < 1 / n_cal + 1e-12) or (key != "95" and np.isnan(matched[f"factor_{key}"])), (key, gap)
 
 
 def test_bad_method_and_missing_backbone(workdir):
@@ -72,3 +129,67 @@ def test_evaluate_refuses_nan_predictions(workdir, tmp_path):
     with pytest.raises(ValueError, match="NaN or inf in 'samples'"):
         uci.evaluate(tmp_path / "samples.npz", tmp_path / "metrics.json", seed=0)
     assert not (tmp_path / "metrics.json").exists()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# evaluate: factors come from calibration arrays only
+# --------------------------------------------------------------------------------------------------------------
+def _synthetic_split(root, spreads, n=50, n_cal=80, s=19, seed=0):
+    """samples.npz + meta.json of SA and one other method on one synthetic split (distinct test / cal arrays)."""
+    rng = np.random.default_rng(seed)
+    mu, mu_cal = rng.normal(0, 3, n), rng.normal(0, 3, n_cal)
+    y, y_cal = mu + rng.normal(0, 1, n), mu_cal + rng.normal(0, 1, n_cal)
+    for method, spread in spreads.items():
+        save_npz(root / method / "samples.npz", y=y, point=mu, samples=mu + spread * rng.normal(0, 1, (s, n)),
+                 cal_y=y_cal, cal_point=mu_cal, cal_samples=mu_cal + spread * rng.normal(0, 1, (s, n_cal)),
+                 sigma_y=np.float64(3.0))
+        save_json(root / method / "meta.json", {"method": method, "seconds": {}, "nu": None})
+    return {m: root / m / "samples.npz" for m in spreads}
+
+
+def test_evaluate_fits_every_factor_on_calibration_arrays_only(tmp_path, monkeypatch):
+    from stochattn import scaling
+    from stochattn.experiments import evaluate as ev
+
+    paths = _synthetic_split(tmp_path, {"sa": 1.0, "swag": 0.4})
+    run, ref = load_npz(paths["swag"]), load_npz(paths["sa"])
+    seen = []
+    for name in ("fit_temperature", "fit_conformal_scale"):
+        real = getattr(scaling, name)
+
+        def spy(samples, point, y, *args, _real=real, _name=name, **kwargs):
+            seen.append((_name, samples, point, y))
+            return _real(samples, point, y, *args, **kwargs)
+
+        monkeypatch.setattr(scaling, name, spy)
+    real_cov = ev.calibration_coverage
+    covs = []
+    monkeypatch.setattr(ev, "calibration_coverage", lambda r, levels: covs.append(r) or real_cov(r, levels))
+    out = ev.evaluate(paths["swag"], tmp_path / "m.json", seed=0, reference_path=paths["sa"])
+    assert [x[0] for x in seen] == ["fit_temperature"] + ["fit_conformal_scale"] * 4
+    for _, samples, point, y in seen:  # exactly the calibration arrays, never the test ones
+        np.testing.assert_array_equal(samples, run["cal_samples"])
+        np.testing.assert_array_equal(point, run["cal_point"])
+        np.testing.assert_array_equal(y, run["cal_y"])
+        assert samples.shape != run["samples"].shape
+    assert len(covs) == 1 and np.array_equal(covs[0]["cal_samples"], ref["cal_samples"])  # SA's target: its cal part
+    # and the factors do not move when every test array (of both runs) changes
+    for p in paths.values():
+        d = load_npz(p)
+        d["y"], d["samples"], d["point"] = d["y"] + 5.0, d["samples"][:, ::-1] * 3.0, d["point"] - 1.0
+        save_npz(p, **d)
+    again = ev.evaluate(paths["swag"], tmp_path / "m2.json", seed=0, reference_path=paths["sa"])
+    assert again["temperature"] == out["temperature"]
+    for key in ("25", "50", "75", "95"):
+        for field in ("factor", "target_coverage", "cal_coverage"):
+            assert again["matched"][f"{field}_{key}"] == out["matched"][f"{field}_{key}"]
+    assert again["matched"]["width_95"] != out["matched"]["width_95"]
+
+
+def test_evaluate_refuses_a_reference_from_another_split(tmp_path):
+    a = _synthetic_split(tmp_path / "a", {"sa": 1.0, "swag": 0.4}, seed=1)
+    b = _synthetic_split(tmp_path / "b", {"sa": 1.0}, seed=2)
+    with pytest.raises(ValueError, match="not the same split"):
+        uci.evaluate(a["swag"], tmp_path / "m.json", seed=0, reference_path=b["sa"])
+    out = uci.evaluate(a["swag"], tmp_path / "m.json", seed=0)  # no reference: no matched block
+    assert "matched" not in out and out["temperature"] > 0

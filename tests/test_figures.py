@@ -12,14 +12,19 @@ from matplotlib.figure import Figure
 
 from stochattn import figures as F
 from stochattn import report as R
-from stochattn.io import save_npz
-from test_report import make_fake_uci, metrics_paths  # the shared fake-run builder (Gaussian setup)
+from stochattn.io import load_json, load_npz, save_json, save_npz
+from test_report import (  # the shared fake-run builder (Gaussian setup)
+    RESCALED,
+    make_fake_uci,
+    metrics_paths,
+    sa_score_quantile,
+)
 
 
 @pytest.fixture(scope="module")
 def fake(tmp_path_factory):
     root = tmp_path_factory.mktemp("uci")
-    files = make_fake_uci(root, spreads={"swag": 2.0}, temperatures={"mc_dropout": 2.0})
+    files = make_fake_uci(root, spreads=RESCALED, offsets={m: 0.0 for m in RESCALED})
     runs = R.load_runs(metrics_paths(files), progress=False)
     return files, runs
 
@@ -65,6 +70,7 @@ def test_pit_histograms(tmp_path, fake):
     assert_figure_files(F.pit_histograms(paths, "energy", out2, pit="scaled"), out2)
     with pytest.raises(ValueError, match="wine"):
         F.pit_histograms(runs, "wine", tmp_path / "x")
+    assert list(F._pooled_pit(runs, "yacht", "native")) == list(R.METHODS)  # both SA runs get a panel
 
 
 def test_normalised_widths_match_table_ratio(fake):
@@ -73,8 +79,11 @@ def test_normalised_widths_match_table_ratio(fake):
     assert list(widths) == list(R.METHODS)
     assert all(w.shape == (3 * 40,) for w in widths.values())
     assert widths["sa"].mean() == pytest.approx(1.0, rel=1e-12)
-    # mc_dropout = SA's draws scaled by T = 2 around the same deviations: every width exactly twice SA's
-    np.testing.assert_allclose(widths["mc_dropout"], 2.0 * widths["sa"], rtol=1e-10)
+    # sa_match, swag, mc_dropout are SA's draws x 1.5, 2, 0.5 around the same point: matched to SA's calibration
+    # coverage, every width is s_(j) x SA's (s_(j) per split: the j-th smallest SA calibration score)
+    q = np.repeat([sa_score_quantile(files[("yacht", k, "sa")]["samples"]) for k in range(3)], 40)
+    for method in RESCALED:
+        np.testing.assert_allclose(widths[method], q * widths["sa"], rtol=1e-9)
     # equal split sizes: the mean normalised width is the table's Panel B ratio
     tidy = R.uci_master_table(runs)
     for method in R.METHODS:
@@ -95,6 +104,17 @@ def test_normalised_widths_errors(fake):
         F.normalised_widths(inputs, dataset="energy")
     with pytest.raises(ValueError, match="one of each per split"):
         F.normalised_widths({"sa": {"samples": [inputs["sa"][0][0]], "metrics": []}})
+
+
+def test_normalised_widths_need_the_matched_factor_not_the_temperature(tmp_path, fake):
+    files, _ = fake
+    inputs = sharp_inputs(files, "yacht", methods=("sa", "swag"), n_splits=1)
+    rec = load_json(inputs["swag"][0][1])
+    assert rec["temperature"] > 0 and rec["matched"]["factor_95"] != pytest.approx(rec["temperature"])
+    del rec["matched"]
+    save_json(tmp_path / "metrics.json", rec)
+    with pytest.raises(ValueError, match="factor_95"):
+        F.normalised_widths({"sa": inputs["sa"], "swag": [(inputs["swag"][0][0], tmp_path / "metrics.json")]})
 
 
 def test_sharpness_boxplot_whiskers_p5_p95_and_mean(tmp_path, fake):
@@ -164,6 +184,20 @@ def test_teaser_sinusoid(tmp_path):
     assert_figure_files(F.teaser_sinusoid(paths, prepared, out, trend_method="swag", level=0.5), out)
     with pytest.raises(ValueError, match="trend_method"):
         F.teaser_sinusoid(paths, prepared, out, trend_method="ivon")
+
+
+def test_teaser_checks_that_every_method_recovers_the_trend(tmp_path):
+    prepared, paths = _fake_sinusoid(tmp_path)
+    out = tmp_path / "teaser_c"
+    # every fake method's point is the trend itself: RMSE 0 passes any tolerance
+    assert_figure_files(F.teaser_sinusoid(paths, prepared, out, max_trend_rmse=1e-9), out)
+    flat = load_npz(paths["swag"])
+    flat["point"] = np.full_like(flat["point"], flat["point"].mean())  # a straight line: the failure to catch
+    save_npz(paths["swag"], **flat)
+    expected = float(np.sqrt(np.mean((flat["point"] - load_npz(paths["sa"])["point"]) ** 2)))
+    with pytest.raises(ValueError, match=rf"SWAG {expected:.3g}"):
+        F.teaser_sinusoid(paths, prepared, out, max_trend_rmse=0.5 * expected)
+    assert_figure_files(F.teaser_sinusoid(paths, prepared, out, max_trend_rmse=1.01 * expected), out)
 
 
 def test_teaser_rejects_mismatched_inputs(tmp_path):

@@ -13,29 +13,28 @@ import pytest
 
 from stochattn import metrics as M
 from stochattn import report as R
-from stochattn.io import load_json, save_json, save_npz
-from stochattn.scaling import apply_scale, fit_temperature
+from stochattn.experiments.evaluate import evaluate
+from stochattn.io import load_json, load_npz, save_json, save_npz
 
 LEVELS = (0.25, 0.5, 0.75, 0.95)
 SECONDS = {  # (train, calibrate, predict) per method, fixed so the cost table has closed-form values
     "sa": (0.0, 2.0, 1.0),
+    "sa_match": (0.0, 2.0, 1.2),  # the same (shared) calibration
     "mc_dropout": (0.0, 0.1, 1.5),
     "swag": (100.0, 0.5, 3.0),
     "multiswag": (1000.0, 0.5, 30.0),
     "hsa": (50.0, 0.5, 1.0),
     "ivon": (60.0, 0.5, 2.0),
 }
+NUS = {"sa": 16, "sa_match": 40}
+SIX = ("sa", "mc_dropout", "swag", "multiswag", "hsa", "ivon")  # the paper's six columns
+# the fake's SA rescalings: same point as SA, spread x SA's (sa_match and swag over-, mc_dropout under-dispersed)
+RESCALED = {"sa_match": 1.5, "swag": 2.0, "mc_dropout": 0.5}
 
 
 # --------------------------------------------------------------------------------------------------------------
 # fake runs in the UCI contract's format (also imported by test_figures.py)
 # --------------------------------------------------------------------------------------------------------------
-def _summary(samples, point, y, sigma_y, seed):
-    scalars, pit_values = M.summarize(samples, point, y, rng=seed, levels=LEVELS)
-    scalars["nrmse"] = scalars["rmse"] / sigma_y
-    return scalars, pit_values
-
-
 def make_fake_uci(
     root: Path,
     datasets=("yacht", "energy"),
@@ -43,22 +42,22 @@ def make_fake_uci(
     methods=R.METHODS,
     *,
     spreads: dict | None = None,
-    temperatures: dict | None = None,
+    offsets: dict | None = None,
     n: int = 40,
     n_cal: int = 60,
     s: int = 19,
     seed: int = 0,
 ) -> dict:
-    """Write ``root/<dataset>/split<k>/<method>/{samples.npz, metrics.json}`` from a known Gaussian setup.
+    """Write ``root/<dataset>/split<k>/<method>/{samples.npz, meta.json, metrics.json}`` from a known Gaussian
+    setup; metrics.json by the real :func:`stochattn.experiments.evaluate.evaluate` (SA the coverage reference).
 
     Per (dataset, split): truth ``y = mu + eps``, ``eps ~ N(0, 1)``; one standard normal draw ``z`` (S, n) shared
-    by all methods, so method m's samples are ``mu + spreads[m] * z`` (SA: spread 1, calibrated) and its widths
-    are exact multiples of SA's. The point is ``mu`` (+ a method offset for baselines, so CRPS differs). Baselines
-    get ``temperatures[m]`` if given, else T fitted on a calibration split; SA is native (T = 1, scaled = native).
-    Returns ``{(dataset, split, method): {"samples": path, "metrics": path}}``.
+    by all methods, so method m's samples are ``point + spreads[m] * z`` (SA: spread 1, calibrated) and its widths
+    are exact multiples of SA's. The point is ``mu + offsets[m]`` (default: 0.1 * index for methods other than SA
+    and sa_match, so CRPS differs). Returns ``{(dataset, split, method): {"samples": path, "metrics": path}}``.
     """
     spreads = {m: 1.0 for m in methods} | (spreads or {})
-    temperatures = temperatures or {}
+    offsets = {m: 0.0 if m in ("sa", "sa_match") else 0.1 * i for i, m in enumerate(methods)} | (offsets or {})
     out = {}
     for di, dataset in enumerate(datasets):
         for k in range(n_splits):
@@ -69,31 +68,36 @@ def make_fake_uci(
             y_cal = mu_cal + rng.normal(0.0, scale, n_cal)
             z, z_cal = rng.normal(0.0, scale, (s, n)), rng.normal(0.0, scale, (s, n_cal))
             sigma_y = 3.0 * scale
-            for mi, method in enumerate(methods):
-                offset = 0.1 * mi * scale
-                point, point_cal = mu + offset, mu_cal + offset
-                samples = point + spreads[method] * z
-                cal_samples = point_cal + spreads[method] * z_cal
-                run_dir = root / dataset / f"split{k}" / method
-                save_npz(run_dir / "samples.npz", y=y, point=point, samples=samples, cal_y=y_cal,
-                         cal_point=point_cal, cal_samples=cal_samples, sigma_y=np.float64(sigma_y))
-                native, pit_native = _summary(samples, point, y, sigma_y, seed=100 + k)
-                if method == "sa":
-                    temp, scaled, pit_scaled = 1.0, dict(native), pit_native
-                else:
-                    temp = temperatures.get(method) or fit_temperature(cal_samples, point_cal, y_cal)
-                    scaled, pit_scaled = _summary(apply_scale(samples, point, temp), point, y, sigma_y,
-                                                  seed=100 + k)
+            split_dir = root / dataset / f"split{k}"
+            for method in methods:
+                point, point_cal = mu + offsets[method] * scale, mu_cal + offsets[method] * scale
+                run_dir = split_dir / method
+                save_npz(run_dir / "samples.npz", y=y, point=point, samples=point + spreads[method] * z, cal_y=y_cal,
+                         cal_point=point_cal, cal_samples=point_cal + spreads[method] * z_cal,
+                         sigma_y=np.float64(sigma_y))
                 train, calibrate, predict = SECONDS.get(method, (1.0, 1.0, 1.0))
-                save_json(run_dir / "metrics.json", {
-                    "dataset": dataset, "split": k, "method": method, "sigma_y": sigma_y,
-                    "native": native, "scaled": scaled, "temperature": temp,
-                    "pit_native": pit_native, "pit_scaled": pit_scaled,
-                    "seconds": {"train": train, "calibrate": calibrate, "predict": predict},
-                })
+                save_json(run_dir / "meta.json", {"method": method, "nu": NUS.get(method),
+                                                  "seconds": {"train": train, "calibrate": calibrate,
+                                                              "predict": predict}})
+            for method in methods:
+                run_dir = split_dir / method
+                ref = split_dir / "sa" / "samples.npz" if "sa" in methods and method != "sa" else None
+                evaluate(run_dir / "samples.npz", run_dir / "metrics.json", seed=100 + k, levels=LEVELS,
+                         dataset=dataset, split=k, reference_path=ref)
                 out[(dataset, k, method)] = {"samples": run_dir / "samples.npz",
                                              "metrics": run_dir / "metrics.json"}
     return out
+
+
+def sa_score_quantile(samples_path: Path, level: float = 0.95) -> float:
+    """The j-th smallest conformal score of SA's calibration entries, j = the number SA covers natively: every
+    pure rescaling of SA (same point, any spread) matched to SA's calibration coverage has width = this x SA's."""
+    d = load_npz(samples_path)
+    lo, hi = M.central_interval(d["cal_samples"], level)
+    resid = d["cal_y"] - d["cal_point"]
+    scores = np.where(resid > 0, resid / (hi - d["cal_point"]), -resid / (d["cal_point"] - lo))
+    j = int(np.sum((lo <= d["cal_y"]) & (d["cal_y"] <= hi)))
+    return float(np.sort(scores)[j - 1])
 
 
 def metrics_paths(files: dict) -> list[Path]:
@@ -103,7 +107,7 @@ def metrics_paths(files: dict) -> list[Path]:
 @pytest.fixture(scope="module")
 def fake(tmp_path_factory):
     root = tmp_path_factory.mktemp("uci")
-    files = make_fake_uci(root, spreads={"swag": 2.0}, temperatures={"mc_dropout": 2.0})
+    files = make_fake_uci(root, spreads=RESCALED, offsets={m: 0.0 for m in RESCALED})
     runs = R.load_runs(metrics_paths(files), progress=False)
     return files, runs
 
@@ -119,7 +123,7 @@ def _get(tidy, dataset, method, metric):
 # --------------------------------------------------------------------------------------------------------------
 def test_load_runs_one_row_per_run(fake):
     files, runs = fake
-    assert len(runs) == 2 * 3 * 6
+    assert len(runs) == 2 * 3 * 7 and set(runs.method) == set(R.METHODS)
     assert not runs.duplicated(["dataset", "split", "method"]).any()
     # registry order (energy before yacht), METHODS order, then split
     assert list(runs["dataset"].unique()) == ["energy", "yacht"]
@@ -129,6 +133,10 @@ def test_load_runs_one_row_per_run(fake):
     np.testing.assert_array_equal(row["pit_native"], rec["pit_native"])
     assert row["scaled_width_95"] == rec["scaled"]["width_95"]
     assert row["seconds_train"] == 100.0 and row["temperature"] == rec["temperature"]
+    for key in ("target_coverage_95", "factor_95", "coverage_95", "width_95", "width_25"):
+        assert row[f"matched_{key}"] == rec["matched"][key]
+    both = runs[(runs.dataset == "yacht") & (runs.split == 1)].set_index("method")["nu"]
+    assert both["sa"] == NUS["sa"] and both["sa_match"] == NUS["sa_match"] and np.isnan(both["swag"])
 
 
 def test_load_runs_infers_keys_from_path_and_rejects_bad_input(tmp_path, fake):
@@ -177,21 +185,43 @@ def test_pooled_w1_is_w1_of_concatenated_pit(fake):
     assert sa_pooled != _get(tidy, "yacht", "sa", "w1_native_per_split").value
 
 
-def test_width_ratio_sa_one_and_constructed_doubles(fake):
-    _, runs = fake
+def test_panel_b_is_matched_width_over_sa_with_test_coverage(fake):
+    files, runs = fake
     tidy = R.uci_master_table(runs)
     for dataset in ("yacht", "energy"):
         sa = _get(tidy, dataset, "sa", "pi95_width_ratio")
         assert sa.value == 1.0 and sa["std"] == 0.0
-        # mc_dropout: same spread as SA, temperature fixed at 2 -> scaled width exactly 2x SA's native width
-        mc = _get(tidy, dataset, "mc_dropout", "pi95_width_ratio")
-        assert mc.value == pytest.approx(2.0, rel=1e-12) and mc["std"] == pytest.approx(0.0, abs=1e-12)
-        # swag: native spread 2, temperature fitted on calibration data -> ratio = T-weighted, uses scaled widths
-        sw_runs = runs[(runs.dataset == dataset) & (runs.method == "swag")]
         sa_runs = runs[(runs.dataset == dataset) & (runs.method == "sa")]
-        expected = sw_runs["scaled_width_95"].mean() / sa_runs["native_width_95"].mean()
-        assert _get(tidy, dataset, "swag", "pi95_width_ratio").value == pytest.approx(expected, rel=1e-12)
-        assert expected != pytest.approx(sw_runs["native_width_95"].mean() / sa_runs["native_width_95"].mean())
+        sa_width = sa_runs["native_width_95"].to_numpy()
+        # SA rescaled by any spread, same point: matched to SA's calibration coverage every one has the same
+        # width, s_(j) x SA's (s_(j): the j-th smallest SA calibration score, j = the entries SA covers)
+        q = np.array([sa_score_quantile(files[(dataset, k, "sa")]["samples"]) for k in range(3)])
+        expected = np.mean(q * sa_width) / np.mean(sa_width)
+        for method in RESCALED:
+            row = _get(tidy, dataset, method, "pi95_width_ratio")
+            assert row.value == pytest.approx(expected, rel=1e-9), method
+            assert row["std"] == pytest.approx(np.std(q, ddof=1), rel=1e-6)
+            m = runs[(runs.dataset == dataset) & (runs.method == method)]
+            # no ties: the calibration coverage equals SA's exactly
+            np.testing.assert_allclose(m["matched_cal_coverage_95"], m["matched_target_coverage_95"], atol=1e-12)
+            sa_cal = [M.coverage_and_width(d["cal_samples"], d["cal_y"], (0.95,))[0.95]["coverage"]
+                      for d in (load_npz(files[(dataset, k, "sa")]["samples"]) for k in range(3))]
+            np.testing.assert_array_equal(m["matched_target_coverage_95"], sa_cal)
+        # temperature scaling does not equalise them (it is not what Panel B shows)
+        sw = runs[(runs.dataset == dataset) & (runs.method == "swag")]
+        assert sw["scaled_width_95"].mean() / sa_width.mean() != pytest.approx(expected, rel=1e-3)
+        for method in R.METHODS:
+            m = runs[(runs.dataset == dataset) & (runs.method == method)]
+            row = _get(tidy, dataset, method, "pi95_coverage")  # achieved TEST coverage beside the width
+            col = "native_coverage_95" if method == "sa" else "matched_coverage_95"
+            assert row.value == pytest.approx(m[col].mean(), rel=1e-12) and row.n == 3
+            if method != "sa":  # within 1/n_cal of the target on the calibration part
+                gap = m["matched_cal_coverage_95"] - m["matched_target_coverage_95"]
+                assert ((gap >= -1e-12) & (gap < 1 / 60)).all(), (method, gap)
+            ratio = m["matched_width_95" if method != "sa" else "native_width_95"].mean() / sa_width.mean()
+            assert _get(tidy, dataset, method, "pi95_width_ratio").value == pytest.approx(ratio, rel=1e-12)
+            for level in ("25", "50", "75"):  # the other levels as audit rows
+                assert math.isfinite(_get(tidy, dataset, method, f"pi{level}_coverage").value)
 
 
 def test_sa_is_reported_native_whatever_its_scaled_block(fake):
@@ -200,6 +230,8 @@ def test_sa_is_reported_native_whatever_its_scaled_block(fake):
     is_sa = tampered.method == "sa"
     tampered.loc[is_sa, "scaled_width_95"] *= 3.0
     tampered.loc[is_sa, "scaled_coverage_95"] = 0.0
+    tampered.loc[is_sa, "matched_width_95"] *= 5.0
+    tampered.loc[is_sa, "matched_coverage_95"] = 0.0
     a, b = R.uci_master_table(runs), R.uci_master_table(tampered)
     pd.testing.assert_frame_equal(a, b)
     assert _get(b, "yacht", "sa", "coverage_95_scaled").value == _get(b, "yacht", "sa", "coverage_95_native").value
@@ -220,9 +252,11 @@ def test_rmse_and_coverage_rows(fake):
             if method == "sa":
                 cov = [load_json(files[("yacht", k, "sa")]["metrics"])["native"]["coverage_95"] for k in range(3)]
             assert _get(tidy, "yacht", method, f"coverage_95_{block}").value == pytest.approx(np.mean(cov))
-    # temperature-scaling a 2x-overdispersed method (mc_dropout with T = 2) raises its coverage
+    # mc_dropout is SA at half the spread: its unbiased temperature is ~2 and scaling raises its coverage
+    temp = _get(tidy, "yacht", "mc_dropout", "temperature")
+    assert temp.value == pytest.approx(2.0, rel=0.25)
     assert (_get(tidy, "yacht", "mc_dropout", "coverage_95_scaled").value
-            >= _get(tidy, "yacht", "mc_dropout", "coverage_95_native").value)
+            > _get(tidy, "yacht", "mc_dropout", "coverage_95_native").value)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -231,7 +265,7 @@ def test_rmse_and_coverage_rows(fake):
 def test_crps_mean_std_match_numpy(fake):
     files, runs = fake
     tidy = R.uci_crps_table(runs)
-    assert set(tidy.metric) == {"crps"} and len(tidy) == 12
+    assert set(tidy.metric) == {"crps"} and len(tidy) == 2 * len(R.METHODS)
     for dataset in ("yacht", "energy"):
         for method in R.METHODS:
             vals = np.array([load_json(files[(dataset, k, method)]["metrics"])["native"]["crps"] for k in range(3)])
@@ -250,6 +284,11 @@ def test_cost_table_closed_form(fake):
         ratio = _get(tidy, "yacht", method, "adaptation_over_sa_calibration").value
         assert ratio == pytest.approx((train + cal) / SECONDS["sa"][1])
     assert _get(tidy, "yacht", "sa", "adaptation_over_sa_calibration").value == 1.0
+    # both operating points' nu, and only theirs
+    nu = tidy[tidy.metric == "nu"]
+    assert set(nu.method) == {"sa", "sa_match"}
+    for method, value in NUS.items():
+        assert _get(tidy, "yacht", method, "nu").value == value
 
 
 def test_single_split_std_is_nan(tmp_path):
@@ -293,9 +332,10 @@ def _master_tidy():
     rows = []
     for ds in ("yacht", "naval"):
         rows.append((ds, "sa", "rmse_over_sigma", 0.05, 0.01, 20))
-        for m, w, r in zip(R.METHODS, w1[ds], ratio[ds]):
+        for m, w, r in zip(SIX, w1[ds], ratio[ds]):
             rows.append((ds, m, "w1_native_pooled", w, math.nan, 20))
             rows.append((ds, m, "pi95_width_ratio", r, 0.1, 20))
+            rows.append((ds, m, "pi95_coverage", 0.7 + 0.001 * len(rows), 0.02, 20))
     return pd.DataFrame(rows, columns=list(R.TIDY_COLUMNS))
 
 
@@ -308,7 +348,8 @@ def test_master_bold_lowest_w1_and_ratio_per_row():
     tidy = _master_tidy()
     md = R.to_markdown(tidy, "master", "cap")
     yacht, naval = _md_row(md, "Yacht"), _md_row(md, "Naval")
-    # cells: Dataset, Acc, 6 x W1, 6 x ratio
+    # cells: Dataset, Acc, 6 x W1, 6 x ratio, 6 x test coverage (never bold)
+    assert len(yacht) == 20 and not any(c.startswith("**") for c in yacht[14:] + naval[14:])
     assert yacht[1] == "0.050"  # Acc never bold
     assert [c.startswith("**") for c in yacht[2:8]] == [True, False, False, False, False, False]
     assert [c.startswith("**") for c in yacht[8:14]] == [True, False, False, False, False, False]
@@ -325,7 +366,7 @@ def test_master_bold_lowest_w1_and_ratio_per_row():
 def test_crps_bold_two_best_per_row_and_pm():
     vals = {"concrete": [3.176, 3.083, 3.181, 2.993, 3.920, 3.925], "naval": [0.0015, 0.0017, 0.0045, 0.0040,
                                                                              0.0006, 0.0029]}
-    rows = [(ds, m, "crps", v, 0.3 * v, 20) for ds in vals for m, v in zip(R.METHODS, vals[ds])]
+    rows = [(ds, m, "crps", v, 0.3 * v, 20) for ds in vals for m, v in zip(SIX, vals[ds])]
     tidy = pd.DataFrame(rows, columns=list(R.TIDY_COLUMNS))
     md = R.to_markdown(tidy, "crps", "cap")
     concrete, naval = _md_row(md, "Concrete"), _md_row(md, "Naval")
@@ -339,7 +380,7 @@ def test_crps_bold_two_best_per_row_and_pm():
 
 
 def test_bold_ties_on_displayed_values():
-    rows = [("yacht", m, "crps", v, 0.0, 3) for m, v in zip(R.METHODS, [0.5, 0.3001, 0.3004, 0.9, 0.8, 0.7])]
+    rows = [("yacht", m, "crps", v, 0.0, 3) for m, v in zip(SIX, [0.5, 0.3001, 0.3004, 0.9, 0.8, 0.7])]
     md = R.to_markdown(pd.DataFrame(rows, columns=list(R.TIDY_COLUMNS)), "crps")
     # 0.3001 and 0.3004 both show as 0.300: the two best are a tie; 0.5 is third
     assert [c.startswith("**") for c in _md_row(md, "Yacht")[1:]] == [False, True, True, False, False, False]
@@ -351,9 +392,9 @@ def test_latex_escapes_caption_and_missing_cells():
     tex = R.to_latex(tidy, "master", "50% of rows & d_block=64")
     assert r"50\% of rows \& d\_block=64" in tex
     naval = next(ln for ln in tex.splitlines() if ln.startswith("Naval"))
-    assert naval.count("--") == 2
+    assert naval.count("--") == 3  # W1, ratio and coverage of the missing run
     md = R.to_markdown(tidy, "master", "c")
-    assert _md_row(md, "Naval").count("–") == 2
+    assert _md_row(md, "Naval").count("–") == 3
     with pytest.raises(ValueError, match="kind"):
         R.to_markdown(tidy, "nope")
     with pytest.raises(TypeError, match="caption"):
@@ -392,3 +433,22 @@ def test_unknown_dataset_and_method_keep_their_names():
     md = R.to_markdown(pd.DataFrame(rows, columns=list(R.TIDY_COLUMNS)), "crps", "toy")
     assert "sinusoid" in md and "deep_ensemble" in md
     assert re.search(r"\| SA \| deep_ensemble \|", md)
+
+
+def test_both_sa_operating_points_in_every_table_and_the_descriptions_say_which_is_which(tmp_path, fake):
+    files, runs = fake
+    prov = {"rule": "uci_table", "inputs": metrics_paths(files)[:2], "config_subset": {}, "seeds": [0]}
+    for kind in ("master", "crps", "cost"):
+        tidy = getattr(R, f"uci_{kind}_table")(runs)
+        written = R.write_table(tidy, tmp_path / f"uci_{kind}", "cap", prov, kind=kind)
+        back = pd.read_csv(written[0])
+        headline = {"master": "pi95_width_ratio", "crps": "crps", "cost": "nu"}[kind]
+        for method in ("sa", "sa_match"):
+            assert len(back[(back.method == method) & (back.metric == headline) & (back.dataset == "yacht")]) == 1
+        md, tex = written[1].read_text(), written[2].read_text()
+        assert "Algorithm" in md and "scale-match" in md and "Algorithm~2" in tex
+    md = (tmp_path / "uci_master.md").read_text()
+    assert "conformally rescaled" in md and "calibration split" in md and "Cov. SA-sm" in md
+    assert "PI95/SA SA-sm" in md and "W1 SA-sm" in md
+    back = pd.read_csv(tmp_path / "uci_master.csv")
+    assert {"pi95_coverage", "matched_factor_95", "matched_target_coverage_95"} <= set(back.metric)

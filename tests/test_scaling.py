@@ -39,18 +39,40 @@ def test_temperature_nll_recovers_underdispersion():
     n, s, k = 4000, 50, 2.5
     samples, point, y = underdispersed(n, s, k, seed=1)
     t_hat = fit_temperature(samples, point, y)
-    # T^2 = mean(z^2), z = (y - mu)/sd_hat; E[z^2] = k^2 E[s^2/sd_hat^2] = k^2 (S-1)/(S-3) (inverse chi^2, ddof=1)
+    # z = (y - mu)/sd_hat; E[z^2] = k^2 E[s^2/sd_hat^2] = k^2 (S-1)/(S-3) (inverse chi^2, ddof=1): the estimator
+    # divides that factor out
     z2 = ((y - point) / samples.std(0, ddof=1)) ** 2
-    se = z2.std(ddof=1) / math.sqrt(n)
-    assert t_hat**2 == pytest.approx(float(np.mean(z2)), rel=1e-12)
-    assert abs(t_hat**2 - k**2 * (s - 1) / (s - 3)) < 4 * se
-    assert t_hat == pytest.approx(k, rel=0.06)  # 4 % finite-S bias + ~1 % SE
+    se = (s - 3) / (s - 1) * z2.std(ddof=1) / math.sqrt(n)
+    assert t_hat**2 == pytest.approx((s - 3) / (s - 1) * float(np.mean(z2)), rel=1e-12)
+    assert abs(t_hat**2 - k**2) < 4 * se
     # applying it calibrates a fresh test split (W1 of PIT drops to the sampling floor)
     samples_t, point_t, y_t = underdispersed(n, s, k, seed=2)
     w1_before = M.w1_uniform(M.pit(samples_t, y_t, rng=3))
     w1_after = M.w1_uniform(M.pit(apply_scale(samples_t, point_t, t_hat), y_t, rng=3))
     assert w1_after < 0.2 * w1_before
-    assert w1_after < 6 * M.w1_null_floor(n)  # floor ~0.005; the remaining bias is the finite-S one above
+    assert w1_after < 4 * M.w1_null_floor(n)
+
+
+@pytest.mark.parametrize("point_is_mean", [False, True])
+def test_temperature_nll_is_unbiased_for_a_calibrated_ensemble_of_19(point_is_mean):
+    """A perfectly calibrated Gaussian ensemble (truth and S = 19 members iid from the same law) gets T = 1 within
+    its standard error; the plain NLL minimiser sqrt(mean z^2) would give sqrt(18/16) = 1.061 (1.087 when the
+    point is the members' mean), more than 10 standard errors away."""
+    n, s = 20000, 19
+    samples, mu, y = underdispersed(n, s, 1.0, seed=30)
+    point = samples.mean(0) if point_is_mean else mu
+    t_hat = fit_temperature(samples, point, y)  # point_is_mean detected from the arrays
+    assert t_hat == fit_temperature(samples, point, y, point_is_mean=point_is_mean)
+    z2 = ((y - point) / samples.std(0, ddof=1)) ** 2
+    se_t2 = (s - 3) / (s - 1) * z2.std(ddof=1) / math.sqrt(n)
+    se_t = se_t2 / (2 * t_hat)  # delta method
+    assert se_t < 0.01
+    assert abs(t_hat - 1.0) < 3 * se_t
+    naive = math.sqrt(float(np.mean(z2)))
+    assert abs(naive - 1.0) > 10 * se_t and naive == pytest.approx(
+        math.sqrt(18 / 16 * (1 + 1 / s if point_is_mean else 1.0)), abs=4 * se_t)
+    with pytest.raises(ValueError, match="S >= 4"):
+        fit_temperature(samples[:3], point, y)
 
 
 def test_temperature_crps_recovers_underdispersion():
@@ -89,6 +111,43 @@ def test_conformal_reaches_target_on_calibration_and_test():
         cov_test = M.coverage_and_width(apply_scale(samples_t, point_t, c), y_t, (0.95,))[0.95]["coverage"]
         se = math.sqrt(target * (1 - target) * (1 / n_cal + 1 / n_test))
         assert abs(cov_test - target) < 4 * se
+
+
+def test_conformal_matching_mode_reaches_an_empirical_target_within_1_over_n():
+    """finite_sample=False: the calibration coverage is the smallest attainable fraction >= target, so it lies in
+    [target, target + 1/n); a target that is itself j/n (another method's coverage on the same entries) is hit
+    exactly."""
+    n, s = 137, 19
+    samples, point, y = underdispersed(n, s, 1.7, seed=40)
+    for level in (0.25, 0.5, 0.75, 0.95):
+        # at level 0.25 the point lies outside 23 % of the 19-member central intervals, which caps the attainable
+        # coverage (see the next test); the targets below are attainable
+        targets = (0.0, 0.31, 0.5) + ((0.777, 120 / n) if level > 0.25 else ()) + ((0.95, 1.0) if level > 0.5 else ())
+        for target in targets:
+            c = fit_conformal_scale(samples, point, y, coverage=target, level=level, finite_sample=False)
+            cov = M.coverage_and_width(apply_scale(samples, point, c), y, (level,))[level]["coverage"]
+            assert max(target, 1 / n) - 1e-12 <= cov < max(target, 1 / n) + 1 / n, (level, target, cov)
+            if target == 120 / n:
+                assert cov == pytest.approx(120 / n, abs=1e-12)
+            # c is the smallest such factor: 0.1 % less drops at least one calibration entry
+            cov_less = M.coverage_and_width(apply_scale(samples, point, c * 0.999), y, (level,))[level]["coverage"]
+            assert cov_less < cov
+    with pytest.raises(ValueError, match="coverage must be in"):
+        fit_conformal_scale(samples, point, y, coverage=1.2, finite_sample=False)
+
+
+def test_conformal_point_outside_its_interval_has_a_bounded_covering_range():
+    # members {1, 2, 3} around point 0: the 50 % interval [1.5, 2.5] lies right of the point, so scaling by c
+    # gives [1.5 c, 2.5 c]; y covers for c in [y / 2.5, y / 1.5], and y < 0 is never covered
+    samples = np.tile(np.array([1.0, 2.0, 3.0])[:, None], (1, 4))
+    point = np.zeros(4)
+    y = np.array([3.0, 3.5, 6.0, -1.0])  # covering sets [1.2, 2], [1.4, 2.33], [2.4, 4], never
+    c = fit_conformal_scale(samples, point, y, coverage=0.5, level=0.5, finite_sample=False)
+    assert c == pytest.approx(1.4, rel=1e-9)  # first c covering 2 of 4 (the old score rule would say 1.2)
+    c = fit_conformal_scale(samples, point, y, coverage=0.25, level=0.5, finite_sample=False)
+    assert c == pytest.approx(1.2, rel=1e-9)
+    with pytest.raises(ValueError, match="cannot be covered"):
+        fit_conformal_scale(samples, point, y, coverage=0.75, level=0.5, finite_sample=False)  # 2.4 > 2.33
 
 
 def test_conformal_scores_closed_form():

@@ -2,6 +2,7 @@
 
 import hashlib
 import io
+import re
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -340,3 +341,119 @@ def test_save_and_load_prepared(tmp_path):
     with pytest.raises(ValueError, match="missing"):
         save_prepared(tmp_path / "x.npz", {"x_train": p["x_train"]})
     assert not (tmp_path / "x.npz").exists()
+
+
+# ---------------------------------------------------------------- data sets added by configuration
+
+
+def make_custom_mirror(root: Path, folder: str = "myData", *, n_splits: int = 3) -> Path:
+    """A fake mirror holding ``UCI_Datasets/<folder>/data/*`` (yacht-shaped, ``n_splits`` splits) and a
+    ``SHA256SUMS`` in the shared mirror's format (``<sha256>  UCI_Datasets/<folder>/data/<file>``)."""
+    make_fake_mirror(root)
+    src = root / "UCI_Datasets" / GAL / "data"
+    data = root / "UCI_Datasets" / folder / "data"
+    src.rename(root / "UCI_Datasets" / "tmp")
+    (root / "UCI_Datasets" / GAL).rmdir()
+    data.parent.mkdir(parents=True)
+    (root / "UCI_Datasets" / "tmp").rename(data)
+    (data / "n_splits.txt").write_text(f"{n_splits}\n")
+    for f in data.iterdir():
+        split = re.fullmatch(r"index_(?:train|test)_(\d+)\.txt", f.name)
+        if split and int(split.group(1)) >= n_splits:
+            f.unlink()
+    lines = [f"{hashlib.sha256(f.read_bytes()).hexdigest()}  UCI_Datasets/{folder}/data/{f.name}\n"
+             for f in sorted(data.iterdir())]  # fmt: skip
+    (root / "SHA256SUMS").write_text("".join(lines))
+    return data
+
+
+def test_custom_dataset_spec_errors(tmp_path):
+    sums = tmp_path / "SHA256SUMS"
+    sums.write_text("")
+    ok = {"folder": "myData", "n_splits": 3, "checksums": str(sums)}
+    assert uci.custom_dataset("myData", ok).n_splits == 3
+    bad = [
+        ("yacht", ok, "built-in"),
+        ("my-data", ok, "letter followed by"),
+        ("myData", {**ok, "splits": 3}, r"unknown keys \['splits'\]"),
+        ("myData", {"n_splits": 3, "checksums": str(sums)}, "folder: required"),
+        ("myData", {**ok, "n_splits": 0}, "n_splits: required, a positive int"),
+        ("myData", {"folder": "myData", "n_splits": 3}, "give checksums"),
+        ("myData", {**ok, "checksums": "nope.txt"}, "nope.txt not found"),
+        ("myData", {**ok, "url": "https://example.org/data.txt"}, r"\{file\}"),
+    ]
+    for name, spec, message in bad:
+        with pytest.raises(ValueError, match=message):
+            uci.custom_dataset(name, spec, base_dir=tmp_path)
+    # relative checksums resolve against base_dir; verify: false needs none
+    assert uci.custom_dataset("myData", {**ok, "checksums": "SHA256SUMS"}, base_dir=tmp_path).checksums == str(sums)
+    assert uci.custom_dataset("myData", {"folder": "myData", "n_splits": 3, "verify": False}).verify is False
+
+
+def test_registry_appends_custom_and_names_unknown(tmp_path):
+    reg = uci.dataset_registry({"zeta": {"folder": "z", "n_splits": 2, "verify": False},
+                                "alpha": {"folder": "/abs/alpha", "n_splits": 1, "verify": False}})  # fmt: skip
+    assert list(reg) == [*UCI_DATASETS, "alpha", "zeta"]
+    assert reg["alpha"].source == "/abs/alpha" and reg["alpha"].gal_name == "alpha" and not reg["alpha"].builtin
+    assert reg["zeta"].source is None and reg["zeta"].gal_name == "z" and reg["zeta"].url is None
+    with pytest.raises(DataFetchError, match="unknown UCI data set name 'atlantis'; known: concrete.*alpha, zeta"):
+        uci.resolve_dataset("atlantis", reg)
+
+
+def test_fetch_custom_from_mirror_with_its_sha256sums(tmp_path, monkeypatch):
+    mirror = tmp_path / "mirror"
+    data = make_custom_mirror(mirror)
+    no_network(monkeypatch)
+    ds = uci.custom_dataset("myData", {"folder": "myData", "n_splits": 3, "checksums": str(mirror / "SHA256SUMS")})
+    assert uci_files(ds) == ["data.txt", "index_features.txt", "index_target.txt", "n_splits.txt",
+                             "index_train_0.txt", "index_test_0.txt", "index_train_1.txt", "index_test_1.txt",
+                             "index_train_2.txt", "index_test_2.txt"]  # fmt: skip
+    dest = fetch_uci(ds, tmp_path / "dest", mirrors=[str(tmp_path / "other"), str(mirror)], progress=False)
+    assert sorted(p.name for p in dest.iterdir()) == sorted(uci_files(ds))
+    assert (dest / "data.txt").read_bytes() == (data / "data.txt").read_bytes()
+    assert load_uci_split(dest, 2)[0].shape == (27, 6)
+    # the checksums are used: a corrupt mirror copy is refused
+    (data / "index_test_1.txt").write_text("0\n")
+    with pytest.raises(DataFetchError, match="index_test_1.txt.*checksum mismatch"):
+        fetch_uci(ds, tmp_path / "dest2", mirrors=[str(mirror)], progress=False)
+
+
+def test_fetch_custom_missing_file_writes_nothing(tmp_path, monkeypatch):
+    mirror = tmp_path / "mirror"
+    data = make_custom_mirror(mirror)
+    (data / "index_train_2.txt").unlink()
+    no_network(monkeypatch)
+    for spec in ({"folder": "myData", "n_splits": 3, "checksums": str(mirror / "SHA256SUMS")},
+                 {"folder": "myData", "n_splits": 3, "verify": False}):  # fmt: skip
+        ds = uci.custom_dataset("myData", spec)
+        dest = tmp_path / "dest"
+        with pytest.raises(DataFetchError) as exc:
+            fetch_uci(ds, dest, mirrors=[str(mirror)], progress=False)
+        msg = str(exc.value)
+        assert "'index_train_2.txt'" in msg and str(data / "index_train_2.txt") in msg and "not found" in msg
+        assert "no url configured for this data set" in msg
+        assert not dest.exists()  # located first: nothing written
+
+
+def test_fetch_custom_unverified_absolute_folder(tmp_path, monkeypatch, caplog):
+    mirror = tmp_path / "mirror"
+    data = make_custom_mirror(mirror)
+    no_network(monkeypatch)
+    ds = uci.custom_dataset("mine", {"folder": str(data.parent), "n_splits": 2, "verify": False})
+    with caplog.at_level("WARNING"):
+        dest = fetch_uci(ds, tmp_path / "dest", mirrors=[], allow_download=False, progress=False)
+    assert "WITHOUT a SHA-256 check" in caplog.text
+    assert sorted(p.name for p in dest.iterdir()) == sorted(uci_files(ds))
+    # more splits than n_splits.txt announces: a clear error
+    too_many = uci.custom_dataset("mine", {"folder": str(data.parent), "n_splits": 3, "verify": False})
+    (data / "n_splits.txt").write_text("2\n")
+    with pytest.raises(DataFetchError, match="announces 2 splits.*n_splits=3"):
+        fetch_uci(too_many, tmp_path / "dest3", mirrors=[], progress=False)
+
+
+def test_locate_uci_file(tmp_path):
+    mirror = tmp_path / "mirror"
+    data = make_custom_mirror(mirror)
+    ds = uci.custom_dataset("myData", {"folder": "myData", "n_splits": 3, "verify": False})
+    assert uci.locate_uci_file(ds, "data.txt", [tmp_path / "none", mirror]) == data / "data.txt"
+    assert uci.locate_uci_file(ds, "index_test_9.txt", [mirror]) is None

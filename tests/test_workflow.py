@@ -29,7 +29,8 @@ HAVE_MIRROR = (MIRROR / "UCI_Datasets" / "yacht" / "data" / "data.txt").is_file(
 needs_mirror = pytest.mark.skipif(not HAVE_MIRROR, reason=f"offline data mirror {MIRROR} not present")
 
 ALL_DATASETS = ["concrete", "energy", "kin8nm", "naval", "power", "protein", "wine", "yacht"]
-ALL_METHODS = ["sa", "mc_dropout", "swag", "multiswag", "ivon", "hsa"]
+ALL_METHODS = ["sa", "mc_dropout", "swag", "multiswag", "ivon", "hsa"]  # what a config lists
+RUNS = ["sa", "sa_match", "mc_dropout", "swag", "multiswag", "ivon", "hsa"]  # + sa_match, written beside sa
 PIPELINE_RULES = [
     "fetch_uci", "prepare_uci", "prepare_toy", "train_backbone", "calibrate_sa", "run_method", "evaluate",
     "uci_table", "uci_pit_figure", "uci_sharpness_figure", "uci_yacht_appendix", "uci_cost_figure",
@@ -47,7 +48,7 @@ def _snakemake_cmd() -> list[str]:
 def smk(workdir: Path, *args: str, configfile: Path | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
     """Run Snakemake on the repository's workflow with ``workdir`` as working directory (stdout+stderr merged)."""
     cmd = [*_snakemake_cmd(), "--snakefile", str(SNAKEFILE), "--directory", str(workdir),
-           "--profile", str(PROFILE)]  # fmt: skip
+           "--profile", str(PROFILE), "--cores", "2"]  # fmt: skip
     cmd += list(args)
     if configfile is not None:  # last: --configfile takes several values and would swallow targets
         cmd += ["--configfile", str(configfile)]
@@ -108,11 +109,13 @@ def test_names_agree_with_library():
         assert m, f"{name} not found in rules/common.smk"
         return ast.literal_eval(m.group(1))
 
-    assert literal("ALL_METHODS") == list(uci.METHODS)
+    assert literal("ALL_METHODS") == list(uci.METHODS) == RUNS
     assert literal("BACKBONE_METHODS") == list(uci.BACKBONE_METHODS)
+    m = re.search(r"^DERIVED_METHODS = (\{.*?\})", common, re.M)
+    assert m and ast.literal_eval(m.group(1)) == uci.DERIVED_METHODS == {"sa_match": "sa"}
     schema = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
     assert schema["$defs"]["dataset"]["enum"] == list(UCI_DATASETS) == ALL_DATASETS
-    assert schema["$defs"]["method"]["enum"] == list(uci.METHODS) == ALL_METHODS
+    assert schema["$defs"]["method"]["enum"] == list(uci.RUN_METHODS) == ALL_METHODS
     paper = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     assert paper["datasets"] == ALL_DATASETS and paper["methods"] == ALL_METHODS
     assert paper["splits"] == 20 and paper["num_samples"] == 19
@@ -138,7 +141,7 @@ def test_dry_run_paper_protocol(tmp_path):
         "train_backbone": n_runs + 1,
         "calibrate_sa": n_runs + 1,
         "run_method": (n_runs + 1) * (toy - 1),
-        "evaluate": n_runs * len(ALL_METHODS),
+        "evaluate": n_runs * len(RUNS),
         "uci_table": len(TABLES),
         "uci_pit_figure": 8,
         "uci_sharpness_figure": 8,
@@ -151,6 +154,7 @@ def test_dry_run_paper_protocol(tmp_path):
     assert "results/uci/protein/split4/multiswag/metrics.json" in out
     assert "results/uci/protein/split5/" not in out
     assert "results/uci/concrete/split19/sa/calibration.json" in out
+    assert "results/uci/concrete/split19/sa_match/metrics.json" in out
     for name in TABLES:
         assert f"results/tables/{name}.tex" in out
     assert not (tmp_path / "results").exists(), "a dry run must not write results"
@@ -168,24 +172,31 @@ def test_dry_run_quick_config(tmp_path):
     res = smk(tmp_path, "-n", "--quiet", "rules", configfile=REPO / "config" / "quick.yaml")
     assert res.returncode == 0, res.stdout[-5000:]
     stats = job_stats(res.stdout)
-    assert stats["evaluate"] == 8 * 2 * 6
+    assert stats["evaluate"] == 8 * 2 * 7
     assert stats["fetch_uci"] == 8 and stats["train_backbone"] == 8 * 2 + 1
     one = smk(tmp_path, "-n", "uci_yacht", "--quiet", "rules", configfile=REPO / "config" / "quick.yaml")
     assert one.returncode == 0, one.stdout[-3000:]
     stats = job_stats(one.stdout)
-    assert stats["evaluate"] == 2 * 6 and stats["fetch_uci"] == 1
+    assert stats["evaluate"] == 2 * 7 and stats["fetch_uci"] == 1
     assert "uci_table" not in stats and "teaser_sinusoid" not in stats
     path = smk(tmp_path, "-n", "results/uci/energy/split1/sa/metrics.json", configfile=REPO / "config" / "quick.yaml")
     assert path.returncode == 0, path.stdout[-3000:]
     assert job_stats(path.stdout) == {"fetch_uci": 1, "prepare_uci": 1, "train_backbone": 1, "calibrate_sa": 1,
                                       "evaluate": 1}  # fmt: skip
+    # sa_match comes out of the same calibrate_sa job; its evaluation reads SA's samples as the coverage reference
+    match = smk(tmp_path, "-n", "results/uci/energy/split1/sa_match/metrics.json",
+                configfile=REPO / "config" / "quick.yaml")
+    assert match.returncode == 0, match.stdout[-3000:]
+    assert job_stats(match.stdout) == {"fetch_uci": 1, "prepare_uci": 1, "train_backbone": 1, "calibrate_sa": 1,
+                                       "evaluate": 1}  # fmt: skip
+    assert "results/uci/energy/split1/sa/samples.npz" in match.stdout
 
 
 def test_slurm_profile_requests_gpus_for_training_and_sampling(tmp_path):
     """profiles/slurm (dry run, no cluster needed): a GPU for train/sample rules only, cluster values from the
     profile, the rules' own runtime estimates."""
     cmd = [*_snakemake_cmd(), "--snakefile", str(SNAKEFILE), "--directory", str(tmp_path), "--profile",
-           str(REPO / "profiles" / "slurm"), "-n", "--configfile", str(REPO / "config" / "test.yaml")]  # fmt: skip
+           str(REPO / "slurm"), "-n", "--configfile", str(REPO / "config" / "test.yaml")]  # fmt: skip
     res = subprocess.run(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-4000:]
     blocks = re.split(r"\n(?=(?:local)?rule \w+:)", res.stdout)
@@ -212,7 +223,7 @@ def test_slurm_profile_requests_gpus_for_training_and_sampling(tmp_path):
     [
         ({"splits": -1}, "-1 is less than the minimum of 1"),
         ({"methods": ["sa", "deep_ensemble"]}, "'deep_ensemble' is not one of"),
-        ({"datasets": ["atlantis"]}, "'atlantis' is not one of"),
+        ({"datasets": ["atl antis"]}, "'atl antis' does not match"),  # unknown names: test_custom_dataset.py
         ({"num_samples": 1}, "1 is less than the minimum of 2"),
         ({"model": {"d_block": "wide"}}, "'wide' is not of type 'integer'"),
         ({"method_params": {"swag": {"learning_rate": 0.1}}}, "'learning_rate' was unexpected"),
@@ -303,7 +314,7 @@ def test_tiny_run_outputs_follow_the_contract(tiny_run):
     S = cfg["num_samples"]
     run = work / "results" / "uci" / "yacht" / "split0"
     n_test = None
-    for method in ALL_METHODS:
+    for method in RUNS:
         d = np.load(run / method / "samples.npz")
         assert set(d.files) == {"y", "point", "samples", "cal_y", "cal_point", "cal_samples", "sigma_y"}
         n = d["y"].shape[0]
@@ -321,6 +332,15 @@ def test_tiny_run_outputs_follow_the_contract(tiny_run):
         for block in ("native", "scaled"):
             assert {"rmse", "nrmse", "crps", "coverage_95", "width_95", "w1"} <= set(metrics[block])
         assert len(metrics["pit_native"]) == n
+        # every run has a matched block; SA's is native, the others' reach SA's calibration coverage within 1/n_cal
+        gap = metrics["matched"]["cal_coverage_95"] - metrics["matched"]["target_coverage_95"]
+        assert 0 <= gap < 1 / n_cal + 1e-12
+        assert (metrics["matched"]["factor_95"] == 1.0) == (method == "sa")
+    cal = json.loads((run / "sa" / "calibration.json").read_text())
+    for method, op in (("sa", "loss_argmin"), ("sa_match", "surrogate")):
+        meta = json.loads((run / method / "meta.json").read_text())
+        assert meta["operating_point"] == op and meta["nu"] == cal["runs"][method]["nu"]
+        assert meta["calibration"] == "results/uci/yacht/split0/sa/calibration.json"
     assert (run / "sa" / "calibration.json").is_file()
     assert (run / "backbone" / "model.pt").is_file()
 
@@ -331,9 +351,11 @@ def test_tiny_run_outputs_follow_the_contract(tiny_run):
         for ext in ("csv", "md", "tex"):
             rec = _prov_ok(csv.with_suffix(f".{ext}"), work)
             assert rec["rule"] == "uci_table"
-            assert len(rec["inputs"]) == len(ALL_METHODS)  # one metrics.json per run
+            assert len(rec["inputs"]) == len(RUNS)  # one metrics.json per run
+    master = (work / "results" / "tables" / "uci_master.csv").read_text()
+    assert "yacht,sa,pi95_width_ratio" in master and "yacht,sa_match,pi95_width_ratio" in master
     md = (work / "results" / "tables" / "uci_master.md").read_text()
-    assert "splits=1 (paper protocol: 20, 5 for protein)" in md  # the reductions reach the captions
+    assert "Reduced from the paper: " in md and "splits=1 (paper: 20, 5 for protein)" in md  # reductions reach captions
 
     for name in FIGURES:
         png = work / "results" / "figures" / f"{name}.png"

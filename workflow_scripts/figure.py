@@ -30,7 +30,7 @@ elif kind == "cost":
     written = figures.cost_figure(pd.read_csv(sm.input.table), out_base)
 elif kind == "teaser":
     samples = dict(zip(sm.params.methods, sm.input.samples))
-    written = figures.teaser_sinusoid(samples, sm.input.prepared, out_base)
+    written = figures.teaser_sinusoid(samples, sm.input.prepared, out_base, max_trend_rmse=sm.params.max_trend_rmse)
 else:
     raise ValueError(f"params.kind: unknown figure kind {kind!r}")
 finished = time.time()
@@ -44,7 +44,7 @@ for path in written:
         seeds=sm.params.seeds,
         started=started,
         finished=finished,
-        extra={"figure": kind, "caption": sm.params.caption},
+        extra={"figure": kind, "caption": sm.params.caption, "code": sm.params.code},
         repo_dir=os.path.dirname(sm.scriptdir),  # git state of the workflow's repository, not the working dir
     )
     print("wrote", path, "and", write_provenance(path, record), flush=True)

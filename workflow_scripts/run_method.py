@@ -10,8 +10,11 @@ logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %
 import torch  # noqa: E402
 
 from stochattn.experiments.uci import run_method  # noqa: E402
+from stochattn.provenance import check_gpu_request, stage_provenance  # noqa: E402
 
 torch.set_num_threads(snakemake.threads)  # noqa: F821
+# a job given a GPU by the scheduler must not silently train on the CPU (config require_gpu: false allows it)
+check_gpu_request(snakemake.resources.get("gpu", 0), snakemake.config.get("require_gpu", True))  # noqa: F821
 p = snakemake.params  # noqa: F821
 meta = run_method(
     p.method,
@@ -25,5 +28,11 @@ meta = run_method(
     seed=p.seed,
     device=snakemake.config["device"],  # noqa: F821
     progress=snakemake.config["progress"],  # noqa: F821
+    provenance=stage_provenance(
+        rule=snakemake.rule,  # noqa: F821
+        inputs=list(snakemake.input),  # noqa: F821
+        code=p.code,
+        params={k: v for k, v in p.items() if k != "code"},
+    ),
 )
 print(f"{p.method}: seconds {meta['seconds']}", flush=True)

@@ -28,6 +28,7 @@ written = report.write_table(
         "config_subset": snakemake.params.config_subset,  # noqa: F821
         "seeds": snakemake.params.seeds,  # noqa: F821
         "started": started,
+        "extra": {"code": snakemake.params.code},  # noqa: F821
         "repo_dir": os.path.dirname(snakemake.scriptdir),  # noqa: F821 (git state of the workflow's repository)
     },
     kind=table,

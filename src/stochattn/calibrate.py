@@ -10,11 +10,13 @@ On a held-out calibration split with deterministic predictions ``f(x)`` and targ
 (:class:`LogLogPosterior`), a Thompson draw of ``(a, ln b, eps^2)``, the closed-form minimiser ``nu_cont`` of the
 sampled surrogate objective ``E[(b nu^a zeta - s0)^2]``, and nearest-point projection onto the integer domain.
 
-Operating point. Algorithm 2 returns the arg-min of the observed loss over the BO history; App. B reports the
-surrogate optimum ``nu_opt`` (a continuous value, e.g. 3.91-3.95 rounding to 4) and its posterior. For scalar
-targets the two differ: with R and Z roughly independent half-normals, E[(R - Z)^2] is minimised where
-E[R] = (2/pi) E[Z], i.e. the loss arg-min under-disperses (measured: 59-77 % coverage of 95 % intervals), while
-the surrogate targets s(nu) = s0. Both are computed and recorded; ``operating_point`` chooses which one is used.
+Operating points. Algorithm 2 returns the arg-min of the observed loss over the BO history
+(``CalibrationResult.nu = nu_loss_argmin``, the paper-faithful choice); App. B reports the surrogate optimum
+``nu_opt`` (a continuous value, e.g. 3.91-3.95 rounding to 4) and its posterior (``nu_surrogate``, the
+scale-matching point). For scalar targets the two differ: with R and Z roughly independent half-normals,
+E[(R - Z)^2] is minimised where E[R] = (2/pi) E[Z], i.e. the loss arg-min under-disperses (measured: 59-77 %
+coverage of 95 % intervals), while the surrogate targets s(nu) = s0. Both are always computed and recorded; the
+UCI experiment samples at both (``sa`` and ``sa_match``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from torch import Tensor, nn
 
 from .patch import NuSpec, StochasticAttention, predictive_samples
 
-OperatingPoint = Literal["surrogate", "loss_argmin"]
 SampleFn = Callable[[int, Tensor, int], Tensor]  # (nu, x_batch (b, ...), M) -> (M, b, ...) stochastic predictions
 
 
@@ -88,6 +89,12 @@ def eval_stats(
     split when it is smaller), runs ``num_passes`` stochastic passes per point and returns the mean of
     ``(R - Z)^2`` and of ``R`` over all points and passes. x: (n, ...), y and point: (n, ...).
     The standard errors treat the per-point averages as independent.
+
+    NOTE[DIFF]: Algorithm 2 leaves SampleBatch unspecified. Here each batch is a uniform draw without replacement
+    of ``min(batch_size, n)`` points (capped at the split size, so a small calibration split is used whole in
+    every batch), the ``num_batches`` batches are drawn independently of each other (a point can appear in several
+    batches), and the paper's running sums L / (N M), S / (N M) are computed as means of per-point averages over
+    the M passes (identical, since every point gets the same M).
     """
     if not (isinstance(num_batches, int) and num_batches >= 1 and isinstance(num_passes, int) and num_passes >= 1):
         raise ValueError(f"num_batches and num_passes must be positive integers, got {num_batches}, {num_passes}")
@@ -224,8 +231,11 @@ def surrogate_objective(nu: Union[float, np.ndarray], a: float, ln_b: float, eps
 def nu_continuous(a, ln_b, eps2, s0: float, log_bounds: Tuple[float, float] = (-50.0, 50.0)):
     """Closed-form minimiser (s0 / (b exp(1.5 eps2)))^(1/a) of the surrogate objective (Eq. bo_continuous_minimizer).
 
-    Computed in log space and clipped to ``exp(log_bounds)`` so extreme Thompson draws cannot overflow;
-    ``a == 0`` (no dependence on nu) maps to the upper bound.
+    NOTE[DIFF]: the paper states the formula for a != 0 only. Here it is computed in log space and ln nu_cont is
+    clipped to ``log_bounds`` (default [-50, 50], i.e. nu_cont in [2e-22, 5e21]) so extreme Thompson draws cannot
+    overflow, and ``a == 0`` (no dependence on nu) maps to the upper bound exp(50). The projection onto Xi
+    (:meth:`IntegerDomain.project`) then clamps to the domain, so both clippings only matter for draws far
+    outside it.
     """
     a = np.asarray(a, dtype=float)
     num = math.log(s0) - np.asarray(ln_b, dtype=float) - 1.5 * np.asarray(eps2, dtype=float)
@@ -256,7 +266,13 @@ class IntegerDomain:
         return int(min(max(round(float(nu_cont)), self.low), self.high))
 
     def initial_design(self, k: int) -> List[int]:
-        """k points spread evenly in log nu over the domain (endpoints included), projected and de-duplicated."""
+        """k points spread evenly in log nu over the domain (endpoints included), projected and de-duplicated.
+
+        NOTE[DIFF]: Algorithm 3 names an initial design size K0 but not the design; this log-spaced grid
+        (``geomspace(low, high, k)``, endpoints included; the geometric midpoint when k = 1) is our choice, and
+        the K0 evaluations replace the BayesOptSuggest proposals of Algorithm 2's first K0 iterations (the
+        posterior needs 3 points at 2 distinct nu under the reference prior).
+        """
         if k < 1:
             return []
         grid = np.geomspace(self.low, self.high, k) if k > 1 else np.array([math.sqrt(self.low * self.high)])
@@ -289,10 +305,9 @@ class BOStep:
 class CalibrationResult:
     """Outcome of :func:`bo_calibrate` with everything needed to draw the paper's BO figures."""
 
-    nu: int  # the operating point actually used (see ``operating_point``)
-    operating_point: str
+    nu: int  # Algorithm 2's nu*: the loss arg-min (= nu_loss_argmin), the paper-faithful operating point
     nu_loss_argmin: int  # Algorithm 2's last line: arg-min of the observed loss over the history
-    nu_surrogate: int  # projection of the posterior median of nu_cont (App. B's nu_opt)
+    nu_surrogate: int  # projection of the posterior median of nu_cont (App. B's nu_opt): the scale-matching point
     nu_surrogate_continuous: float
     s0: float
     domain: Dict[str, Any]
@@ -319,7 +334,12 @@ class CalibrationResult:
 
 
 def _loss_by_nu(steps: Sequence[BOStep]) -> Dict[int, float]:
-    """Mean observed loss per distinct nu (a nu proposed twice is evaluated twice; both estimates are pooled)."""
+    """Mean observed loss per distinct nu (a nu proposed twice is evaluated twice; both estimates are pooled).
+
+    NOTE[DIFF]: Algorithm 2 takes the arg-min over the history's triples, so a nu evaluated twice competes with
+    its smaller (luckier) Monte Carlo estimate. Averaging the repeated estimates of one nu first removes that
+    selection bias towards repeatedly proposed values; with distinct nu in the history the two rules coincide.
+    """
     acc: Dict[int, List[float]] = {}
     for s in steps:
         acc.setdefault(s.result.nu, []).append(s.result.loss)
@@ -334,7 +354,6 @@ def bo_calibrate(
     budget: int = 12,
     initial_design: int = 3,
     seed: int = 0,
-    operating_point: OperatingPoint = "surrogate",
     num_posterior_draws: int = 4000,
     prior: Optional[Tuple[np.ndarray, np.ndarray, float, float]] = None,
     progress: bool = False,
@@ -349,8 +368,11 @@ def bo_calibrate(
         initial_design: K0 >= 3 log-spaced evaluations before the first Thompson proposal (3 make the reference
             posterior proper).
         seed: seeds the Thompson draws (the model's own sampling is seeded by whoever builds ``evaluate``).
-        operating_point: ``"surrogate"`` (default; nu where the fitted scale matches s0, as App. B reports) or
-            ``"loss_argmin"`` (Algorithm 2's final line). Both are recorded in the result.
+        num_posterior_draws: draws of the final posterior used for ``nu_surrogate`` and the recorded draws.
+
+    Returns:
+        :class:`CalibrationResult` with both operating points: ``nu = nu_loss_argmin`` (Algorithm 2's return
+        value) and ``nu_surrogate`` (the final posterior's scale-matching point, App. B's nu_opt).
     """
     domain = domain or IntegerDomain()
     if not (s0 > 0 and math.isfinite(s0)):
@@ -359,8 +381,6 @@ def bo_calibrate(
         raise ValueError("initial_design must be >= 3 with the reference prior (the eps^2 posterior needs 3 points)")
     if budget < initial_design:
         raise ValueError(f"budget ({budget}) must be >= initial_design ({initial_design})")
-    if operating_point not in ("surrogate", "loss_argmin"):
-        raise ValueError(f"operating_point must be 'surrogate' or 'loss_argmin', got {operating_point!r}")
     rng = np.random.default_rng(seed)
     start = time.perf_counter()
     steps: List[BOStep] = []
@@ -373,9 +393,9 @@ def bo_calibrate(
             design.append(int(v))
     iterator = range(budget)
     if progress:
-        from tqdm.auto import tqdm
+        from .progress import progress as show_progress
 
-        iterator = tqdm(iterator, desc="calibrating nu", leave=False)
+        iterator = show_progress(iterator, desc="calibrating nu", unit="BO step")
     for k in iterator:
         if k < len(design):
             nu_k, source, cont, draw = design[k], "initial", None, {}
@@ -394,13 +414,15 @@ def bo_calibrate(
     post = LogLogPosterior.fit([s.result.nu for s in steps], [s.result.scale for s in steps], prior)
     draws = post.sample(rng, num_posterior_draws)
     draws["nu_cont"] = nu_continuous(draws["a"], draws["ln_b"], draws["eps2"], s0)
+    # NOTE[DIFF]: App. B reports nu_opt from the posterior without naming the estimator. We take the posterior
+    # median of nu_cont over ``num_posterior_draws`` Thompson draws of the final posterior (median in log space =
+    # median of nu_cont, since exp is monotone; robust to the heavy right tail of 1/a draws), then project it.
     nu_surr_cont = float(np.exp(np.median(np.log(draws["nu_cont"]))))
     losses = _loss_by_nu(steps)
     nu_argmin = min(losses, key=losses.get)
     nu_surr = domain.project(nu_surr_cont)
     return CalibrationResult(
-        nu=nu_surr if operating_point == "surrogate" else nu_argmin,
-        operating_point=operating_point,
+        nu=int(nu_argmin),
         nu_loss_argmin=int(nu_argmin),
         nu_surrogate=int(nu_surr),
         nu_surrogate_continuous=nu_surr_cont,
@@ -421,9 +443,9 @@ def grid_evaluate(evaluate: Callable[[int], EvalResult], grid: Sequence[int], pr
     """Evaluate the same loss on a fixed grid of nu (BO-landscape figure, and a check of the BO choice)."""
     iterator = list(grid)
     if progress:
-        from tqdm.auto import tqdm
+        from .progress import progress as show_progress
 
-        iterator = tqdm(iterator, desc="nu grid", leave=False)
+        iterator = show_progress(iterator, desc="nu grid")
     return [evaluate(int(nu)) for nu in iterator]
 
 
@@ -448,9 +470,9 @@ def score_sweep(
     scores = []
     iterator = list(grid)
     if progress:
-        from tqdm.auto import tqdm
+        from .progress import progress as show_progress
 
-        iterator = tqdm(iterator, desc=f"{score} sweep", leave=False)
+        iterator = show_progress(iterator, desc=f"{score} sweep")
     for nu in iterator:
         s = sample_fn(int(nu), x, num_samples).detach().cpu().numpy()
         if score == "crps":

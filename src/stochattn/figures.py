@@ -5,7 +5,8 @@ switch), saves ``<out_base>.png`` (dpi 150) and ``<out_base>.pdf`` atomically th
 returns the list of files it wrote. Provenance (``<file>.prov.json``) is written by the caller.
 
     pit_histograms     native pooled PIT per method (small multiples, 10 bins, density, W1 in each title)
-    sharpness_boxplot  per-point PI-95 widths / SA's mean native width; whiskers P5/P95, diamond = mean
+    sharpness_boxplot  per-point PI-95 widths at matched coverage / SA's mean native width; whiskers P5/P95,
+                       diamond = mean
     yacht_appendix     (a) PIT histograms overlaid, (b) the sharpness box plot (paper fig. uci_yacht_appendix)
     teaser_sinusoid    1-D toy data: observations, shared trend, each method's central PI as a band
     cost_figure        horizontal bars of total seconds per method, log axis
@@ -29,8 +30,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from stochattn.io import atomic_path, load_json, load_npz
-from stochattn.metrics import central_interval, w1_uniform
-from stochattn.report import METHODS, dataset_label, dataset_order, load_runs, method_label, method_order
+from stochattn.metrics import _level_key, central_interval, w1_uniform
+from stochattn.report import METHODS, _as_float, dataset_label, dataset_order, load_runs, method_label, method_order
 from stochattn.scaling import apply_scale
 
 __all__ = [
@@ -49,8 +50,9 @@ DPI = 150
 
 _TAB10 = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
           "#17becf")
-METHOD_COLORS: dict[str, str] = {m: _TAB10[i] for i, m in enumerate(METHODS)}
-"""One colour per method, the same in every figure."""
+_COLOR_INDEX = {"sa": 0, "mc_dropout": 1, "swag": 2, "multiswag": 3, "hsa": 4, "ivon": 5, "sa_match": 9}
+METHOD_COLORS: dict[str, str] = {m: _TAB10[_COLOR_INDEX[m]] for m in METHODS}
+"""One colour per method, the same in every figure (SA blue, SA (scale-match) cyan)."""
 
 PathLike = str | os.PathLike
 
@@ -222,18 +224,20 @@ def normalised_widths(
     *,
     dataset: str | None = None,
 ) -> dict[str, np.ndarray]:
-    """Per-point central-interval widths of every method, pooled over splits, divided by SA's mean native width.
+    """Per-point central-interval widths of every method at matched coverage, pooled over splits, divided by SA's
+    mean native width.
 
-    For each (samples.npz, metrics.json) pair: ``samples`` (S, n) and ``point`` (n,) of the test split; baselines
-    are scaled with ``apply_scale(samples, point, metrics["temperature"])`` (the T fitted on the calibration
-    split), SA stays native (its T is ignored). The widths ``hi - lo`` of :func:`central_interval` at ``level``
-    of all splits are concatenated; everything is divided by the mean of SA's pooled native widths, so the mean
-    of a method's array equals its pooled mean width / SA's (the table's Panel B ratio when splits have equal
-    size) and SA's mean is 1.
+    For each (samples.npz, metrics.json) pair: ``samples`` (S, n) and ``point`` (n,) of the test split; every
+    method but SA (baselines and ``sa_match``) is scaled with ``apply_scale(samples, point, c)``, c =
+    ``metrics["matched"]["factor_<level>"]``: the conformal factor fitted on the calibration split so that the
+    method covers SA's empirical coverage there (stochattn.experiments.evaluate.matched_block); SA stays native.
+    The widths ``hi - lo`` of :func:`central_interval` at ``level`` of all splits are concatenated; everything is
+    divided by the mean of SA's pooled native widths, so the mean of a method's array equals its pooled mean
+    matched width / SA's (the table's Panel B ratio when splits have equal size) and SA's mean is 1.
 
     Returns ``{method: (sum of n over splits,) array}`` in :data:`METHODS` order. Raises ValueError without
-    ``"sa"``, for a baseline whose metrics.json has no finite positive ``temperature``, or when a metrics.json
-    names a data set other than ``dataset`` (if given).
+    ``"sa"``, for a non-SA run whose metrics.json has no finite positive matched factor at ``level``, or when a
+    metrics.json names a data set other than ``dataset`` (if given).
     """
     if not isinstance(samples_and_metrics, Mapping) or not samples_and_metrics:
         raise TypeError("samples_and_metrics must be a non-empty mapping method -> per-split files")
@@ -253,11 +257,12 @@ def normalised_widths(
                     raise ValueError(f"{samples_path} has no {key!r} array")
             samples = data["samples"]
             if method != "sa":
-                temp = float(meta.get("temperature", math.nan))
-                if not (math.isfinite(temp) and temp > 0):
-                    raise ValueError(f"{metrics_path}: 'temperature' must be a finite number > 0, got "
-                                     f"{meta.get('temperature')!r}")
-                samples = apply_scale(samples, data["point"], temp)
+                key = f"factor_{_level_key(level)}"
+                factor = _as_float((meta.get("matched") or {}).get(key))
+                if not (math.isfinite(factor) and factor > 0):
+                    raise ValueError(f"{metrics_path}: matched[{key!r}] must be a finite number > 0 (the conformal "
+                                     f"factor to SA's calibration coverage), got {factor!r}")
+                samples = apply_scale(samples, data["point"], factor)
             lo, hi = central_interval(samples, level)
             widths.append(np.asarray(hi - lo, dtype=np.float64).ravel())
         raw[method] = np.concatenate(widths)
@@ -299,16 +304,17 @@ def sharpness_boxplot(
 ) -> list[Path]:
     """Box plot of per-point PI widths normalised by SA's mean native width (:func:`normalised_widths`).
 
-    Baselines temperature-scaled with their fitted T, SA native. Boxes: quartiles; line: median; whiskers:
-    P5 / P95 (no fliers); white diamond: mean (= the method's width ratio); dashed line at 1 (SA's mean).
+    Every method but SA conformally rescaled to SA's empirical coverage on the calibration split, SA native.
+    Boxes: quartiles; line: median; whiskers: P5 / P95 (no fliers); white diamond: mean (= the method's width
+    ratio); dashed line at 1 (SA's mean).
     Returns ``[png, pdf]``.
     """
     widths = normalised_widths(samples_and_metrics, level, dataset=dataset)
     fig = _new_figure(1.0 + 0.9 * len(widths), 3.4)
     ax = fig.add_subplot()
     _draw_sharpness(ax, widths, level)
-    ax.set_title(f"{dataset_label(dataset)}: PI-{round(level * 100):g} sharpness (SA = 1; baselines "
-                 f"temperature-scaled)", fontsize=9)
+    ax.set_title(f"{dataset_label(dataset)}: PI-{round(level * 100):g} sharpness (SA = 1; others matched to "
+                 f"SA's calibration coverage)", fontsize=9)
     return save_figure(fig, out_base)
 
 
@@ -333,7 +339,7 @@ def yacht_appendix(
     _draw_pit_overlay(ax_a, pits, bins)
     ax_a.set_title("(a) Native PIT (pooled over splits)", fontsize=10)
     _draw_sharpness(ax_b, widths, level)
-    ax_b.set_title(f"(b) PI-{round(level * 100):g} width / SA (baselines temperature-scaled)", fontsize=10)
+    ax_b.set_title(f"(b) PI-{round(level * 100):g} width / SA (others matched to SA's coverage)", fontsize=10)
     fig.suptitle(f"UCI {dataset_label(dataset)}")
     return save_figure(fig, out_base)
 
@@ -348,8 +354,9 @@ def teaser_sinusoid(
     *,
     level: float = 0.95,
     trend_method: str | None = None,
+    max_trend_rmse: float | None = None,
 ) -> list[Path]:
-    """Teaser panel (c): one 1-D toy data set, the same trend, each method's predictive interval (small multiples).
+    """Teaser panel (c): one 1-D toy data set, each method's trend and predictive interval (small multiples).
 
     Args:
         samples_paths_by_method: ``{method: samples.npz}`` of the toy's test split (keys ``y`` (n,), ``point``
@@ -358,11 +365,15 @@ def teaser_sinusoid(
             x is shown in original units ``x_test * x_std + x_mean``; rows align with the samples' n.
         out_base: output path without suffix.
         level: central interval level of the bands.
-        trend_method: whose ``point`` is the shared trend (default ``"sa"`` when present, else the first method):
-            SA's point is the deterministic backbone prediction, the trend every method's band is drawn around.
+        trend_method: the reference trend (default ``"sa"`` when present, else the first method): SA's point is
+            the deterministic backbone's prediction.
+        max_trend_rmse: the claim the figure makes, "every method recovers the trend": the RMSE between each
+            method's own point prediction and the reference trend over the test inputs must not exceed it
+            (original units), else ``ValueError`` naming the method. ``None`` checks nothing.
 
-    Each panel: test observations as dots, the shared trend as a line, the method's central ``level`` interval
-    (native samples) as a band; the title gives the empirical coverage. Returns ``[png, pdf]``.
+    Each panel: test observations as dots, the reference trend (black, dashed), the method's own point prediction
+    (solid, the method's colour) and its central ``level`` interval (native samples) as a band; the title gives
+    the empirical coverage and the trend RMSE. Returns ``[png, pdf]``.
     """
     if not isinstance(samples_paths_by_method, Mapping) or not samples_paths_by_method:
         raise TypeError("samples_paths_by_method must be a non-empty mapping method -> samples.npz")
@@ -396,6 +407,14 @@ def teaser_sinusoid(
     xs = x[idx]
     y = np.asarray(data[trend_method]["y"], dtype=np.float64)[idx]
     trend = np.asarray(data[trend_method]["point"], dtype=np.float64)[idx]
+    points = {m: np.asarray(data[m]["point"], dtype=np.float64)[idx] for m in order}
+    trend_rmse = {m: float(np.sqrt(np.mean((points[m] - trend) ** 2))) for m in order}
+    if max_trend_rmse is not None:
+        off = {m: r for m, r in trend_rmse.items() if r > max_trend_rmse}
+        if off:
+            listed = ", ".join(f"{method_label(m)} {r:.3g}" for m, r in off.items())
+            raise ValueError(f"teaser: point predictions off the {method_label(trend_method)} trend by more than "
+                             f"RMSE {max_trend_rmse:g}: {listed}; the figure would not show 'same trend'")
     nrows, ncols = _grid(len(order))
     fig = _new_figure(3.2 * ncols, 2.5 * nrows)
     axes = fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False).ravel()
@@ -405,9 +424,10 @@ def teaser_sinusoid(
         lo, hi = np.asarray(lo)[idx], np.asarray(hi)[idx]
         cover = float(np.mean((lo <= y) & (y <= hi)))
         ax.fill_between(xs, lo, hi, color=_color(method), alpha=0.35, lw=0, label=f"{pct}% PI")
-        ax.plot(xs, trend, color="black", lw=1.4, label="trend")
+        ax.plot(xs, points[method], color=_color(method), lw=1.6, label="its point prediction")
+        ax.plot(xs, trend, color="black", lw=1.0, ls="--", label=f"{method_label(trend_method)} trend")
         ax.scatter(xs, y, s=6, color="0.25", zorder=3, label="observations")
-        ax.set_title(f"{method_label(method)} (coverage {cover:.0%})", fontsize=10)
+        ax.set_title(f"{method_label(method)}: cov. {cover:.0%}, trend RMSE {trend_rmse[method]:.2f}", fontsize=9)
     for ax in axes[len(order):]:
         ax.set_visible(False)
     for ax in axes[(nrows - 1) * ncols:]:
@@ -415,7 +435,8 @@ def teaser_sinusoid(
     for ax in axes[::ncols]:
         ax.set_ylabel("y")
     axes[0].legend(fontsize=7, frameon=False, loc="best")
-    fig.suptitle(f"Same trend, different {pct}% predictive intervals")
+    claim = f" (every trend within RMSE {max_trend_rmse:g})" if max_trend_rmse is not None else ""
+    fig.suptitle(f"Same trend{claim}, different {pct}% predictive intervals")
     return save_figure(fig, out_base)
 
 

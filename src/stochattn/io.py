@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import secrets
+import zipfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -71,7 +72,9 @@ def atomic_path(path: PathLike) -> Iterator[Path]:
 def save_npz(path: PathLike, **arrays: Any) -> Path:
     """Write ``arrays`` (name -> array-like) to an uncompressed ``.npz`` file at exactly ``path``, atomically.
 
-    (``numpy.savez`` given a file name would append ``.npz``; writing through a file handle keeps the name.)
+    The file is what ``numpy.savez`` writes (one ``<name>.npy`` member per array, readable by ``numpy.load``) but
+    byte-reproducible: every zip member carries the fixed date 1980-01-01 instead of the time of writing, so the
+    same arrays always give the same bytes (and the same SHA-256 in provenance records and audits).
     Object arrays are refused, so that :func:`load_npz` never needs ``allow_pickle``.
     """
     if not arrays:
@@ -85,7 +88,12 @@ def save_npz(path: PathLike, **arrays: Any) -> Path:
     target = Path(path)
     with atomic_path(target) as tmp:
         with open(tmp, "wb") as fh:
-            np.savez(fh, **converted)
+            with zipfile.ZipFile(fh, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True) as zf:
+                for name, arr in converted.items():
+                    info = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+                    info.external_attr = 0o600 << 16
+                    with zf.open(info, "w", force_zip64=True) as member:
+                        np.lib.format.write_array(member, arr, allow_pickle=False)
             fh.flush()
             os.fsync(fh.fileno())
     return target

@@ -271,9 +271,9 @@ def predictive_samples(
     per_call = num_samples if max_rows is None else max(1, min(num_samples, max_rows // rows))  # passes per call
     plan = [(s0, r0) for r0 in range(0, batch, rows) for s0 in range(0, num_samples, per_call)]
     if progress:
-        from tqdm.auto import tqdm
+        from .progress import progress as show_progress
 
-        plan = tqdm(plan, desc="predictive samples", leave=False)
+        plan = show_progress(plan, desc="predictive samples")
     out: Optional[Tensor] = None
     for s0, r0 in plan:
         m, r1 = min(per_call, num_samples - s0), min(r0 + rows, batch)

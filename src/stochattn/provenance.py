@@ -7,7 +7,10 @@ host, device, and start/end times.
 
 from __future__ import annotations
 
+import ast
+import copy
 import datetime as _dt
+import functools
 import hashlib
 import os
 import platform
@@ -29,6 +32,10 @@ __all__ = [
     "provenance_record",
     "provenance_path",
     "write_provenance",
+    "code_closure",
+    "code_version",
+    "stage_provenance",
+    "check_gpu_request",
 ]
 
 PROVENANCE_VERSION = 1
@@ -206,3 +213,227 @@ def write_provenance(target_file: str | os.PathLike, record: Mapping[str, Any]) 
     if not isinstance(record, Mapping):
         raise TypeError(f"record must be a mapping, got {type(record).__name__}")
     return save_json(provenance_path(target_file), record)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# code versions: which library functions a stage runs, and a hash of exactly those (rerun trigger + audit)
+# ---------------------------------------------------------------------------------------------------------------
+_PACKAGE_ROOT = Path(__file__).resolve().parent
+_PACKAGE = _PACKAGE_ROOT.name
+
+
+def _module_file(module: str) -> Path | None:
+    """``stochattn.a.b`` -> the file defining it (``a/b.py`` or ``a/b/__init__.py``), None if not in the package."""
+    parts = module.split(".")
+    if parts[0] != _PACKAGE:
+        return None
+    base = _PACKAGE_ROOT.joinpath(*parts[1:])
+    for cand in (base.with_suffix(".py"), base / "__init__.py"):
+        if cand.is_file():
+            return cand
+    return None
+
+
+class _StripDocstrings(ast.NodeTransformer):
+    """Docstrings do not change what code computes: leave them out of the hash."""
+
+    def _strip(self, node):
+        self.generic_visit(node)
+        body = getattr(node, "body", None)
+        if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+            if isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+        return node
+
+    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = _strip
+
+
+def _resolve_from(module: str, is_package: bool, level: int, target: str | None) -> str:
+    if level == 0:
+        return target or ""
+    parts = module.split(".")
+    base = parts if is_package else parts[:-1]
+    base = base[: len(base) - (level - 1)]
+    return ".".join(base + ([target] if target else []))
+
+
+def _import_bindings(stmts: Iterable[ast.stmt], module: str, is_package: bool) -> dict[str, tuple[str, str | None]]:
+    """name -> (module, attribute or None) for the import statements among ``stmts`` (any depth)."""
+    out: dict[str, tuple[str, str | None]] = {}
+    for node in stmts:
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Import):
+                for alias in sub.names:
+                    if alias.asname:
+                        out[alias.asname] = (alias.name, None)
+                    else:
+                        out[alias.name.split(".")[0]] = (alias.name.split(".")[0], None)
+            elif isinstance(sub, ast.ImportFrom):
+                src = _resolve_from(module, is_package, sub.level, sub.module)
+                for alias in sub.names:
+                    if alias.name == "*":
+                        continue
+                    sub_module = f"{src}.{alias.name}"
+                    # `from pkg import submodule` binds a module; `from module import name` binds an attribute
+                    out[alias.asname or alias.name] = (
+                        (sub_module, None) if _module_file(sub_module) else (src, alias.name)
+                    )
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def _parse_module(path: str, mtime_ns: int, size: int, module: str) -> tuple[dict, dict]:
+    """(definitions: name -> (sha256 of the docstring-free AST, AST node), imports: name -> (module, attr))."""
+    tree = ast.parse(Path(path).read_text(encoding="utf-8"), filename=path)
+    is_package = path.endswith("__init__.py")
+    defs: dict[str, tuple[str, ast.AST]] = {}
+    for node in tree.body:
+        names: list[str] = []
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names = [node.name]
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+        if not names:
+            continue
+        stripped = _StripDocstrings().visit(copy.deepcopy(node))
+        digest = hashlib.sha256(ast.dump(stripped, include_attributes=False).encode()).hexdigest()
+        for name in names:
+            if name in defs:  # a name bound twice at module level: hash both bindings
+                digest = hashlib.sha256((defs[name][0] + digest).encode()).hexdigest()
+            defs[name] = (digest, node)
+    return defs, _import_bindings(tree.body, module, is_package)
+
+
+def _module_info(module: str) -> tuple[dict, dict] | None:
+    path = _module_file(module)
+    if path is None:
+        return None
+    st = path.stat()
+    return _parse_module(str(path), st.st_mtime_ns, st.st_size, module)
+
+
+def _references(node: ast.AST, module: str, imports: Mapping[str, tuple[str, str | None]]) -> set[tuple[str, str]]:
+    """(module, name) pairs of the package that ``node`` refers to: bare names, ``module.attr``, imports inside."""
+    local_imports = dict(imports)
+    is_package = str(_module_file(module) or "").endswith("__init__.py")
+    local_imports.update(_import_bindings([node], module, is_package))
+    refs: set[tuple[str, str]] = set()
+
+    def bind(name: str) -> tuple[str, str | None] | None:
+        return local_imports.get(name)
+
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name):
+            target = bind(sub.value.id)
+            if target and target[1] is None and _module_file(target[0]):
+                refs.add((target[0], sub.attr))
+        if isinstance(sub, ast.Name):
+            target = bind(sub.id)
+            if target is None:
+                refs.add((module, sub.id))
+            elif target[1] is not None:
+                refs.add(target)
+    return {r for r in refs if r[0].split(".")[0] == _PACKAGE}
+
+
+def _resolve(module: str, name: str, seen_modules: frozenset = frozenset()) -> tuple[str, str] | None:
+    """Follow re-exports (``from .evaluate import evaluate``) to the module that defines ``name``."""
+    info = _module_info(module)
+    if info is None:
+        return None
+    defs, imports = info
+    if name in defs:
+        return module, name
+    if name in imports and module not in seen_modules:
+        target_module, attr = imports[name]
+        if attr is not None:
+            return _resolve(target_module, attr, seen_modules | {module})
+    return None
+
+
+def code_closure(entries: Iterable[str], exclude: Iterable[str] = ()) -> dict[str, str]:
+    """``{"module:name": sha256 of its docstring-free AST}`` for every package-level function, class or constant that
+    the ``entries`` (``"stochattn.module:function"``) reach through their bodies, transitively.
+
+    Names in ``exclude`` are not followed from an entry's own body (they are still followed when reached through
+    another definition): e.g. a dispatcher that names every method's function, hashed for one method only. An
+    entry that does not exist raises KeyError. Calls through objects (``obj.method()``) are covered because a class
+    is hashed whole; dynamic lookups (``getattr``) are not seen and must be listed as entries.
+    """
+    excluded = set(exclude)
+    out: dict[str, str] = {}
+    stack: list[tuple[str, str, bool]] = []
+    for entry in entries:
+        module, _, name = entry.partition(":")
+        resolved = _resolve(module, name)
+        if resolved is None:
+            raise KeyError(f"code_closure: {entry!r} is not a module-level definition of the {_PACKAGE} package")
+        stack.append((*resolved, True))
+    while stack:
+        module, name, is_entry = stack.pop()
+        key = f"{module}:{name}"
+        if key in out:
+            continue
+        defs, imports = _module_info(module)  # type: ignore[misc]
+        digest, node = defs[name]
+        out[key] = digest
+        for ref_module, ref_name in _references(node, module, imports):
+            if is_entry and f"{ref_module}:{ref_name}" in excluded:
+                continue
+            resolved = _resolve(ref_module, ref_name)
+            if resolved is not None and f"{resolved[0]}:{resolved[1]}" not in out:
+                stack.append((*resolved, False))
+    return dict(sorted(out.items()))
+
+
+def code_version(entries: Iterable[str], exclude: Iterable[str] = ()) -> dict[str, Any]:
+    """``{"sha256", "entries", "exclude", "n_definitions"}``: the hash of :func:`code_closure` (one line
+    ``"<module:name> <sha256>"`` per definition). Used as a rule's ``params.code`` (reruns follow the library) and
+    recorded in meta.json / metrics.json; :mod:`stochattn.audit` recomputes it from ``entries`` / ``exclude``."""
+    entries, exclude = sorted(set(entries)), sorted(set(exclude))
+    closure = code_closure(entries, exclude)
+    text = "".join(f"{k} {v}\n" for k, v in closure.items())
+    return {
+        "sha256": hashlib.sha256(text.encode()).hexdigest(),
+        "entries": entries,
+        "exclude": exclude,
+        "n_definitions": len(closure),
+    }
+
+
+def stage_provenance(
+    *,
+    rule: str,
+    inputs: Iterable[str | os.PathLike],
+    code: Mapping[str, Any] | None,
+    params: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``provenance`` block of a run's meta.json / metrics.json: ``{"rule", "inputs": [file_record],
+    "code": code_version, "params"}`` (``params``: the config values the rule read, seed included)."""
+    return {
+        "rule": rule,
+        "inputs": [file_record(p) for p in _paths(inputs, "inputs")],
+        "code": to_jsonable(dict(code)) if code is not None else None,
+        "params": to_jsonable(dict(params or {})),
+    }
+
+
+def check_gpu_request(requested_gpus: Any, require_gpu: bool = True) -> None:
+    """Fail clearly when a job was given GPUs by the scheduler (``resources.gpu > 0``) but torch sees no CUDA:
+    without this check the job would silently train on the node's CPU, for hours. ``require_gpu=False`` (config
+    key ``require_gpu``) allows it, for clusters whose profile requests GPUs that this torch build cannot use."""
+    try:
+        n = int(requested_gpus or 0)
+    except (TypeError, ValueError):
+        n = 1  # a gres string such as "gpu:a100:1"
+    if n <= 0 or not require_gpu:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            f"this job requested {requested_gpus} GPU(s) but torch {torch.__version__} sees no CUDA device "
+            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); install the CUDA build of torch on "
+            "the nodes, or set require_gpu: false in the config (CPU-only runs), or drop gpu from the profile"
+        )

@@ -57,48 +57,73 @@ def apply_scale(samples: Any, point: Any, factor: float) -> np.ndarray:
     return p + f * (x - p)
 
 
+def _is_member_mean(x: np.ndarray, p: np.ndarray, sd: np.ndarray) -> bool:
+    """True when ``p`` is the members' mean up to round-off (within 1e-3 ensemble SDs at every entry)."""
+    return bool(np.all(np.abs(p - x.mean(axis=0)) <= 1e-3 * sd + 1e-12 * np.abs(p)))
+
+
 def fit_temperature(
     samples_cal: Any,
     point_cal: Any,
     y_cal: Any,
     objective: str = "nll",
     bounds: tuple[float, float] = (1e-3, 1e3),
+    *,
+    point_is_mean: bool | None = None,
 ) -> float:
     """Fit a temperature T > 0 for ``x' = point + T (x - point)`` on a calibration split.
 
     Objectives:
-        ``"nll"`` (default): Gaussian negative log-likelihood of y under N(point, (T sd)^2), sd the ensemble
-            standard deviation (ddof=1). Its minimiser is closed-form ("sigma scaling"),
-            ``T^2 = mean(((y - point) / sd)^2)`` over entries with sd > 0. Default because it is the classical
-            temperature scaling (NLL, Guo et al. 2017) the paper cites, is deterministic and needs no optimiser.
+        ``"nll"`` (default): Gaussian sigma scaling (temperature scaling by NLL, Guo et al. 2017, the scaling the
+            paper cites), corrected for the finite ensemble size S so that it is unbiased for T^2. Model: members
+            x_1..x_S iid N(c, sigma^2) and y ~ N(c, T^2 sigma^2) independent of them, per entry; sd the members'
+            standard deviation (ddof=1), z = (y - point) / sd. Because (S-1) sd^2 / sigma^2 ~ chi^2_{S-1}
+            independently of y and of the members' mean, E[1 / sd^2] = (S-1) / ((S-3) sigma^2), hence
+
+                point = c (independent of the members):  E[z^2] = (S-1)/(S-3) * T^2
+                point = members' mean:                   E[z^2] = (S-1)/(S-3) * (T^2 + 1/S)
+
+            and the estimator is ``T^2 = (S-3)/(S-1) * mean(z^2)`` (minus ``1/S`` in the second case), over
+            entries with spread. The plain NLL minimiser ``T^2 = mean(z^2)`` is biased upward by the factor
+            (S-1)/(S-3): a perfectly calibrated ensemble of S = 19 gets T = sqrt(18/16) = 1.061 from it (and
+            1.087 when the point is the members' mean); this one gets T = 1 up to sampling error. Needs S >= 4.
+            Deterministic, no optimiser. An estimate T^2 <= lower bound^2 (an over-dispersed ensemble whose point
+            is its mean) is raised to ``bounds[0]``.
         ``"crps"``: minimise the mean ensemble CRPS of the scaled ensemble over log T in ``log(bounds)`` with
             ``scipy.optimize.minimize_scalar(method="bounded")``; makes no Gaussian assumption.
 
     Args:
-        samples_cal: (S, n, ...) calibration ensemble, S >= 2.
+        samples_cal: (S, n, ...) calibration ensemble, S >= 2 (S >= 4 for ``"nll"``).
         point_cal: (n, ...) point predictions.
         y_cal: (n, ...) truth.
         objective: ``"nll"`` or ``"crps"``.
-        bounds: (lower, upper) search range for T with the ``"crps"`` objective.
+        bounds: (lower, upper) range for T (the search range of ``"crps"``; the floor of ``"nll"``).
+        point_is_mean: whether ``point_cal`` is the members' mean (``"nll"`` only); None detects it (the point
+            lies within 1e-3 ensemble SDs of the members' mean at every entry).
 
     Returns:
         T as a float.
     """
     x, p, t = _check_inputs(samples_cal, point_cal, y_cal, "_cal")
+    lo, hi = float(bounds[0]), float(bounds[1])
+    if not (0 < lo < hi and math.isfinite(hi)):
+        raise ValueError(f"bounds must satisfy 0 < lower < upper < inf, got {bounds!r}")
     if objective == "nll":
+        s = x.shape[0]
+        if s < 4:
+            raise ValueError(f"the unbiased NLL temperature needs S >= 4 members (E[1/sd^2] is infinite), got S={s}")
         sd = x.std(axis=0, ddof=1)
         ok = np.ptp(x, axis=0) > 0  # exact test: std of identical members can round to ~1e-16
         if not ok.any():
             raise ValueError("samples_cal has zero spread at every entry; cannot fit a temperature")
         z2 = ((t[ok] - p[ok]) / sd[ok]) ** 2
-        temperature = math.sqrt(float(np.mean(z2)))
-        if temperature <= 0:
+        mean_z2 = float(np.mean(z2))
+        if mean_z2 <= 0:
             raise ValueError("y_cal equals point_cal wherever samples_cal has spread; temperature would be 0")
-        return temperature
+        is_mean = _is_member_mean(x, p, sd) if point_is_mean is None else bool(point_is_mean)
+        t2 = (s - 3) / (s - 1) * mean_z2 - (1.0 / s if is_mean else 0.0)
+        return math.sqrt(max(t2, lo**2))
     if objective == "crps":
-        lo, hi = float(bounds[0]), float(bounds[1])
-        if not (0 < lo < hi and math.isfinite(hi)):
-            raise ValueError(f"bounds must satisfy 0 < lower < upper < inf, got {bounds!r}")
         dev = x - p  # deviations from the point prediction, (S, n, ...)
         resid = t - p
         # CRPS(T) = mean|T dev - resid| - T * 0.5 mean|dev - dev'|; the spread term is linear in T.
@@ -120,54 +145,76 @@ def fit_conformal_scale(
     y_cal: Any,
     coverage: float = 0.95,
     level: float = 0.95,
+    *,
+    finite_sample: bool = True,
 ) -> float:
     """Smallest factor c for which the scaled central interval covers >= ``coverage`` of calibration entries.
 
     The central interval [lo, hi] at ``level`` comes from sample quantiles (``metrics.central_interval``);
     scaling by c maps it to [point + c (lo - point), point + c (hi - point)] (quantiles are affine-equivariant).
-    Nonconformity score per entry: ``(y - point) / (hi - point)`` if y > point else ``(point - y) / (point - lo)``
-    (0 when y == point; +inf when the relevant half-width is <= 0 while y != point, i.e. never covered).
-    c is the split-conformal quantile: the k-th smallest score with ``k = ceil((n + 1) * coverage)``, i.e. the
-    ``ceil((n+1) coverage)/n`` empirical quantile, which gives >= ``coverage`` on exchangeable test data.
+    Per entry the set of c > 0 that cover y is an interval [L, U]: in the usual case lo <= point <= hi it is
+    [score, inf) with the nonconformity score ``(y - point) / (hi - point)`` if y > point else
+    ``(point - y) / (point - lo)`` (0 when y == point); when the point lies outside its interval (possible for a
+    narrow central interval of a few members) covering needs c in a bounded range, and an entry whose interval
+    has zero width on the side of y is never covered. c is the smallest value at which at least k of the n
+    entries are covered (the k-th smallest score in the usual case):
 
-    The guarantee assumes lo <= point <= hi (true for the ensemble mean/median and any sensible ``level``);
-    where the point lies outside its interval, covering needs c inside a bounded range and the score is only a
-    lower bound.
+    * ``finite_sample=True`` (default): split conformal, ``k = ceil((n + 1) * coverage)``, which gives
+      >= ``coverage`` on exchangeable test data.
+    * ``finite_sample=False``: the empirical quantile, ``k = max(1, ceil(n * coverage))``; the calibration
+      coverage is then the smallest attainable fraction >= ``coverage``, i.e. in [coverage, coverage + 1/n) when
+      the covering sets do not tie. The mode for matching another method's empirical coverage measured on the
+      same n entries (``coverage`` may be anything in [0, 1]; 1.0 gives the smallest c covering every entry).
 
     Args:
         samples_cal: (S, n, ...) calibration ensemble, S >= 2.
         point_cal: (n, ...) point predictions.
         y_cal: (n, ...) truth.
-        coverage: target coverage in (0, 1) (e.g. 0.95, or another method's empirical coverage).
+        coverage: target coverage in (0, 1) (e.g. 0.95, or another method's empirical coverage); [0, 1] with
+            ``finite_sample=False``.
         level: nominal level of the central interval that is scaled, in (0, 1).
+        finite_sample: use the (n + 1) split-conformal correction (True) or the plain empirical quantile.
 
     Returns:
         c as a float (> 0).
     """
     x, p, t = _check_inputs(samples_cal, point_cal, y_cal, "_cal")
-    cov = check_level(coverage, "coverage")
+    if finite_sample:
+        cov = check_level(coverage, "coverage")
+    else:
+        cov = float(as_array(coverage, "coverage"))
+        if not 0.0 <= cov <= 1.0:
+            raise ValueError(f"coverage must be in [0, 1], got {coverage!r}")
     lvl = check_level(level, "level")
     lo, hi = central_interval(x, lvl)
-    above = t > p
-    half = np.where(above, hi - p, p - lo).ravel()
-    dist = np.abs(t - p).ravel()
-    scores = np.full(dist.shape, np.inf)
-    pos = half > 0
-    scores[pos] = dist[pos] / half[pos]
-    scores[dist == 0] = 0.0
-    n = scores.size
-    k = math.ceil((n + 1) * cov)
+    d, a, b = (t - p).ravel(), (lo - p).ravel(), (hi - p).ravel()
+    # covered  <=>  c a <= d <= c b; each side bounds c from below or above depending on the sign of a / b
+    lower, upper = np.zeros_like(d), np.full_like(d, np.inf)
+    empty = ((a == 0) & (d < 0)) | ((b == 0) & (d > 0))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lower = np.where(a < 0, np.maximum(lower, d / a), lower)
+        upper = np.where(a > 0, np.minimum(upper, d / a), upper)
+        lower = np.where(b > 0, np.maximum(lower, d / b), lower)
+        upper = np.where(b < 0, np.minimum(upper, d / b), upper)
+    empty |= (lower > upper) | (upper <= 0)
+    n = d.size
+    # the 1e-9 absorbs round-off in a coverage that is itself a fraction j/n (e.g. 19/20 * 20 = 19.000000000000004)
+    k = math.ceil((n + 1) * cov - 1e-9) if finite_sample else max(1, math.ceil(n * cov - 1e-9))
     if k > n:
         raise ValueError(
             f"coverage={cov} needs at least {math.ceil(cov / (1 - cov))} calibration entries "
             f"(ceil((n+1) coverage) <= n), got n={n}"
         )
-    c = float(np.sort(scores)[k - 1])
-    if not math.isfinite(c):
+    starts, ends = np.sort(lower[~empty]), np.sort(upper[~empty])
+    # entries covered at c = starts[j]: those with L <= c minus those whose U < c
+    count = np.searchsorted(starts, starts, side="right") - np.searchsorted(ends, starts, side="left")
+    reached = np.flatnonzero(count >= k)
+    if reached.size == 0:
         raise ValueError(
             "no finite factor reaches the target coverage: too many calibration entries have a zero-width "
-            "interval on the side of y (samples_cal without spread)"
+            "interval on the side of y (samples_cal without spread) or cannot be covered by scaling"
         )
+    c = float(starts[reached[0]])
     if c <= 0:
         raise ValueError("conformal factor is 0: y_cal equals point_cal for the required fraction of entries")
     # Inflate by a few ulps so the entry that defines c stays covered despite rounding in point + c (x - point).

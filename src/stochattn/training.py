@@ -25,7 +25,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from tqdm.auto import tqdm
+
+from .progress import progress as show_progress
 
 __all__ = [
     "FitResult",
@@ -369,7 +370,7 @@ def fit_regressor(
     stopped_early = False
     t0 = time.perf_counter()
     with seeded(int(seed), dev):
-        bar = tqdm(range(1, max_epochs + 1), desc=desc, disable=not progress, leave=False)
+        bar = show_progress(range(1, max_epochs + 1), desc=desc, unit="epoch", disable=not progress)
         for epoch in bar:
             model.train()
             perm = torch.randperm(len(x_tr), generator=shuffle_gen).to(dev)

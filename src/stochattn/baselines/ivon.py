@@ -21,8 +21,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
+from stochattn.progress import progress as show_progress
 from stochattn.training import (
     FitResult,
     LossFn,
@@ -214,7 +214,7 @@ def ivon_samples(
     params = [p for g in optimizer.param_groups for p in g["params"]]
     out = torch.empty(num_samples, len(x))
     with seeded(seed, dev), _restored_on_error(params):
-        for s in tqdm(range(num_samples), desc="ivon", disable=not progress, leave=False):
+        for s in show_progress(range(num_samples), desc="ivon samples", disable=not progress):
             with optimizer.sampled_params():
                 out[s] = predict(model, x, batch_size)
     return out

@@ -26,8 +26,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
+from stochattn.progress import progress as show_progress
 from stochattn.training import (
     LossFn,
     as_generator,
@@ -339,7 +339,7 @@ def swag_samples(
     saved = [p.detach().clone() for p in params]
     out = torch.empty(num_samples, len(x))
     try:
-        for s in tqdm(range(num_samples), desc="swag", disable=not progress, leave=False):
+        for s in show_progress(range(num_samples), desc="swag samples", disable=not progress):
             swag.sample(model, gen, scale=scale, diag_only=diag_only)
             out[s] = predict(model, x, batch_size)
     finally:

@@ -5,6 +5,9 @@ Layout of one data set (``<root>/UCI_Datasets/<gal_name>/data/``, github.com/yar
 (0-based column indices), ``n_splits.txt``, and per split ``i`` the 0-based row indices ``index_train_<i>.txt``
 and ``index_test_<i>.txt`` (random 90/10 splits; 20 per data set, 5 for protein).
 
+Other data sets in the same layout are added by configuration (``custom_datasets``, see :func:`custom_dataset`
+and :func:`dataset_registry`); they are fetched, verified and loaded by the same functions.
+
 Pipeline:
     fetch_uci        mirrors first (SHA-256 verified), else download from Gal's repository (same verification)
     load_uci_split   (x_train, y_train, x_test, y_test) of one Gal split, float64, original units
@@ -27,16 +30,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from stochattn.io import atomic_path, load_npz, save_npz, sha256_file
+from stochattn.progress import progress as show_progress
 
 __all__ = [
     "UCIDataset",
     "UCI_DATASETS",
     "GAL_URL_TEMPLATE",
+    "CUSTOM_KEYS",
     "DataFetchError",
+    "custom_dataset",
+    "dataset_registry",
+    "resolve_dataset",
     "uci_files",
+    "locate_uci_file",
     "load_uci_checksums",
     "fetch_uci",
     "load_uci_split",
@@ -59,14 +67,27 @@ _CHECKSUM_RESOURCE = "uci_sha256.txt"
 class UCIDataset:
     """One UCI data set: short ``name``, Gal's folder ``gal_name``, the paper's ``display_name``, number of
     Gal splits, and the size of ``data.txt`` (``n_rows`` x (``n_features`` + 1 target), extra columns of
-    ``data.txt`` that are neither feature nor target are ignored; naval has a second target we do not use)."""
+    ``data.txt`` that are neither feature nor target are ignored; naval has a second target we do not use).
+
+    Data sets added by configuration (:func:`custom_dataset`) have ``builtin=False``, ``n_rows`` / ``n_features``
+    ``None`` unless given, and may name where their files are: ``source`` (an absolute folder in Gal's layout,
+    i.e. holding ``data/``; ``None``: ``<mirror>/UCI_Datasets/<gal_name>/``), ``url`` (download template with
+    ``{gal_name}`` and ``{file}``; ``None``: Gal's repository for built-ins, no download for custom ones),
+    ``checksums`` (a ``sha256sum``-style table; ``None``: the packaged table) and ``verify`` (``False``: files
+    are used without a SHA-256 check, with a warning).
+    """
 
     name: str
     gal_name: str
     display_name: str
     n_splits: int
-    n_rows: int
-    n_features: int
+    n_rows: int | None
+    n_features: int | None
+    builtin: bool = True
+    source: str | None = None
+    url: str | None = None
+    checksums: str | None = None
+    verify: bool = True
 
 
 UCI_DATASETS: dict[str, UCIDataset] = {
@@ -82,20 +103,106 @@ UCI_DATASETS: dict[str, UCIDataset] = {
         UCIDataset("yacht", "yacht", "Yacht", 20, 308, 6),
     )
 }
-"""Short name -> :class:`UCIDataset`, in the row order of the paper's Table 3."""
+"""Short name -> :class:`UCIDataset`, in the row order of the paper's Table 3 (the built-in data sets)."""
+
+CUSTOM_KEYS = {"folder", "n_splits", "checksums", "verify", "url", "display_name", "n_rows"}
+"""Keys of one ``custom_datasets`` entry (see :func:`custom_dataset`)."""
+
+_NAME_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 
 class DataFetchError(RuntimeError):
     """A data file could not be obtained with the expected SHA-256 (or the data set name is unknown)."""
 
 
-def _dataset(name: str) -> UCIDataset:
-    if not isinstance(name, str) or name not in UCI_DATASETS:
-        raise DataFetchError(f"unknown UCI data set name {name!r}; known: {', '.join(UCI_DATASETS)}")
-    return UCI_DATASETS[name]
+def custom_dataset(name: str, spec: Mapping[str, Any], *, base_dir: str | os.PathLike | None = None) -> UCIDataset:
+    """A data set in Gal's layout added by configuration: ``custom_datasets: {<name>: spec}``.
+
+    ``spec`` keys (:data:`CUSTOM_KEYS`): ``folder`` (required: a folder name under each mirror's
+    ``UCI_Datasets/``, or an absolute path to the data set's folder, the one holding ``data/``), ``n_splits``
+    (required: Gal splits the folder holds, >= 1), ``checksums`` (a ``sha256sum``-style table, e.g. a mirror's
+    ``SHA256SUMS`` with lines ``<sha256>  UCI_Datasets/<folder>/data/<file>``; a relative path resolves against
+    ``base_dir``), ``verify`` (default True; ``False`` uses the files unverified), ``url`` (optional download
+    template with ``{gal_name}`` and ``{file}``), ``display_name`` and ``n_rows`` (optional; for labels and
+    resource estimates). With ``verify`` true, ``checksums`` is required and must exist.
+
+    Raises ValueError naming the data set and the offending key.
+    """
+    where = f"custom_datasets.{name}"
+    if not isinstance(name, str) or not name or not name[0].isalpha() or not set(name) <= _NAME_CHARS:
+        raise ValueError(f"{where}: a data set name must be a letter followed by letters, digits or '_'")
+    if name in UCI_DATASETS:
+        raise ValueError(f"{where}: {name!r} is a built-in data set; choose another name")
+    if not isinstance(spec, Mapping):
+        raise ValueError(f"{where}: expected a mapping with keys {sorted(CUSTOM_KEYS)}, got {spec!r}")
+    unknown = sorted(set(spec) - CUSTOM_KEYS)
+    if unknown:
+        raise ValueError(f"{where}: unknown keys {unknown}; allowed: {sorted(CUSTOM_KEYS)}")
+    folder = spec.get("folder")
+    if not isinstance(folder, str) or not folder.strip():
+        raise ValueError(f"{where}.folder: required, a folder name under <mirror>/UCI_Datasets/ or an absolute path")
+    n_splits = spec.get("n_splits")
+    if isinstance(n_splits, bool) or not isinstance(n_splits, int) or n_splits < 1:
+        raise ValueError(f"{where}.n_splits: required, a positive int (Gal splits in the folder), got {n_splits!r}")
+    verify = spec.get("verify", True)
+    if not isinstance(verify, bool):
+        raise ValueError(f"{where}.verify: expected true or false, got {verify!r}")
+    checksums = spec.get("checksums")
+    if checksums is not None:
+        path = Path(os.path.expanduser(str(checksums)))
+        if not path.is_absolute() and base_dir is not None:
+            path = Path(base_dir) / path
+        if not path.is_file():
+            raise ValueError(f"{where}.checksums: file {path} not found")
+        checksums = str(path.resolve())
+    elif verify:
+        raise ValueError(
+            f"{where}: give checksums: <sha256sum table> (e.g. a mirror's SHA256SUMS), or verify: false to use "
+            "the files unverified"
+        )
+    url = spec.get("url")
+    if url is not None and (not isinstance(url, str) or "{file}" not in url):
+        raise ValueError(f"{where}.url: expected a template containing '{{file}}', got {url!r}")
+    n_rows = spec.get("n_rows")
+    if n_rows is not None and (isinstance(n_rows, bool) or not isinstance(n_rows, int) or n_rows < 1):
+        raise ValueError(f"{where}.n_rows: expected a positive int, got {n_rows!r}")
+    folder_path = Path(os.path.expanduser(folder))
+    source = str(folder_path) if folder_path.is_absolute() else None
+    gal_name = folder_path.name if source is not None else folder_path.as_posix().strip("/")
+    return UCIDataset(
+        name=name, gal_name=gal_name, display_name=str(spec.get("display_name") or name), n_splits=n_splits,
+        n_rows=n_rows, n_features=None, builtin=False, source=source, url=url, checksums=checksums, verify=verify,
+    )  # fmt: skip
 
 
-def uci_files(name: str) -> list[str]:
+def dataset_registry(
+    custom: Mapping[str, Mapping[str, Any]] | None = None, *, base_dir: str | os.PathLike | None = None
+) -> dict[str, UCIDataset]:
+    """The built-in data sets (paper order) followed by the ``custom`` ones (``{name: spec}``, sorted by name)."""
+    registry = dict(UCI_DATASETS)
+    for name in sorted(custom or {}):
+        registry[name] = custom_dataset(name, custom[name], base_dir=base_dir)
+    return registry
+
+
+def resolve_dataset(name: str | UCIDataset, registry: Mapping[str, UCIDataset] | None = None) -> UCIDataset:
+    """``name`` looked up in ``registry`` (default: the built-ins); a :class:`UCIDataset` is returned as is.
+
+    Raises DataFetchError naming the unknown name and the known ones.
+    """
+    if isinstance(name, UCIDataset):
+        return name
+    registry = UCI_DATASETS if registry is None else registry
+    if not isinstance(name, str) or name not in registry:
+        custom = "" if registry is not UCI_DATASETS else " (add other data sets under custom_datasets)"
+        raise DataFetchError(f"unknown UCI data set name {name!r}; known: {', '.join(registry)}{custom}")
+    return registry[name]
+
+
+_dataset = resolve_dataset
+
+
+def uci_files(name: str | UCIDataset) -> list[str]:
     """File names of data set ``name`` that :func:`fetch_uci` fetches (data, index files, every split)."""
     ds = _dataset(name)
     files = ["data.txt", "index_features.txt", "index_target.txt", "n_splits.txt"]
@@ -148,16 +255,18 @@ class _Mismatch(Exception):
         self.got = got
 
 
-def _copy_verified(src: Path, dest: Path, expected: str) -> None:
-    """Copy ``src`` to ``dest`` atomically if its SHA-256 equals ``expected`` (else raise _Mismatch, dest untouched)."""
+def _copy_verified(src: Path, dest: Path, expected: str | None) -> None:
+    """Copy ``src`` to ``dest`` atomically if its SHA-256 equals ``expected`` (else raise _Mismatch, dest untouched;
+    ``expected=None``: no check)."""
     with atomic_path(dest) as tmp:
         shutil.copyfile(src, tmp)
-        got = sha256_file(tmp)
-        if got != expected:
-            raise _Mismatch(got)
+        if expected is not None:
+            got = sha256_file(tmp)
+            if got != expected:
+                raise _Mismatch(got)
 
 
-def _download_verified(url: str, dest: Path, expected: str, timeout: float) -> None:
+def _download_verified(url: str, dest: Path, expected: str | None, timeout: float) -> None:
     """Stream ``url`` to ``dest`` atomically, verifying SHA-256 (raises _Mismatch or an urllib/OS error)."""
     with atomic_path(dest) as tmp:
         digest = hashlib.sha256()
@@ -166,31 +275,57 @@ def _download_verified(url: str, dest: Path, expected: str, timeout: float) -> N
                 digest.update(chunk)
                 out.write(chunk)
         got = digest.hexdigest()
-        if got != expected:
+        if expected is not None and got != expected:
             raise _Mismatch(got)
 
 
+def _source_dirs(ds: UCIDataset, mirror_dirs: list[Path]) -> list[tuple[str, Path, Path | None]]:
+    """``[(kind, root, folder holding the flat files or None when root does not exist)]`` in the order tried:
+    the data set's own ``source`` folder (kind "folder"), else every mirror (kind "mirror")."""
+    if ds.source is not None:
+        root = Path(ds.source)
+        return [("folder", root, root / "data" if root.is_dir() else None)]
+    return [("mirror", m, m / "UCI_Datasets" / ds.gal_name / "data" if m.is_dir() else None) for m in mirror_dirs]
+
+
+def locate_uci_file(ds: str | UCIDataset, file: str, mirrors: Iterable[str | os.PathLike]) -> Path | None:
+    """The first copy of ``file`` of data set ``ds`` in its sources (its ``source`` folder, else the ``mirrors``
+    in order), unverified; None when no source has it."""
+    for _, _, folder in _source_dirs(resolve_dataset(ds), _check_mirrors(mirrors)):
+        if folder is not None and (folder / file).is_file():
+            return folder / file
+    return None
+
+
 def fetch_uci(
-    name: str,
+    name: str | UCIDataset,
     dest_dir: str | os.PathLike,
     *,
     mirrors: list[str],
     allow_download: bool = True,
-    url_template: str = GAL_URL_TEMPLATE,
+    url_template: str | None = None,
     timeout: float = 60.0,
     checksums: Mapping[str, str] | str | os.PathLike | None = None,
     progress: bool = True,
 ) -> Path:
     """Fetch every file of UCI data set ``name`` into ``dest_dir`` (flat: ``dest_dir/data.txt`` ...).
 
-    For each file of :func:`uci_files`: a copy already in ``dest_dir`` with the right SHA-256 is kept; else each
-    mirror in ``mirrors`` is tried in order (a mirror is a folder laid out like the shared data folder:
+    ``name``: a built-in name or a :class:`UCIDataset` (e.g. from :func:`dataset_registry` for a custom data
+    set). For each file of :func:`uci_files`: a copy already in ``dest_dir`` with the right SHA-256 is kept; else
+    each source is tried in order: the data set's own ``source`` folder if it has one, else each mirror in
+    ``mirrors`` (a mirror is a folder laid out like the shared data folder:
     ``<mirror>/UCI_Datasets/<gal_name>/data/<file>``), and a copy whose SHA-256 matches is moved into place
-    atomically; else, when ``allow_download``, the file is downloaded from ``url_template`` (formatted with
-    ``gal_name`` and ``file``; ``urllib``, ``timeout`` seconds) with the same verification.
+    atomically; else, when ``allow_download``, the file is downloaded from ``url_template`` (default: the data
+    set's ``url``, for built-ins Gal's repository; formatted with ``gal_name`` and ``file``; ``urllib``,
+    ``timeout`` seconds) with the same verification.
 
     ``checksums``: ``{"<gal_name>/data/<file>": sha256}``, or a path to a ``sha256sum``-style table, or ``None``
-    for the table shipped with the package.
+    for the data set's own table (``UCIDataset.checksums``), else the table shipped with the package. A data set
+    with ``verify=False`` is copied without checksums (a warning is logged; nothing in ``dest_dir`` is trusted).
+
+    When no download is possible (``allow_download=False`` or no URL), every file is located first, so a file no
+    source has raises before anything is written. ``n_splits.txt`` must announce at least the data set's
+    ``n_splits``.
 
     Returns ``dest_dir`` as a Path. Raises :class:`DataFetchError` for an unknown ``name``, for a file without an
     expected checksum, and for a file that no source delivered with the expected SHA-256; the message names the
@@ -198,82 +333,146 @@ def fetch_uci(
     (no partial file, no temporary file; a copy with the wrong SHA-256 found there is removed); files verified
     before it stay.
     """
-    ds = _dataset(name)
+    ds = resolve_dataset(name)
+    name = ds.name
     mirror_dirs = _check_mirrors(mirrors)
-    if checksums is None or isinstance(checksums, (str, os.PathLike)):
-        table = load_uci_checksums(checksums)
-    elif isinstance(checksums, Mapping):
-        table = {str(k): str(v).lower() for k, v in checksums.items()}
+    if not ds.verify:
+        table: dict[str, str] = {}
+        log.warning(
+            "UCI %s: verify is false: its files are used WITHOUT a SHA-256 check (custom_datasets.%s.verify)",
+            name, name,
+        )  # fmt: skip
     else:
-        raise TypeError(f"checksums must be a mapping, a path or None, got {type(checksums).__name__}")
+        if checksums is None:
+            checksums = ds.checksums
+        if checksums is None or isinstance(checksums, (str, os.PathLike)):
+            table = load_uci_checksums(checksums)
+        elif isinstance(checksums, Mapping):
+            table = {str(k): str(v).lower() for k, v in checksums.items()}
+        else:
+            raise TypeError(f"checksums must be a mapping, a path or None, got {type(checksums).__name__}")
     if timeout is not None and timeout <= 0:
         raise ValueError(f"timeout must be positive, got {timeout}")
+    if url_template is None:
+        url_template = ds.url if ds.url is not None or not ds.builtin else GAL_URL_TEMPLATE
+    can_download = allow_download and url_template is not None
 
     dest = Path(dest_dir)
-    dest.mkdir(parents=True, exist_ok=True)
-    files = uci_files(name)
-    mirror_setting = f"mirrors={[str(m) for m in mirror_dirs]!r}"
-    for file in tqdm(files, desc=f"fetch {name}", unit="file", disable=not progress):
+    files = uci_files(ds)
+    sources = _source_dirs(ds, mirror_dirs)
+    mirror_setting = f"mirrors={[str(m) for m in mirror_dirs]!r}" if ds.source is None else f"folder={ds.source!r}"
+
+    def url_of(file: str) -> str:
+        return url_template.format(gal_name=ds.gal_name, file=file) if url_template is not None else "(none)"
+
+    def expected_of(file: str) -> str | None:
+        if not ds.verify:
+            return None
         rel = f"{ds.gal_name}/data/{file}"
-        url = url_template.format(gal_name=ds.gal_name, file=file)
         expected = table.get(rel)
         if expected is None:
             raise DataFetchError(
                 f"UCI {name!r}: no expected SHA-256 for {rel!r} in the checksum table, refusing to use it unverified "
-                f"(URL {url}, {mirror_setting})"
+                f"(URL {url_of(file)}, {mirror_setting})"
             )
+        return expected
+
+    def in_place(file: str, expected: str | None) -> bool:
+        """A verified copy is already in dest; a copy with the wrong SHA-256 (or any copy, unverified) is removed."""
         target = dest / file
-        if target.is_file():
-            if sha256_file(target) == expected:
-                continue
-            # a stale or corrupt copy is never left in place
+        if not target.is_file():
+            return False
+        if expected is not None and sha256_file(target) == expected:
+            return True
+        if expected is not None:  # a stale or corrupt copy is never left in place
             log.warning("UCI %s: %s has the wrong SHA-256; removing it and fetching again", name, target)
-            target.unlink()
+        target.unlink()
+        return False
+
+    def failure(file: str, expected: str | None, attempts: list[str]) -> DataFetchError:
+        attempts = list(attempts)
+        if not can_download:
+            why = "allow_download=False" if url_template is not None else "no url configured for this data set"
+            attempts.append(f"download {url_of(file)}: not attempted ({why})")
+        if not sources:
+            attempts.insert(0, "no mirror configured")
+        details = "\n  ".join(attempts)
+        sha = f"expected SHA-256 {expected}" if expected is not None else "unverified: verify is false"
+        place = f"{ds.source}/data/{file}" if ds.source else f"<mirror>/UCI_Datasets/{ds.gal_name}/data/{file}"
+        return DataFetchError(
+            f"UCI {name!r}: cannot obtain {file!r} ({sha}) from any source; "
+            f"URL {url_of(file)}, {mirror_setting}, allow_download={allow_download}.\n  {details}\n"
+            f"Nothing was written to {dest / file}. Put a verified copy under {place}, or allow network access."
+        )
+
+    def missing(kind: str, root: Path, folder: Path | None, file: str) -> str | None:
+        """Why this source cannot deliver ``file`` (None when it has a copy)."""
+        if folder is None:
+            return f"{kind} {root}: folder does not exist"
+        return None if (folder / file).is_file() else f"{kind} file {folder / file}: not found"
+
+    if not can_download:
+        # every file must be in some source: fail before writing anything
+        for file in files:
+            expected = expected_of(file)
+            if (dest / file).is_file() and expected is not None and sha256_file(dest / file) == expected:
+                continue
+            reasons = [missing(*source, file) for source in sources]
+            if all(reasons):
+                if (dest / file).is_file() and expected is not None:
+                    in_place(file, expected)  # removes the stale copy
+                raise failure(file, expected, reasons)
+
+    dest.mkdir(parents=True, exist_ok=True)
+    for file in show_progress(files, desc=f"fetch {name}", unit="file", disable=not progress):
+        expected = expected_of(file)
+        if in_place(file, expected):
+            continue
+        target = dest / file
+        url = url_of(file)
         attempts: list[str] = []
         done = False
-        for mirror in mirror_dirs:
-            src = mirror / "UCI_Datasets" / rel
-            if not mirror.is_dir():
-                attempts.append(f"mirror {mirror}: folder does not exist")
+        for kind, root, folder in sources:
+            reason = missing(kind, root, folder, file)
+            if reason is not None:
+                attempts.append(reason)
                 continue
-            if not src.is_file():
-                attempts.append(f"mirror file {src}: not found")
-                continue
+            src = folder / file
             try:
                 _copy_verified(src, target, expected)
             except _Mismatch as err:
-                attempts.append(f"mirror file {src}: checksum mismatch: expected {expected}, got {err.got}")
+                attempts.append(f"{kind} file {src}: checksum mismatch: expected {expected}, got {err.got}")
                 log.warning(
                     "UCI %s: %s has SHA-256 %s, expected %s; trying the next source", name, src, err.got, expected
                 )
                 continue
             except OSError as err:
-                attempts.append(f"mirror file {src}: copy failed: {err}")
+                attempts.append(f"{kind} file {src}: copy failed: {err}")
                 continue
             done = True
             break
+        if not done and can_download:
+            try:
+                _download_verified(url, target, expected, timeout)
+                done = True
+            except _Mismatch as err:
+                attempts.append(f"download {url}: checksum mismatch: expected {expected}, got {err.got}")
+            except (OSError, ValueError, http.client.HTTPException) as err:  # URLError is an OSError
+                attempts.append(f"download {url}: failed: {err!r}")
         if not done:
-            if not allow_download:
-                attempts.append(f"download {url}: not attempted (allow_download=False)")
-            else:
-                try:
-                    _download_verified(url, target, expected, timeout)
-                    done = True
-                except _Mismatch as err:
-                    attempts.append(f"download {url}: checksum mismatch: expected {expected}, got {err.got}")
-                except (OSError, ValueError, http.client.HTTPException) as err:  # URLError is an OSError
-                    attempts.append(f"download {url}: failed: {err!r}")
-        if not done:
-            if not mirror_dirs:
-                attempts.insert(0, "no mirror configured")
-            details = "\n  ".join(attempts)
-            raise DataFetchError(
-                f"UCI {name!r}: cannot obtain {file!r} (expected SHA-256 {expected}) from any source; "
-                f"URL {url}, {mirror_setting}, allow_download={allow_download}.\n  {details}\n"
-                f"Nothing was written to {target}. Put a verified copy under <mirror>/UCI_Datasets/{rel}, "
-                f"or allow network access."
-            )
+            raise failure(file, expected, attempts)
+    _check_n_splits(ds, dest / "n_splits.txt")
     return dest
+
+
+def _check_n_splits(ds: UCIDataset, path: Path) -> None:
+    """``n_splits.txt`` at ``path`` must announce at least ``ds.n_splits`` splits."""
+    announced = int(_read_indices(path, "n_splits")[0])
+    if announced < ds.n_splits:
+        raise DataFetchError(
+            f"UCI {ds.name!r}: {path} announces {announced} splits, but the data set is configured with "
+            f"n_splits={ds.n_splits}"
+        )
 
 
 def _read_indices(path: Path, what: str) -> np.ndarray:

@@ -1,0 +1,218 @@
+"""``stochattn audit <table-or-figure>``: check the whole chain behind one table or figure.
+
+Walks figure/table ``.prov.json`` -> ``metrics.json`` -> ``samples.npz`` / ``meta.json`` -> backbone -> ``prepared.npz``
+(+ its ``.prov.json``) -> the fetched raw files and their registered SHA-256 (``stochattn/data/uci_sha256.txt``).
+Each node is re-hashed and compared with the hash its consumer recorded; each node's code version
+(:func:`stochattn.provenance.code_version` of the entries it recorded) is recomputed from the current library; run
+nodes' config values are compared with the config subset the table/figure records. Prints one tree line per node
+(rule, seed, code version, status) and exits 1 naming every offending node when something is missing, modified or
+stale; 0 when the chain is intact.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from stochattn.io import load_json, sha256_file, to_jsonable
+from stochattn.provenance import code_version, file_record, provenance_path
+
+__all__ = ["Node", "audit", "main"]
+
+
+@dataclass
+class Node:
+    """One file of the chain: what produced it and what is wrong with it (``problems`` empty: OK)."""
+
+    path: str
+    rule: str | None = None
+    seed: Any = None
+    code: str | None = None
+    config: dict = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    children: list["Node"] = field(default_factory=list)
+    seen: bool = False  # already shown above (a shared input such as prepared.npz)
+
+    @property
+    def status(self) -> str:
+        return "OK" if not self.problems else "; ".join(self.problems)
+
+
+def _canon(value: Any) -> str:
+    return json.dumps(to_jsonable(value), sort_keys=True)
+
+
+def _record_of(path: Path) -> tuple[dict | None, Path | None]:
+    """(provenance record, file holding it) of ``path``: its ``.prov.json``, the ``provenance`` block of a
+    meta.json / metrics.json, or the meta.json beside a run's samples / a backbone's model."""
+    prov = provenance_path(path)
+    if prov.is_file():
+        rec = load_json(prov)
+        return {"rule": rec.get("rule"), "inputs": rec.get("inputs", []),
+                "code": (rec.get("extra") or {}).get("code"), "params": rec.get("config", {}),
+                "seed": rec.get("seeds")}, prov  # fmt: skip
+    if path.name in ("metrics.json", "meta.json") and path.is_file():
+        rec = load_json(path).get("provenance")
+        if rec is None:
+            return None, path
+        params = rec.get("params") or {}
+        return {**rec, "seed": params.get("seed")}, path
+    if path.suffix in (".npz", ".pt") or path.name == "calibration.json":
+        meta = path.with_name("meta.json")
+        return ({"rule": None, "inputs": [file_record(meta)] if meta.is_file() else [], "code": None, "params": {},
+                 "seed": None, "via": "meta.json"}, meta)  # fmt: skip
+    return None, None
+
+
+def _check_raw(node: Node, path: Path) -> None:
+    """A fetched data set folder: every file against the registered SHA-256 table shipped with stochattn."""
+    from stochattn.data.uci import UCI_DATASETS, load_uci_checksums, uci_files
+
+    name = path.name
+    if name not in UCI_DATASETS:
+        node.problems.append(f"no registered checksums for data set {name!r}")
+        return
+    table = load_uci_checksums()
+    gal = UCI_DATASETS[name].gal_name
+    node.rule = "fetch_uci"
+    node.code = "registered sha256 (stochattn/data/uci_sha256.txt)"
+    for fname in uci_files(name):
+        f = path / fname
+        key = f"{gal}/data/{fname}"
+        if not f.is_file():
+            node.problems.append(f"missing raw file {fname}")
+        elif key in table and sha256_file(f) != table[key]:
+            node.problems.append(f"raw file {fname} does not match its registered SHA-256")
+
+
+def _check_config(node: Node, params: dict, config: dict) -> None:
+    """Run nodes of a UCI table/figure: the values the run used against the config the figure records."""
+    if not config or "method" not in params:
+        return
+    checks = [("num_samples", params.get("num_samples"), config.get("num_samples"))]
+    if "/uci/" in f"/{node.path}" and "toy" not in config:
+        method = params["method"]
+        checks += [("model", params.get("model"), config.get("model")),
+                   ("train", params.get("train"), config.get("train")),
+                   (f"method_params.{method}", params.get("method_cfg"),
+                    (config.get("method_params") or {}).get(method, {}))]  # fmt: skip
+    for key, used, said in checks:
+        if said is not None and used is not None and _canon(used) != _canon(said):
+            node.problems.append(f"stale config: made with {key}={_canon(used)}, the figure says {_canon(said)}")
+
+
+def _walk(path: Path, workdir: Path, expected_sha: str | None, config: dict, memo: dict) -> Node:
+    rel = os.path.relpath(path, workdir)
+    node = Node(rel)
+    if not path.exists():
+        node.problems.append("missing")
+        return node
+    if expected_sha is not None and file_record(path)["sha256"] != expected_sha:
+        node.problems.append("modified (SHA-256 differs from the one its consumer recorded)")
+    if rel in memo:
+        node.seen = True
+        node.rule, node.code, node.seed = memo[rel].rule, memo[rel].code, memo[rel].seed
+        return node
+    memo[rel] = node
+    if path.is_dir():
+        _check_raw(node, path)
+        return node
+    rec, holder = _record_of(path)
+    if rec is None:
+        node.problems.append("no provenance record" + (f" in {os.path.relpath(holder, workdir)}" if holder else ""))
+        return node
+    node.rule, node.seed = rec.get("rule"), rec.get("seed")
+    params = rec.get("params") or {}
+    node.config = {k: v for k, v in params.items() if k in ("method", "num_samples", "seed", "max_train")}
+    code = rec.get("code")
+    if code:
+        node.code = code["sha256"][:12]
+        try:
+            now = code_version(code["entries"], code.get("exclude", ()))["sha256"]
+        except KeyError as err:
+            now = f"unresolvable ({err})"
+        if now != code["sha256"]:
+            node.problems.append(f"stale code: made by library version {code['sha256'][:12]}, now {now[:12]}")
+    elif rec.get("via") is None:
+        node.problems.append("no code version recorded")
+    _check_config(node, params, config)
+    for item in rec.get("inputs", []):
+        child = workdir / item["path"]
+        node.children.append(_walk(child, workdir, item.get("sha256"), config, memo))
+    return node
+
+
+def audit(target: str | os.PathLike, workdir: str | os.PathLike = ".") -> Node:
+    """The checked chain below ``target`` (a table or figure, or its ``.prov.json``); paths relative to ``workdir``."""
+    workdir = Path(workdir).resolve()
+    t = Path(target)
+    t = t if t.is_absolute() else workdir / t
+    if t.name.endswith(".prov.json"):
+        t = t.with_name(t.name[: -len(".prov.json")])
+    prov = provenance_path(t)
+    config = load_json(prov).get("config", {}) if prov.is_file() else {}
+    return _walk(t, workdir, None, config, {})
+
+
+def _lines(node: Node, prefix: str = "", last: bool = True, top: bool = True):
+    branch = "" if top else ("`-- " if last else "|-- ")
+    info = [f"rule={node.rule}"] if node.rule else []
+    if node.seed is not None and not isinstance(node.seed, dict):
+        info.append(f"seed={node.seed}")
+    if node.code:
+        info.append(f"code={node.code}")
+    if node.config:
+        info.append("config=" + ",".join(f"{k}:{v}" for k, v in node.config.items() if k != "seed"))
+    status = node.status + (" (shown above)" if node.seen else "")
+    yield f"{prefix}{branch}{node.path}  [{' '.join(info)}]  {status}"
+    child_prefix = prefix + ("" if top else ("    " if last else "|   "))
+    for i, child in enumerate(node.children):
+        yield from _lines(child, child_prefix, i == len(node.children) - 1, False)
+
+
+def _failures(node: Node):
+    if node.problems:
+        yield node
+    for child in node.children:
+        yield from _failures(child)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="stochattn audit", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("audit", help="check the chain of files behind a table or figure")
+    p.add_argument("target", help="a table or figure, e.g. results/tables/uci_master.csv")
+    p.add_argument("-d", "--directory", default=".", help="the workflow's working directory (default: .)")
+    args = parser.parse_args(argv)
+    root = audit(args.target, args.directory)
+    for line in _lines(root):
+        print(line)
+    failed = list(_failures(root))
+    n = sum(1 for _ in _iter(root))
+    if failed:
+        for node in failed:
+            print(f"FAILED {node.path}: {node.status}", file=sys.stderr)
+        print(f"audit: {len(failed)} of {n} nodes failed", file=sys.stderr)
+        return 1
+    print(f"audit: all {n} nodes OK")
+    return 0
+
+
+def _iter(node: Node):
+    yield node
+    for child in node.children:
+        yield from _iter(child)
+
+
+def cli() -> None:
+    """Console script ``stochattn``."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,178 @@
+"""Captions that say what was run: a workflow config compared with what the paper states.
+
+``config/paper_protocol.yaml`` records, key by key, the values the paper fixes for its UCI experiment (with the
+section that states each). :func:`protocol_deviations` sorts a config's values into
+
+    reduced           a stated value run smaller (fewer splits, samples, components; a subset of the data sets or
+                      methods; capped training rows)
+    changed           a stated value run differently (any other difference)
+    added             list entries beyond the paper (a data set added by configuration, an extra method)
+    unverified_data   configured data sets whose files are used without a SHA-256 check (``verify: false``)
+    project_choices   every other config value that changes the numbers: the paper leaves it open
+
+and :func:`protocol_note` writes one caption paragraph from them. Generic over keys: a new config key is a
+project choice until the paper record names it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import yaml
+
+__all__ = ["NOT_PROTOCOL", "load_paper_protocol", "protocol_deviations", "protocol_note"]
+
+NOT_PROTOCOL = ("seed", "device", "require_gpu", "progress", "data.mirrors", "data.allow_download", "report", "toy",
+                "custom_datasets")  # fmt: skip
+"""Config keys (and their sub-keys) that do not change what a number means, or are reported separately (the toy
+panel states its own settings; custom data sets appear under ``datasets`` and ``unverified_data``)."""
+
+_MISSING = object()
+
+
+def load_paper_protocol(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
+    """Read the paper record: ``{dotted key: {"value": ..., "source": str, "shown": str (optional)}}``."""
+    with open(path, encoding="utf-8") as fh:
+        record = yaml.safe_load(fh) or {}
+    if not isinstance(record, Mapping):
+        raise ValueError(f"{path}: expected a mapping of config keys")
+    for key, entry in record.items():
+        if not isinstance(entry, Mapping) or "value" not in entry or not str(entry.get("source", "")).strip():
+            raise ValueError(f"{path}: entry {key!r} needs 'value' and a non-empty 'source'")
+        unknown = set(entry) - {"value", "source", "shown"}
+        if unknown:
+            raise ValueError(f"{path}: entry {key!r} has unknown fields {sorted(unknown)}")
+    return {str(k): dict(v) for k, v in record.items()}
+
+
+def _get(cfg: Mapping[str, Any], dotted: str) -> Any:
+    node: Any = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+def _leaves(tree: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(tree, Mapping) and tree:
+        for key, value in tree.items():
+            yield from _leaves(value, f"{prefix}{key}.")
+    elif prefix:
+        yield prefix[:-1], tree
+
+
+def _under(key: str, prefixes: Any) -> bool:
+    return any(key == p or key.startswith(f"{p}.") for p in prefixes)
+
+
+def fmt(value: Any) -> str:
+    """Compact text of a config value (floats with 4 significant digits, ``none`` for None / empty mappings)."""
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k}: {fmt(v)}" for k, v in value.items()) + "}" if value else "none"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(fmt(v) for v in value) + "]"
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def protocol_deviations(
+    cfg: Mapping[str, Any], paper: Mapping[str, Mapping[str, Any]], ignore: Iterable[str] = NOT_PROTOCOL
+) -> dict[str, list[str]]:
+    """Sort ``cfg``'s values against the paper record ``paper`` (see the module docstring); keys under ``ignore``
+    (dotted prefixes) are neither deviations nor project choices.
+
+    Returns ``{"reduced", "changed", "added", "unverified_data", "project_choices"}``, each a list of short
+    strings: ``"splits=2 (paper: 20, 5 for protein)"``, ``"datasets +bostonHousing"``, ``"model.n_blocks=1"``
+    (values under ``method_params.<m>`` of a method that is not run are left out).
+    """
+    out: dict[str, list[str]] = {k: [] for k in ("reduced", "changed", "added", "unverified_data", "project_choices")}
+    methods = set(cfg.get("methods") or [])
+
+    def runs(key: str) -> bool:
+        """False for ``method_params.<m>...`` of a method ``m`` that is not run (its values change nothing)."""
+        parts = key.split(".")
+        return not (parts[0] == "method_params" and len(parts) > 1 and parts[1] not in methods)
+
+    for key, entry in paper.items():
+        if not runs(key):
+            continue
+        stated, value = entry["value"], _get(cfg, key)
+        shown = entry.get("shown") or fmt(stated)
+        if value is _MISSING:
+            out["changed"].append(f"{key} not set (paper: {shown})")
+            continue
+        if value == stated:
+            continue
+        if isinstance(stated, list) and isinstance(value, list):
+            kept = [v for v in value if v in stated]
+            extra = [v for v in value if v not in stated]
+            if len(set(kept)) < len(set(stated)):
+                out["reduced"].append(f"{key}={fmt(kept) if kept else 'none'} (paper: {shown})")
+            if extra:
+                out["added"].append(f"{key} " + " ".join(f"+{v}" for v in extra))
+        elif _is_number(stated) and _is_number(value) and value < stated:
+            out["reduced"].append(f"{key}={fmt(value)} (paper: {shown})")
+        elif isinstance(stated, Mapping) and not stated and isinstance(value, Mapping):
+            out["reduced"].append(f"{key}={fmt(value)} (paper: {shown})")  # caps where the paper has none
+        else:
+            out["changed"].append(f"{key}={fmt(value)} (paper: {shown})")
+
+    custom = cfg.get("custom_datasets") or {}
+    out["unverified_data"] = [
+        d for d in cfg.get("datasets", []) if isinstance(custom.get(d), Mapping) and custom[d].get("verify") is False
+    ]
+
+    for key, value in _leaves(cfg):
+        if _under(key, ignore) or _under(key, paper) or not runs(key):
+            continue
+        if isinstance(value, Mapping):  # an empty mapping: nothing set
+            continue
+        out["project_choices"].append(f"{key}={fmt(value)}")
+    return out
+
+
+def _grouped(items: list[str]) -> str:
+    """``["model.n_blocks=1", "model.d_block=64", "train.lr=0.001"]`` -> ``"model: n_blocks=1, d_block=64;
+    train: lr=0.001"`` (groups by the key's parent, in first-seen order)."""
+    groups: dict[str, list[str]] = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        parent, _, leaf = key.rpartition(".")
+        groups.setdefault(parent, []).append(f"{leaf}={value}")
+    return "; ".join(f"{p}: {', '.join(v)}" if p else ", ".join(v) for p, v in groups.items())
+
+
+def protocol_note(
+    cfg: Mapping[str, Any], paper: Mapping[str, Mapping[str, Any]], note: str = "", ignore: Iterable[str] = NOT_PROTOCOL
+) -> str:
+    """One caption paragraph: ``note``, the sample budget, then what differs from the paper and the project's
+    choices (:func:`protocol_deviations`). "Paper protocol" is written only when nothing the paper states was
+    reduced or changed."""
+    dev = protocol_deviations(cfg, paper, ignore)
+    parts = [note.strip()] if note and note.strip() else []
+    parts.append(f"S={cfg.get('num_samples')} samples per method.")
+    if not dev["reduced"] and not dev["changed"]:
+        parts.append("Paper protocol: every value the paper states is run.")
+    if dev["reduced"]:
+        parts.append("Reduced from the paper: " + "; ".join(dev["reduced"]) + ".")
+    if dev["changed"]:
+        parts.append("Changed from the paper: " + "; ".join(dev["changed"]) + ".")
+    if dev["added"]:
+        parts.append("Beyond the paper: " + "; ".join(dev["added"]) + ".")
+    if dev["unverified_data"]:
+        parts.append("NOT checksum-verified (verify: false): " + ", ".join(dev["unverified_data"]) + ".")
+    if dev["project_choices"]:
+        parts.append("Project choices (not stated in the paper): " + _grouped(dev["project_choices"]) + ".")
+    return " ".join(parts)

@@ -1,0 +1,79 @@
+"""Runtime estimates from Snakemake's ``benchmark:`` records (``results/benchmarks/<rule>/<wildcards>.tsv``).
+
+``python -m stochattn.resources [results/benchmarks]`` prints, per rule family (``run_method`` split by method), the
+number of records, the median and largest wall clock and peak memory, and a SLURM runtime request: the largest
+measured wall clock times ``safety`` (default 2), in whole minutes. Estimates measured on one machine transfer to
+another only up to the speed ratio of the two: measure on the cluster's own nodes (one split per data set is enough)
+before running the full protocol.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import statistics
+from pathlib import Path
+from typing import Any
+
+__all__ = ["read_benchmarks", "runtime_estimates", "main"]
+
+_PER_METHOD = {"run_method", "calibrate_sa", "evaluate"}
+
+
+def read_benchmarks(root: str | Path) -> list[dict[str, Any]]:
+    """One dict per record: ``rule``, ``family`` (rule, or ``rule/method`` for per-method rules), ``job`` (the
+    wildcard path), ``seconds``, ``max_rss_mb`` (None when not measured)."""
+    root = Path(root)
+    rows = []
+    for tsv in sorted(root.rglob("*.tsv")):
+        rel = tsv.relative_to(root).with_suffix("")
+        rule = rel.parts[0]
+        family = f"{rule}/{rel.name}" if rule in _PER_METHOD else rule
+        with open(tsv, newline="") as fh:
+            for rec in csv.DictReader(fh, delimiter="\t"):
+                rss = rec.get("max_rss", "NA")
+                rows.append({
+                    "rule": rule, "family": family, "job": "/".join(rel.parts[1:]), "seconds": float(rec["s"]),
+                    "max_rss_mb": None if rss in ("NA", "", None) else float(rss),
+                })  # fmt: skip
+    return rows
+
+
+def runtime_estimates(root: str | Path, safety: float = 2.0) -> dict[str, dict[str, Any]]:
+    """``{family: {"n", "median_s", "max_s", "max_rss_mb", "runtime_min"}}`` (``runtime_min`` = ceil(max_s *
+    safety / 60), at least 1)."""
+    if safety < 1:
+        raise ValueError(f"safety must be >= 1, got {safety}")
+    by_family: dict[str, list[dict[str, Any]]] = {}
+    for row in read_benchmarks(root):
+        by_family.setdefault(row["family"], []).append(row)
+    out = {}
+    for family, rows in sorted(by_family.items()):
+        secs = [r["seconds"] for r in rows]
+        rss = [r["max_rss_mb"] for r in rows if r["max_rss_mb"] is not None]
+        out[family] = {
+            "n": len(rows), "median_s": statistics.median(secs), "max_s": max(secs),
+            "max_rss_mb": max(rss) if rss else None, "runtime_min": max(1, math.ceil(max(secs) * safety / 60)),
+        }  # fmt: skip
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("root", nargs="?", default="results/benchmarks")
+    parser.add_argument("--safety", type=float, default=2.0)
+    args = parser.parse_args(argv)
+    est = runtime_estimates(args.root, args.safety)
+    if not est:
+        print(f"no benchmark records under {args.root}")
+        return 1
+    print(f"{'rule family':28s} {'n':>4s} {'median s':>9s} {'max s':>9s} {'max RSS MB':>10s} {'runtime min':>11s}")
+    for family, e in est.items():
+        rss = "NA" if e["max_rss_mb"] is None else f"{e['max_rss_mb']:.0f}"
+        print(f"{family:28s} {e['n']:4d} {e['median_s']:9.1f} {e['max_s']:9.1f} {rss:>10s} {e['runtime_min']:11d}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,82 @@
+"""`stochattn audit`: passes on a fresh tiny run; fails naming the node after a sample file is modified, a raw data
+file is corrupted, or the library changes without a rerun."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import copy_run
+
+from stochattn import audit as audit_mod
+from stochattn.io import save_npz
+
+pytestmark = pytest.mark.slow
+FIGURE = "results/figures/uci_pit_yacht.png"
+TABLE = "results/tables/uci_master.csv"
+
+
+def run_audit(work: Path, target: str) -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).with_name("stochattn")
+    return subprocess.run([str(exe), "audit", target, "-d", str(work)], capture_output=True, text=True, timeout=120)
+
+
+def failed_nodes(res: subprocess.CompletedProcess) -> list[str]:
+    return [line.split()[1].rstrip(":") for line in res.stderr.splitlines() if line.startswith("FAILED ")]
+
+
+def test_fresh_run_passes_and_shows_the_whole_chain(tiny_chain):
+    work = tiny_chain["work"]
+    for target in (FIGURE, TABLE):
+        res = run_audit(work, target)
+        assert res.returncode == 0, res.stdout + res.stderr
+        out = res.stdout
+        for node in ("metrics.json", "mc_dropout/samples.npz", "mc_dropout/meta.json", "backbone/model.pt",
+                     "backbone/meta.json", "prepared.npz", "results/data/uci/yacht", "swag/meta.json"):  # fmt: skip
+            assert node in out, (node, out)
+        for rule in ("rule=evaluate", "rule=run_method", "rule=train_backbone", "rule=prepare_uci", "rule=fetch_uci"):
+            assert rule in out, (rule, out)
+        assert "code=" in out and "seed=" in out and "all" in out.splitlines()[-1]
+
+
+def test_modified_sample_file_is_named(tiny_chain, tmp_path):
+    work = copy_run(tiny_chain, tmp_path / "w")
+    samples = work / "results/uci/yacht/split0/swag/samples.npz"
+    data = dict(np.load(samples))
+    data["samples"] = data["samples"] + 1e-9  # a tiny change: only the hash can see it
+    save_npz(samples, **data)
+    res = run_audit(work, FIGURE)
+    assert res.returncode == 1
+    assert failed_nodes(res) == ["results/uci/yacht/split0/swag/samples.npz"], res.stderr
+    assert "modified" in res.stderr
+
+
+def test_corrupted_raw_file_is_named(tiny_chain, tmp_path):
+    work = copy_run(tiny_chain, tmp_path / "w")
+    raw = work / "results/data/uci/yacht/data.txt"
+    raw.write_text(raw.read_text().replace("0.", "1.", 1))
+    res = run_audit(work, TABLE)
+    assert res.returncode == 1
+    assert failed_nodes(res) == ["results/data/uci/yacht"], res.stderr
+    assert "data.txt does not match its registered SHA-256" in res.stderr
+    assert "modified" in res.stderr  # and the hash prepared.npz recorded for the folder no longer matches
+
+
+def test_library_change_without_rerun_is_stale(tiny_chain, monkeypatch):
+    """A changed evaluate() (stochattn.experiments.evaluate) makes every metrics.json stale, nothing above or below."""
+    real = audit_mod.code_version
+
+    def changed(entries, exclude=()):
+        v = dict(real(entries, exclude))
+        if "stochattn.experiments.evaluate:evaluate" in entries:
+            v["sha256"] = "0" * 64  # what the hash of an edited evaluate() is: anything else
+        return v
+
+    monkeypatch.setattr(audit_mod, "code_version", changed)
+    root = audit_mod.audit(FIGURE, tiny_chain["work"])
+    failed = sorted(n.path for n in audit_mod._failures(root))
+    assert failed == ["results/uci/yacht/split0/mc_dropout/metrics.json", "results/uci/yacht/split0/swag/metrics.json"]
+    assert all("stale code" in n.status for n in audit_mod._failures(root))

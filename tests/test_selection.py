@@ -1,0 +1,161 @@
+"""Tests for stochattn.selection: choice on validation data only, failed candidates, the "worse than the mean"
+guard, and the selection record in a run's meta.json."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from stochattn.data.uci import load_prepared
+from stochattn.experiments import uci
+from stochattn.io import load_json
+from stochattn.selection import CandidateFit, SelectionError, ValidationSplit, select_on_validation
+from stochattn.training import fit_regressor, predict
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def linear_split(seed=0, n=200, m=60):
+    """y = x @ w + 0.1 noise: a linear model fits it to RMSE ~0.1 (the mean predictor: ~1.7)."""
+    rng = np.random.default_rng(seed)
+    w = np.array([1.0, -1.0, 0.5])
+    x = rng.standard_normal((n + m, 3))
+    y = x @ w + 0.1 * rng.standard_normal(n + m)
+    return ValidationSplit(x[:n], y[:n], x[n:], y[n:])
+
+
+def sgd_linear_fit(candidate, split):
+    torch.manual_seed(0)
+    model = nn.Linear(3, 1)
+    fit_regressor(model, split.x_fit, split.y_fit, split.x_val, split.y_val, seed=0, batch_size=32, max_epochs=20,
+                  patience=None, progress=False,
+                  optimizer=lambda m: torch.optim.SGD(m.parameters(), lr=candidate["lr"]))
+    return CandidateFit(model, predict(model, split.x_val))
+
+
+@pytest.mark.filterwarnings("ignore:training loss became")
+def test_absurd_learning_rate_is_never_selected():
+    split = linear_split()
+    sel = select_on_validation("sgd", [{"lr": 1e3}, {"lr": 0.05}], sgd_linear_fit, split)
+    assert sel.index == 1 and sel.candidate == {"lr": 0.05}
+    rec = sel.record
+    assert rec["metric"] == "val_rmse" and rec["grid"] == [{"lr": 1e3}, {"lr": 0.05}]
+    assert rec["chosen"] == {"index": 1, "candidate": {"lr": 0.05}}
+    assert len(rec["seconds"]) == 2 and all(s >= 0 for s in rec["seconds"])
+    assert rec["scores"][1] < 0.2  # noise sd 0.1
+    assert rec["scores"][0] is None or rec["scores"][0] > 10 * rec["scores"][1]
+    # the chosen model really is the one scored
+    assert split.rmse(predict(sel.result, split.x_val)) == pytest.approx(rec["scores"][1], rel=1e-6)
+
+
+def test_diverging_candidate_scores_none_and_ties_go_to_the_first():
+    split = linear_split()
+
+    def fit(c, s):
+        if c["k"] == 0:
+            raise FloatingPointError("loss became nan")
+        return CandidateFit(c["k"], 0.5 * s.y_val)  # k = 1 and 2 tie
+
+    sel = select_on_validation("m", [{"k": 0}, {"k": 1}, {"k": 2}], fit, split)
+    assert sel.index == 1 and sel.record["scores"][0] is None and "FloatingPointError" in sel.record["errors"][0]
+    assert sel.record["scores"][1] == sel.record["scores"][2]
+
+
+def test_worse_than_the_training_mean_raises_naming_method_and_grid():
+    split = linear_split()
+    const = float(split.y_fit.mean())
+
+    def fit(c, s):
+        return CandidateFit(None, np.full(len(s.y_val), const + c["offset"]))
+
+    # offset 0 is exactly the mean predictor: not better than it, so an error as well
+    with pytest.raises(SelectionError, match=r"ivon on yacht/split0: no candidate beats .*'offset': 0\.5"):
+        select_on_validation("ivon", [{"offset": 0.5}, {"offset": 0.0}], fit, split, label="yacht/split0")
+    with pytest.raises(SelectionError, match="no candidate beats"):
+        select_on_validation("hsa", [{"offset": 0.0}], lambda c, s: CandidateFit(None, [np.nan] * len(s.y_val)), split)
+    assert issubclass(SelectionError, ValueError)
+
+
+def test_validation_split_is_a_read_only_copy_of_four_arrays():
+    data = {"x_train": np.ones((5, 2)), "y_train": np.arange(5.0), "x_val": np.zeros((3, 2)), "y_val": np.ones(3),
+            "x_test": np.full((4, 2), 7.0), "y_test": np.full(4, 7.0)}
+    split = ValidationSplit.from_prepared(data)
+    assert set(vars(split)) == {"x_fit", "y_fit", "x_val", "y_val"}
+    with pytest.raises(ValueError, match="read-only"):
+        split.y_val[0] = 3.0
+    data["y_val"][0] = 5.0  # the caller's array is not shared either
+    assert split.y_val[0] == 1.0
+    assert split.mean_predictor_rmse() == pytest.approx(math.sqrt(np.mean((np.ones(3) - 2.0) ** 2)))
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# the baselines of stochattn.experiments.uci: only fitting/validation arrays reach the selection; meta.json record
+# ------------------------------------------------------------------------------------------------------------------
+MODEL = dict(n_blocks=1, d_block=16, attention_n_heads=2)
+TRAIN = dict(max_epochs=15, patience=None, lr=3e-3, batch_size=64)
+CFG = {
+    "swag": dict(epochs=2, max_rank=2, lr=1e-4, grid=[{"lr": 1e3}, {"lr": 1e-4}]),
+    "multiswag": dict(components=2, epochs=2, max_rank=2, lr=1e-4, grid=[{"lr": 1e3}, {"lr": 1e-4}]),
+    "ivon": dict(lr=1.0, hess_init=3.0, clip_radius=1e-3, ess_factor=10.0, grid=[{"lr": 1e3, "clip_radius": None}, {}]),
+    "hsa": dict(tau1=4.0, tau2=4.0, grid=[{"lr": 1e3}, {}]),
+}
+S = 4
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("selection")
+    uci.prepare_sinusoid(d / "prepared.npz", n=240, seed=0)
+    uci.train_backbone(d / "prepared.npz", d / "backbone/model.pt", d / "backbone/meta.json", model=MODEL,
+                       train=TRAIN, seed=0, progress=False)
+    return d
+
+
+@pytest.mark.filterwarnings("ignore:training loss became")  # the absurd lr diverges
+@pytest.mark.parametrize("method", ["swag", "multiswag", "ivon", "hsa"])
+def test_baseline_selects_on_validation_only_and_records_it(workdir, method, monkeypatch):
+    import stochattn.selection as selection
+
+    seen = []
+    real = selection.select_on_validation
+
+    def recording(method_name, grid, fit, split, **kw):
+        def recording_fit(candidate, s):
+            seen.append(s)
+            return fit(candidate, s)
+
+        return real(method_name, grid, recording_fit, split, **kw)
+
+    monkeypatch.setattr(selection, "select_on_validation", recording)
+    out = workdir / method
+    meta = uci.run_method(method, workdir / "prepared.npz", out, backbone_path=workdir / "backbone/model.pt",
+                          model=MODEL, train=TRAIN, method_cfg=CFG[method], num_samples=S, seed=1, progress=False)
+    data = load_prepared(workdir / "prepared.npz")
+    assert len(seen) == 2  # MultiSWAG: chosen on component 1 only
+    for s in seen:  # exactly the fitting and validation arrays; nothing else is reachable from the split
+        assert set(vars(s)) == {"x_fit", "y_fit", "x_val", "y_val"}
+        np.testing.assert_array_equal(s.x_fit, data["x_train"])
+        np.testing.assert_array_equal(s.y_fit, data["y_train"])
+        np.testing.assert_array_equal(s.x_val, data["x_val"])
+        np.testing.assert_array_equal(s.y_val, data["y_val"])
+    rec = load_json(out / "meta.json")["selection"]
+    assert rec == meta["selection"]
+    assert rec["chosen"]["index"] == 1 and rec["grid"][0]["lr"] == 1e3 and len(rec["seconds"]) == 2
+    assert rec["scores"][1] < rec["mean_predictor_rmse"]
+    assert rec["scores"][0] is None or rec["scores"][0] > rec["scores"][1]
+    assert meta["seconds"]["train"] >= sum(rec["seconds"])  # every candidate's training is the method's cost
+    if method == "swag":
+        assert rec["reference"]["start_val_rmse"] == pytest.approx(
+            load_json(workdir / "backbone/meta.json")["val_rmse_standardised"], rel=1e-5)
+    if method == "multiswag":
+        assert rec["chosen_on"].startswith("component 1")
+
+
+def test_baseline_worse_than_the_mean_is_an_error_of_the_run(workdir):
+    cfg = dict(CFG["hsa"], grid=[{"lr": 1e-9, "max_epochs": 1}])  # an untrained network
+    with pytest.raises(SelectionError, match=r"hsa on .*prepared\.npz: no candidate beats .*'lr': 1e-09"):
+        uci.run_method("hsa", workdir / "prepared.npz", workdir / "bad", model=MODEL, train=TRAIN, method_cfg=cfg,
+                       num_samples=S, seed=1, progress=False)
+    assert not (workdir / "bad" / "samples.npz").exists()

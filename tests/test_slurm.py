@@ -1,0 +1,115 @@
+"""The tiny configuration through `--profile slurm`-style settings on a real single-node SLURM (ci/slurm.sh: slurmctld +
+slurmd + munge on localhost, fake GPU): real sbatch jobs, GPU rules request a GPU, outputs equal a local run's.
+
+Skips only where SLURM cannot be installed (not root, no apt-get); with CI=true that is a failure instead."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from conftest import TINY_TARGETS, tiny_config
+from test_workflow import REPO, SNAKEFILE, _snakemake_cmd
+
+pytestmark = pytest.mark.slow
+SLURM_SH = REPO / "ci" / "slurm.sh"
+GPU_RULES = ("train_backbone", "calibrate_sa", "run_method")
+
+
+def _unavailable(reason: str):
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true but SLURM is unavailable: {reason}")
+    pytest.skip(f"SLURM unavailable: {reason}")
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    """Install (only if missing) and start the single-node SLURM; stop it at the end if this session started it."""
+    if shutil.which("sbatch") is None and (os.geteuid() != 0 or shutil.which("apt-get") is None):
+        _unavailable("sbatch not found and it cannot be installed here (needs root and apt-get)")
+    was_up = subprocess.run(["bash", str(SLURM_SH), "status"], capture_output=True).returncode == 0
+    res = subprocess.run(["bash", str(SLURM_SH), "up"], capture_output=True, text=True, timeout=600)
+    if res.returncode == 3:
+        _unavailable(res.stderr.strip())
+    assert res.returncode == 0, f"ci/slurm.sh up failed:\n{res.stdout}\n{res.stderr}"
+    yield
+    if not was_up:
+        subprocess.run(["bash", str(SLURM_SH), "down"], capture_output=True, timeout=60)
+
+
+def _profile(path: Path) -> Path:
+    """./slurm with this cluster's values: partition debug, no account, squeue status (no accounting), 1 thread."""
+    cfg = yaml.safe_load((REPO / "slurm" / "config.yaml").read_text())
+    cfg.update({"jobs": 4, "latency-wait": 5, "slurm-no-account": True, "slurm-status-command": "squeue",
+                "slurm-init-seconds-before-status-checks": 2, "retries": 0, "keep-going": False})  # fmt: skip
+    cfg["default-resources"] = {"slurm_partition": "debug", "mem_mb": 1000, "runtime": 10}
+    cfg["set-resources"] = {r: {"slurm_partition": "debug", "gpu": 1, "mem_mb": 1500} for r in GPU_RULES}
+    # NOTE: torch's results depend on its thread count (reduction order), so byte-identity with the local run (one
+    # thread per job) needs one thread here too; that a profile's set-threads reaches the jobs is tested by
+    # tests/test_reruns.py::test_slurm_profile_by_name_from_the_root
+    cfg["set-threads"] = {r: 1 for r in GPU_RULES}
+    path.mkdir(parents=True)
+    (path / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def test_tiny_run_on_slurm_equals_the_local_run(slurm, tiny_chain, tmp_path):
+    work = tmp_path / "work"
+    # this node has no CUDA: the CPU-only switch lets the fake-GPU jobs run (and is not a rerun trigger)
+    cfg = tiny_config(tmp_path / "slurm.yaml", require_gpu=False)
+    cmd = ["timeout", "-k", "30", "540", *_snakemake_cmd(), "--snakefile", str(SNAKEFILE), "--directory", str(work),
+           "--profile", str(_profile(tmp_path / "profile")), *TINY_TARGETS, "--configfile", str(cfg)]  # fmt: skip
+    t0 = time.time()
+    res = subprocess.run(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    wall = time.time() - t0
+    log = res.stdout
+    assert res.returncode == 0, f"{log[-6000:]}\nslurmctld log: {Path('/tmp/slurmci/log/slurmctld.log')}"
+    ids = set(re.findall(r"Job \d+ has been submitted with SLURM jobid (\d+)", log))
+    # prepare_uci, train_backbone, mc_dropout, swag, evaluate x 2 as sbatch jobs; fetch and the reports run locally
+    assert len(ids) >= 6, log[-4000:]
+    print(f"SLURM: {len(ids)} sbatch jobs, {wall:.0f} s wall clock")
+
+    shown = subprocess.run(["scontrol", "show", "job", *sorted(ids)], capture_output=True, text=True).stdout
+    jobs = [j for j in shown.split("\n\n") if "JobId=" in j]
+    if jobs:  # finished jobs stay visible for MinJobAge; check what each asked for
+        gpu_jobs = [j for j in jobs if re.search(r"TresPerJob=gres(/|:)gpu:1", j)]
+        assert len(gpu_jobs) == 3, shown[-3000:]  # backbone, mc_dropout, swag
+        assert all(re.search(r"NumCPUs=1\b", j) for j in gpu_jobs), shown[-3000:]
+
+    ref = tiny_chain["work"]
+    run = "results/uci/yacht/split0"
+    for method in ("mc_dropout", "swag"):
+        a, b = np.load(ref / run / method / "samples.npz"), np.load(work / run / method / "samples.npz")
+        for key in a.files:  # bit for bit (the .npz container's zip timestamps aside)
+            assert a[key].tobytes() == b[key].tobytes(), (method, key)
+        ma, mb = (json.loads((d / run / method / "metrics.json").read_text()) for d in (ref, work))
+        for m in (ma, mb):  # wall-clock times and the hashes of files that hold them differ by nature
+            m.pop("seconds"), m.pop("provenance")
+        assert ma == mb, method
+    table = "results/tables/uci_master.csv"
+    assert (ref / table).read_bytes() == (work / table).read_bytes()
+
+
+def test_gpu_request_without_cuda_fails_clearly(tiny_chain, tmp_path):
+    """A job given a GPU (here locally, by --set-resources) on a machine without CUDA stops with a clear error."""
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    from conftest import copy_run
+    from test_workflow import smk
+
+    work = copy_run(tiny_chain, tmp_path / "w")
+    target = "results/uci/yacht/split0/backbone/model.pt"
+    res = smk(work, target, "--forcerun", "train_backbone", "--set-resources", "train_backbone:gpu=1",
+              configfile=tiny_chain["cfg"])  # fmt: skip
+    assert res.returncode != 0
+    assert "requested 1 GPU(s) but torch" in res.stdout and "require_gpu: false" in res.stdout, res.stdout[-3000:]
