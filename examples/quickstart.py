@@ -36,7 +36,7 @@ with SASampler(model, generator=gen) as sampler:
                               generator=gen),
         target_scale(y_cal, point_cal), domain=IntegerDomain(1, 4096), budget=12, seed=0,
     )
-    # 3. predictive ensemble on test data at the calibrated nu
+    # 3. predictive ensemble on test data at Algorithm 2's nu (result.nu_surrogate: the scale-matching point)
     samples = sampler(result.nu, torch.from_numpy(x[test]), 200).numpy()  # (200, n_test)
 
 point = predict(model, x[test]).numpy()

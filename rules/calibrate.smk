@@ -23,9 +23,9 @@ rule calibrate_sa:
         benchmark_file("calibrate_sa", "{experiment}/{dataset}/split{split}/sa")
     params:
         method="sa",
-        model=lambda w: model_cfg(w.experiment),
-        train=lambda w: train_cfg(w.experiment),
-        method_cfg=lambda w: method_cfg(w.experiment, "sa"),
+        model=lambda w: model_cfg(w.experiment, w.dataset),
+        train=lambda w: train_cfg(w.experiment, w.dataset),
+        method_cfg=lambda w: method_cfg(w.experiment, "sa", w.dataset),
         num_samples=config["num_samples"],
         seed=lambda w: seed_for("sa", w.dataset, w.split),
         code=method_code("sa"),

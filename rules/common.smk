@@ -131,7 +131,8 @@ def benchmark_file(rule, wildcard_path):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# per-experiment configuration (the toy overrides model / train / method_params key by key)
+# per-experiment configuration: the toy overrides model / train / method_params key by key, and so does
+# dataset_overrides[<dataset>] for one UCI data set (e.g. a learning rate chosen on that data set's validation part)
 # ---------------------------------------------------------------------------------------------------------------
 def _merged(base, override):
     out = copy.deepcopy(base)
@@ -143,17 +144,24 @@ def _merged(base, override):
     return out
 
 
-def model_cfg(experiment):
-    return _merged(config["model"], config["toy"]["model"] if experiment == "toy" else None)
+def _override(experiment, dataset, section):
+    """The override of config ``section`` for one run: the toy's, or the UCI data set's (``{}`` if none)."""
+    if experiment == "toy":
+        return config["toy"].get(section, {})
+    return config.get("dataset_overrides", {}).get(dataset, {}).get(section, {})
 
 
-def train_cfg(experiment):
-    return _merged(config["train"], config["toy"]["train"] if experiment == "toy" else None)
+def model_cfg(experiment, dataset=None):
+    return _merged(config["model"], _override(experiment, dataset, "model"))
 
 
-def method_cfg(experiment, method):
+def train_cfg(experiment, dataset=None):
+    return _merged(config["train"], _override(experiment, dataset, "train"))
+
+
+def method_cfg(experiment, method, dataset=None):
     base = config["method_params"].get(method, {})
-    return _merged(base, config["toy"]["method_params"].get(method) if experiment == "toy" else None)
+    return _merged(base, _override(experiment, dataset, "method_params").get(method))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -277,14 +285,14 @@ def _rows(dataset):
         return max(1, sum(1 for line in fh if line.strip()))
 
 
-def _trainings(experiment, method):
+def _trainings(experiment, method, dataset=None):
     """Full trainings a job does, in units of one backbone training (the cost model of facts.md)."""
-    cfg = method_cfg(experiment, method)
+    cfg = method_cfg(experiment, method, dataset)
     if method == "multiswag":
         return int(cfg.get("components", 10)) * 1.5
-    if method == "ivon":
+    if method in ("ivon", "hsa"):
         return len(cfg.get("grid", [{}]))
-    if method in ("hsa", "swag"):
+    if method == "swag":
         return 1
     return 0.25  # sa (BO passes) and mc_dropout (sampling only) on the frozen backbone
 
@@ -302,7 +310,7 @@ def runtime_method(wildcards, attempt):
     """Minutes for one method's job (its trainings in backbone units), doubled on each retry."""
     method = wildcards.get("method", "sa")
     one = 20 + 2 * _rows(wildcards.dataset) / 1000
-    return int(math.ceil(max(15, one * _trainings(wildcards.experiment, method)) * attempt))
+    return int(math.ceil(max(15, one * _trainings(wildcards.experiment, method, wildcards.dataset)) * attempt))
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,35 +1,68 @@
-# Metrics of one run: accuracy, CRPS (+ decomposition), PIT / W1, coverage and width: native, temperature-scaled, and
-# (every method but SA) conformally matched to SA's empirical coverage on the same split's calibration part.
+# Metrics of every run of one split, in one job: accuracy, CRPS (+ decomposition), PIT / W1, coverage and width:
+# native, temperature-scaled, and (every method but SA) conformally matched to SA's empirical coverage on the same
+# split's calibration part. One job per split, not per run: the scoring libraries take ~3.5 s to load.
 
 
-def evaluate_inputs(wildcards):
-    """The run's samples and meta, and SA's samples of the same split as the coverage reference (non-SA runs)."""
-    run = f"results/{wildcards.experiment}/{wildcards.dataset}/split{wildcards.split}"
-    inputs = {"samples": f"{run}/{wildcards.method}/samples.npz", "meta": f"{run}/{wildcards.method}/meta.json"}
-    methods = TOY_METHODS if wildcards.experiment == "toy" else config["methods"]
-    if wildcards.method != "sa" and "sa" in methods:
-        inputs["reference"] = f"{run}/sa/samples.npz"
+def evaluate_inputs(experiment, methods):
+    """Input function: ``<method>_samples`` and ``<method>_meta`` of every run of the split."""
+
+    def inputs(wildcards):
+        run = f"results/{experiment}/{wildcards.dataset}/split{wildcards.split}"
+        files = {}
+        for m in methods:
+            files[f"{m}_samples"] = f"{run}/{m}/samples.npz"
+            files[f"{m}_meta"] = f"{run}/{m}/meta.json"
+        return files
+
     return inputs
 
 
+def evaluate_outputs(experiment, methods):
+    return {m: f"results/{experiment}/{{dataset}}/split{{split}}/{m}/metrics.json" for m in methods}
+
+
 rule evaluate:
-    """samples.npz + meta.json (+ SA's samples.npz) -> metrics.json (stochattn.experiments.uci.evaluate); NaN/inf
-    samples are an error."""
+    """samples.npz + meta.json of every UCI run of a split -> their metrics.json
+    (stochattn.experiments.evaluate.evaluate_split); NaN/inf samples are an error."""
     input:
-        unpack(evaluate_inputs),
+        unpack(evaluate_inputs("uci", METHODS)),
     output:
-        "results/{experiment}/{dataset}/split{split}/{method}/metrics.json",
+        **evaluate_outputs("uci", METHODS),
     log:
-        "logs/{experiment}/{dataset}/split{split}/{method}_evaluate.log",
+        "logs/uci/{dataset}/split{split}/evaluate.log",
     benchmark:
-        benchmark_file("evaluate", "{experiment}/{dataset}/split{split}/{method}")
-    params:
-        levels=config["evaluate"]["levels"],
-        seed=lambda w: seed_for("evaluate", w.dataset, w.split),
-        code=code_for("stochattn.experiments.evaluate:evaluate"),
+        benchmark_file("evaluate", "uci/{dataset}/split{split}")
     threads: 1
     resources:
         mem_mb=2000,
         runtime=10,
+    params:
+        methods=METHODS,
+        levels=config["evaluate"]["levels"],
+        seed=lambda w: seed_for("evaluate", w.dataset, w.split),
+        code=code_for("stochattn.experiments.evaluate:evaluate_split"),
+    script:
+        "../workflow_scripts/evaluate.py"
+
+
+rule evaluate_toy:
+    """The same for the teaser's toy runs."""
+    input:
+        unpack(evaluate_inputs("toy", TOY_METHODS)),
+    output:
+        **evaluate_outputs("toy", TOY_METHODS),
+    log:
+        "logs/toy/{dataset}/split{split}/evaluate.log",
+    benchmark:
+        benchmark_file("evaluate", "toy/{dataset}/split{split}")
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    params:
+        methods=TOY_METHODS,
+        levels=config["evaluate"]["levels"],
+        seed=lambda w: seed_for("evaluate", w.dataset, w.split),
+        code=code_for("stochattn.experiments.evaluate:evaluate_split"),
     script:
         "../workflow_scripts/evaluate.py"

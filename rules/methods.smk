@@ -17,9 +17,9 @@ rule run_method:
         method="|".join(BASELINES),
     params:
         method=lambda w: w.method,
-        model=lambda w: model_cfg(w.experiment),
-        train=lambda w: train_cfg(w.experiment),
-        method_cfg=lambda w: method_cfg(w.experiment, w.method),
+        model=lambda w: model_cfg(w.experiment, w.dataset),
+        train=lambda w: train_cfg(w.experiment, w.dataset),
+        method_cfg=lambda w: method_cfg(w.experiment, w.method, w.dataset),
         num_samples=config["num_samples"],
         seed=lambda w: seed_for(w.method, w.dataset, w.split),
         code=lambda w: method_code(w.method),

@@ -13,8 +13,8 @@ rule train_backbone:
     benchmark:
         benchmark_file("train_backbone", "{experiment}/{dataset}/split{split}")
     params:
-        model=lambda w: model_cfg(w.experiment),
-        train=lambda w: train_cfg(w.experiment),
+        model=lambda w: model_cfg(w.experiment, w.dataset),
+        train=lambda w: train_cfg(w.experiment, w.dataset),
         seed=lambda w: seed_for("backbone", w.dataset, w.split),
         code=code_for("stochattn.experiments.uci:train_backbone"),
     threads: 1

@@ -66,12 +66,12 @@ def test_corrupted_raw_file_is_named(tiny_chain, tmp_path):
 
 
 def test_library_change_without_rerun_is_stale(tiny_chain, monkeypatch):
-    """A changed evaluate() (stochattn.experiments.evaluate) makes every metrics.json stale, nothing above or below."""
+    """A changed evaluate_split() (stochattn.experiments.evaluate) makes every metrics.json stale, nothing above or below."""
     real = audit_mod.code_version
 
     def changed(entries, exclude=()):
         v = dict(real(entries, exclude))
-        if "stochattn.experiments.evaluate:evaluate" in entries:
+        if "stochattn.experiments.evaluate:evaluate_split" in entries:
             v["sha256"] = "0" * 64  # what the hash of an edited evaluate() is: anything else
         return v
 

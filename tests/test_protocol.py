@@ -51,7 +51,7 @@ def test_quick_config_names_its_reductions(tmp_path):
     dev = protocol_deviations(cfg, PAPER)
     assert dev["reduced"] == [
         "splits=2 (paper: 20, 5 for protein)",
-        "data.max_train={protein: 2000, naval: 2000} (paper: all training rows)",
+        "data.max_train={kin8nm: 2000, naval: 2000, power: 2000, protein: 2000} (paper: all training rows)",
         "method_params.multiswag.components=3 (paper: 10)",
     ]
     assert dev["changed"] == []
@@ -59,6 +59,7 @@ def test_quick_config_names_its_reductions(tmp_path):
     assert note.startswith("Offline quick configuration")
     assert "Paper protocol" not in note
     assert "model: n_blocks=1, d_block=64" in note and "train: lr=0.001" in note
+    assert "dataset_overrides.naval.train: lr=0.003" in note  # per-data-set choices are project choices too
     # every value of a method that runs is named with its value, whatever keys the method has
     group = note.split("method_params.multiswag: ")[1].split(";")[0]
     for key, value in cfg["method_params"]["multiswag"].items():

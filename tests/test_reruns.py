@@ -71,7 +71,7 @@ def repo_copy(tmp_path_factory):
         # report: only the table that calls it (the PIT figure does not)
         ("stochattn.report", "write_table", {"uci_table": 1}),
         # metrics: both evaluations and everything that reads metrics.json; no training, no sampling
-        ("stochattn.scaling", "fit_temperature", {"evaluate": 2, "uci_table": 1, "uci_pit_figure": 1}),
+        ("stochattn.scaling", "fit_temperature", {"evaluate": 1, "uci_table": 1, "uci_pit_figure": 1}),
         # one baseline's stage function: that method's run only, not the other method's nor the backbone
         ("stochattn.experiments.uci", "_swag", {"run_method": 1, "evaluate": 1, "uci_table": 1, "uci_pit_figure": 1}),
     ],

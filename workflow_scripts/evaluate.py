@@ -1,7 +1,9 @@
-"""Rule evaluate: stochattn.experiments.evaluate.evaluate (metrics.json of one run; numpy only, no torch import).
+"""Rule evaluate / evaluate_toy: stochattn.experiments.evaluate.evaluate_split (metrics.json of every run of one
+split, in one process; numpy only, no torch import).
 
-input.reference (absent for SA itself): SA's samples.npz of the same split, whose calibration coverage the run's
-conformal "matched" block targets."""
+Inputs ``<method>_samples`` / ``<method>_meta`` for every method of the split; outputs named by method. SA's
+samples.npz is the coverage reference of every other run's conformal "matched" block, so it is recorded among their
+inputs."""
 
 import logging
 import sys
@@ -9,22 +11,31 @@ import sys
 sys.stderr = sys.stdout = open(snakemake.log[0], "w", buffering=1)  # noqa: F821 (snakemake is injected)
 logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
-from stochattn.experiments.evaluate import evaluate  # noqa: E402
+from stochattn.experiments.evaluate import REFERENCE, evaluate_split  # noqa: E402
 from stochattn.provenance import stage_provenance  # noqa: E402
 
-w = snakemake.wildcards  # noqa: F821
-evaluate(
-    snakemake.input.samples,  # noqa: F821
-    snakemake.output[0],  # noqa: F821
-    seed=snakemake.params.seed,  # noqa: F821
-    levels=tuple(snakemake.params.levels),  # noqa: F821
+sm = snakemake  # noqa: F821
+w = sm.wildcards
+methods = list(sm.params.methods)
+samples = {m: sm.input[f"{m}_samples"] for m in methods}
+params = {"levels": list(sm.params.levels), "seed": sm.params.seed}
+
+
+def inputs_of(method):
+    files = [samples[method], sm.input[f"{method}_meta"]]
+    if method != REFERENCE and REFERENCE in samples:
+        files.append(samples[REFERENCE])
+    return files
+
+
+evaluate_split(
+    samples,
+    {m: sm.output[m] for m in methods},
+    seed=sm.params.seed,
+    levels=tuple(sm.params.levels),
     dataset=w.dataset,
     split=int(w.split),
-    reference_path=snakemake.input.get("reference"),  # noqa: F821 (SA's samples.npz of the split; None for SA)
-    provenance=stage_provenance(
-        rule=snakemake.rule,  # noqa: F821
-        inputs=list(snakemake.input),  # noqa: F821
-        code=snakemake.params.code,  # noqa: F821
-        params={"levels": snakemake.params.levels, "seed": snakemake.params.seed},  # noqa: F821
-    ),
+    provenance={
+        m: stage_provenance(rule=sm.rule, inputs=inputs_of(m), code=sm.params.code, params=params) for m in methods
+    },
 )

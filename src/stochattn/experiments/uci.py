@@ -137,7 +137,7 @@ def train_backbone(
     val_rmse = float(np.sqrt(np.mean((predict(net, data["x_val"]).numpy() - data["y_val"]) ** 2)))
     meta = {
         "model": dict(model), "train": dict(train), "seed": seed, "best_epoch": fit.best_epoch,
-        "epochs_run": len(fit.history), "val_rmse_standardised": val_rmse, "seconds": fit.seconds,
+        "epochs_run": fit.epochs_run, "val_rmse_standardised": val_rmse, "seconds": fit.seconds,
         "device": device_info(), "packages": package_versions(),
     }
     if provenance is not None:
