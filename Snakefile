@@ -1,7 +1,7 @@
 # stochattn: the benchmark workflow of "Stochastic Attention" (UCI regression slice and the teaser's toy).
 #
-#   snakemake --profile profiles/default --configfile config/quick.yaml      # offline embedded default, 2 cores
-#   snakemake --profile profiles/slurm                                       # the paper's protocol on a cluster
+#   snakemake --cores 2 --configfile=config/quick.yaml      # offline embedded default, 2 cores (`make run`)
+#   snakemake --profile slurm                               # the paper's protocol on a cluster (./slurm)
 #
 # Targets: all (default), uci, uci_<dataset> (e.g. uci_yacht), toy, or any output path such as
 # results/uci/yacht/split0/sa/metrics.json. Every output lives under results/, every log under logs/.
@@ -46,24 +46,24 @@ include: "rules/report.smk"
 rule all:
     """Every table and figure of the UCI slice and the teaser's toy panel."""
     default_target: True
-    localrule: True
     input:
         uci_targets(),
         figure_files("teaser_sinusoid"),
+    localrule: True
 
 
 rule uci:
     """UCI tables (master, CRPS, cost) and figures (PIT, sharpness, Yacht appendix, cost)."""
-    localrule: True
     input:
         uci_targets(),
+    localrule: True
 
 
 rule toy:
     """The teaser's panel (c): predictive intervals of each method on a noisy sinusoid."""
-    localrule: True
     input:
         figure_files("teaser_sinusoid"),
+    localrule: True
 
 
 # One target per configured data set: every run's metrics and the data set's own figures, e.g. `uci_yacht`.
@@ -72,7 +72,7 @@ for _dataset in DATASETS:
     rule:
         name:
             f"uci_{_dataset}"
-        localrule: True
         input:
             uci_metrics([_dataset]),
             uci_dataset_figures(_dataset),
+        localrule: True

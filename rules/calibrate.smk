@@ -21,6 +21,12 @@ rule calibrate_sa:
         "logs/{experiment}/{dataset}/split{split}/sa.log",
     benchmark:
         benchmark_file("calibrate_sa", "{experiment}/{dataset}/split{split}/sa")
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=mem_mb_train,
+        runtime=runtime_method,
     params:
         method="sa",
         model=lambda w: model_cfg(w.experiment, w.dataset),
@@ -29,9 +35,5 @@ rule calibrate_sa:
         num_samples=config["num_samples"],
         seed=lambda w: seed_for("sa", w.dataset, w.split),
         code=method_code("sa"),
-    threads: 1
-    resources:
-        mem_mb=mem_mb_train,
-        runtime=runtime_method,
     script:
         "../workflow_scripts/run_method.py"

@@ -1,4 +1,4 @@
-# Helpers shared by every rule file: names, seeds, paths, per-experiment configuration, resources, captions.
+# Helpers shared by the rule files (names, seeds, paths, per-experiment configuration, resources, captions).
 # Only cheap imports here: the workflow is parsed again for every cluster job; torch is imported by the scripts.
 
 import copy
@@ -15,6 +15,8 @@ from stochattn.protocol import protocol_deviations as _protocol_deviations
 from stochattn.protocol import protocol_note as _protocol_note
 from stochattn.provenance import code_version
 
+# Every rule's software, used with `--sdm conda` (the local `make` setup runs in the virtual environment instead).
+CONDA_ENV = str(Path(workflow.basedir) / "envs" / "stochattn.yaml")
 
 # ---------------------------------------------------------------------------------------------------------------
 # names
@@ -337,3 +339,24 @@ def protocol_deviations():
 def protocol_note():
     """The caption paragraph: report.note, S, reductions / changes from the paper, project choices."""
     return _protocol_note(_run_config(), PAPER_PROTOCOL, config["report"]["note"], _NOT_PROTOCOL)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# evaluate: one job per split (rules/evaluate.smk)
+# ---------------------------------------------------------------------------------------------------------------
+def evaluate_inputs(experiment, methods):
+    """Input function: ``<method>_samples`` and ``<method>_meta`` of every run of the split."""
+
+    def inputs(wildcards):
+        run = f"results/{experiment}/{wildcards.dataset}/split{wildcards.split}"
+        files = {}
+        for m in methods:
+            files[f"{m}_samples"] = f"{run}/{m}/samples.npz"
+            files[f"{m}_meta"] = f"{run}/{m}/meta.json"
+        return files
+
+    return inputs
+
+
+def evaluate_outputs(experiment, methods):
+    return {m: f"results/{experiment}/{{dataset}}/split{{split}}/{m}/metrics.json" for m in methods}

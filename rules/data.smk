@@ -13,6 +13,8 @@ rule fetch_uci:
     wildcard_constraints:
         dataset="|".join(DATASET_REGISTRY),
     localrule: True
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=1000,
@@ -34,16 +36,18 @@ rule prepare_uci:
         benchmark_file("prepare_uci", "{dataset}/split{split}")
     wildcard_constraints:
         dataset="|".join(DATASET_REGISTRY),
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=10,
     params:
         val_fraction=config["data"]["val_fraction"],
         cal_fraction=config["data"]["cal_fraction"],
         max_train=lambda w: config["data"]["max_train"].get(w.dataset),
         seed=lambda w: seed_for("prepare", w.dataset, w.split),
         code=code_for("stochattn.experiments.uci:prepare"),
-    threads: 1
-    resources:
-        mem_mb=2000,
-        runtime=10,
     script:
         "../workflow_scripts/prepare.py"
 
@@ -57,14 +61,16 @@ rule prepare_toy:
         f"logs/toy/{TOY_DATASET}/split0/prepare.log",
     benchmark:
         benchmark_file("prepare_toy", f"{TOY_DATASET}/split0")
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
     params:
         n=config["toy"]["n"],
         noise=config["toy"]["noise"],
         seed=seed_for("prepare", TOY_DATASET, 0),
         code=code_for("stochattn.experiments.uci:prepare_sinusoid"),
-    threads: 1
-    resources:
-        mem_mb=1000,
-        runtime=10,
     script:
         "../workflow_scripts/prepare_toy.py"

@@ -3,24 +3,6 @@
 # split's calibration part. One job per split, not per run: the scoring libraries take ~3.5 s to load.
 
 
-def evaluate_inputs(experiment, methods):
-    """Input function: ``<method>_samples`` and ``<method>_meta`` of every run of the split."""
-
-    def inputs(wildcards):
-        run = f"results/{experiment}/{wildcards.dataset}/split{wildcards.split}"
-        files = {}
-        for m in methods:
-            files[f"{m}_samples"] = f"{run}/{m}/samples.npz"
-            files[f"{m}_meta"] = f"{run}/{m}/meta.json"
-        return files
-
-    return inputs
-
-
-def evaluate_outputs(experiment, methods):
-    return {m: f"results/{experiment}/{{dataset}}/split{{split}}/{m}/metrics.json" for m in methods}
-
-
 rule evaluate:
     """samples.npz + meta.json of every UCI run of a split -> their metrics.json
     (stochattn.experiments.evaluate.evaluate_split); NaN/inf samples are an error."""
@@ -32,6 +14,8 @@ rule evaluate:
         "logs/uci/{dataset}/split{split}/evaluate.log",
     benchmark:
         benchmark_file("evaluate", "uci/{dataset}/split{split}")
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=2000,
@@ -55,6 +39,8 @@ rule evaluate_toy:
         "logs/toy/{dataset}/split{split}/evaluate.log",
     benchmark:
         benchmark_file("evaluate", "toy/{dataset}/split{split}")
+    conda:
+        CONDA_ENV
     threads: 1
     resources:
         mem_mb=2000,

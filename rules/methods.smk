@@ -15,6 +15,12 @@ rule run_method:
         benchmark_file("run_method", "{experiment}/{dataset}/split{split}/{method}")
     wildcard_constraints:
         method="|".join(BASELINES),
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=mem_mb_train,
+        runtime=runtime_method,
     params:
         method=lambda w: w.method,
         model=lambda w: model_cfg(w.experiment, w.dataset),
@@ -23,9 +29,5 @@ rule run_method:
         num_samples=config["num_samples"],
         seed=lambda w: seed_for(w.method, w.dataset, w.split),
         code=lambda w: method_code(w.method),
-    threads: 1
-    resources:
-        mem_mb=mem_mb_train,
-        runtime=runtime_method,
     script:
         "../workflow_scripts/run_method.py"

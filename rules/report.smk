@@ -23,6 +23,12 @@ rule uci_table:
         "logs/report/uci_{table}.log",
     wildcard_constraints:
         table="|".join(UCI_TABLES),
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
     params:
         caption=protocol_note(),
         config_subset=provenance_config(),
@@ -30,10 +36,6 @@ rule uci_table:
         code=lambda w: code_for(
             "stochattn.report:load_runs", f"stochattn.report:uci_{w.table}_table", "stochattn.report:write_table"
         ),
-    threads: 1
-    resources:
-        mem_mb=2000,
-        runtime=15,
     script:
         "../workflow_scripts/table.py"
 
@@ -56,16 +58,18 @@ rule uci_pit_figure:
         "logs/report/uci_pit_{dataset}.log",
     wildcard_constraints:
         dataset="|".join(DATASET_REGISTRY),
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
     params:
         kind="pit",
         caption=protocol_note(),
         config_subset=provenance_config(),
         seeds=SEED_RULE,
         code=code_for("stochattn.figures:pit_histograms", "stochattn.provenance:provenance_record"),
-    threads: 1
-    resources:
-        mem_mb=2000,
-        runtime=15,
     script:
         "../workflow_scripts/figure.py"
 
@@ -89,6 +93,12 @@ rule uci_sharpness_figure:
         "logs/report/uci_sharpness_{dataset}.log",
     wildcard_constraints:
         dataset="|".join(DATASET_REGISTRY),
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
     params:
         kind="sharpness",
         samples_and_metrics=lambda w: samples_and_metrics(w.dataset),
@@ -96,10 +106,6 @@ rule uci_sharpness_figure:
         config_subset=provenance_config(),
         seeds=SEED_RULE,
         code=code_for("stochattn.figures:sharpness_boxplot", "stochattn.provenance:provenance_record"),
-    threads: 1
-    resources:
-        mem_mb=2000,
-        runtime=15,
     script:
         "../workflow_scripts/figure.py"
 
@@ -121,6 +127,12 @@ rule uci_yacht_appendix:
         pdf_prov="results/figures/uci_yacht_appendix.pdf.prov.json",
     log:
         "logs/report/uci_yacht_appendix.log",
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
     params:
         kind="yacht_appendix",
         samples_and_metrics=samples_and_metrics("yacht") if "yacht" in DATASETS else {},
@@ -128,10 +140,6 @@ rule uci_yacht_appendix:
         config_subset=provenance_config(),
         seeds=SEED_RULE,
         code=code_for("stochattn.figures:yacht_appendix", "stochattn.provenance:provenance_record"),
-    threads: 1
-    resources:
-        mem_mb=2000,
-        runtime=15,
     script:
         "../workflow_scripts/figure.py"
 
@@ -151,16 +159,18 @@ rule uci_cost_figure:
         pdf_prov="results/figures/uci_cost.pdf.prov.json",
     log:
         "logs/report/uci_cost_figure.log",
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
     params:
         kind="cost",
         caption=protocol_note(),
         config_subset=provenance_config(),
         seeds=SEED_RULE,
         code=code_for("stochattn.figures:cost_figure", "stochattn.provenance:provenance_record"),
-    threads: 1
-    resources:
-        mem_mb=2000,
-        runtime=15,
     script:
         "../workflow_scripts/figure.py"
 
@@ -181,6 +191,12 @@ rule teaser_sinusoid:
         pdf_prov="results/figures/teaser_sinusoid.pdf.prov.json",
     log:
         "logs/report/teaser_sinusoid.log",
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
     params:
         kind="teaser",
         methods=TOY_METHODS,
@@ -194,9 +210,5 @@ rule teaser_sinusoid:
         config_subset=provenance_config("toy"),
         seeds=SEED_RULE,
         code=code_for("stochattn.figures:teaser_sinusoid", "stochattn.provenance:provenance_record"),
-    threads: 1
-    resources:
-        mem_mb=2000,
-        runtime=15,
     script:
         "../workflow_scripts/figure.py"

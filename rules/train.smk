@@ -12,14 +12,16 @@ rule train_backbone:
         "logs/{experiment}/{dataset}/split{split}/train_backbone.log",
     benchmark:
         benchmark_file("train_backbone", "{experiment}/{dataset}/split{split}")
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=mem_mb_train,
+        runtime=runtime_backbone,
     params:
         model=lambda w: model_cfg(w.experiment, w.dataset),
         train=lambda w: train_cfg(w.experiment, w.dataset),
         seed=lambda w: seed_for("backbone", w.dataset, w.split),
         code=code_for("stochattn.experiments.uci:train_backbone"),
-    threads: 1
-    resources:
-        mem_mb=mem_mb_train,
-        runtime=runtime_backbone,
     script:
         "../workflow_scripts/train_backbone.py"
