@@ -1,7 +1,6 @@
 # Helpers shared by the rule files (names, seeds, paths, per-experiment configuration, resources, captions).
 # Only cheap imports here: the workflow is parsed again for every cluster job; torch is imported by the scripts.
 
-import copy
 import functools
 import hashlib
 import math
@@ -10,10 +9,11 @@ from pathlib import Path
 import yaml
 
 from stochattn.data.uci import UCI_DATASETS, dataset_registry, locate_uci_file
-from stochattn.protocol import NOT_PROTOCOL, load_paper_protocol
+from stochattn.protocol import NOT_PROTOCOL, dataset_section, load_paper_protocol, merged
 from stochattn.protocol import protocol_deviations as _protocol_deviations
 from stochattn.protocol import protocol_note as _protocol_note
 from stochattn.provenance import code_version
+from stochattn.resources import load_dataset_estimates
 
 # Every rule's software, used with `--sdm conda` (the local `make` setup runs in the virtual environment instead).
 CONDA_ENV = str(Path(workflow.basedir) / "envs" / "stochattn.yaml")
@@ -136,34 +136,22 @@ def benchmark_file(rule, wildcard_path):
 # per-experiment configuration: the toy overrides model / train / method_params key by key, and so does
 # dataset_overrides[<dataset>] for one UCI data set (e.g. a learning rate chosen on that data set's validation part)
 # ---------------------------------------------------------------------------------------------------------------
-def _merged(base, override):
-    out = copy.deepcopy(base)
-    for key, value in (override or {}).items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merged(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-def _override(experiment, dataset, section):
-    """The override of config ``section`` for one run: the toy's, or the UCI data set's (``{}`` if none)."""
-    if experiment == "toy":
-        return config["toy"].get(section, {})
-    return config.get("dataset_overrides", {}).get(dataset, {}).get(section, {})
-
-
 def model_cfg(experiment, dataset=None):
-    return _merged(config["model"], _override(experiment, dataset, "model"))
+    if experiment == "toy":
+        return merged(config["model"], config["toy"].get("model"))
+    return dataset_section(config, "model", dataset)
 
 
 def train_cfg(experiment, dataset=None):
-    return _merged(config["train"], _override(experiment, dataset, "train"))
+    if experiment == "toy":
+        return merged(config["train"], config["toy"].get("train"))
+    return dataset_section(config, "train", dataset)
 
 
 def method_cfg(experiment, method, dataset=None):
-    base = config["method_params"].get(method, {})
-    return _merged(base, _override(experiment, dataset, "method_params").get(method))
+    if experiment == "toy":
+        return merged(config["method_params"].get(method, {}), config["toy"].get("method_params", {}).get(method))
+    return dataset_section(config, "method_params", dataset, method)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -224,6 +212,19 @@ def method_inputs(wildcards):
     if wildcards.method in BACKBONE_METHODS:
         inputs["backbone"] = f"{run}/backbone/model.pt"
         inputs["backbone_meta"] = f"{run}/backbone/meta.json"
+    if wildcards.method == "multiswag":
+        n = int(method_cfg(wildcards.experiment, "multiswag", wildcards.dataset)["components"])
+        inputs["components"] = [f"{run}/multiswag/components/{c}.pt" for c in range(n)]
+        inputs["component_metas"] = [f"{run}/multiswag/components/{c}.json" for c in range(n)]
+    return inputs
+
+
+def component_inputs(wildcards):
+    """Inputs of one MultiSWAG component: the prepared split, and component 0's meta (its SWAG settings)."""
+    run = f"results/{wildcards.experiment}/{wildcards.dataset}/split{wildcards.split}"
+    inputs = {"prepared": f"{run}/prepared.npz"}
+    if int(wildcards.component) > 0:
+        inputs["first"] = f"{run}/multiswag/components/0.json"
     return inputs
 
 
@@ -246,6 +247,7 @@ def provenance_config(experiment="uci"):
     """The config subset recorded in provenance: what defines the numbers (not where data came from)."""
     keys = ["seed", "datasets", "methods", "splits", "num_samples", "model", "train", "method_params", "evaluate"]
     subset = {k: config[k] for k in keys}
+    subset["dataset_overrides"] = {d: o for d, o in config.get("dataset_overrides", {}).items() if d in DATASETS}
     subset["data"] = {k: v for k, v in config["data"].items() if k not in ("mirrors",)}
     if experiment == "toy":
         subset["toy"] = config["toy"]
@@ -290,29 +292,49 @@ def _rows(dataset):
 def _trainings(experiment, method, dataset=None):
     """Full trainings a job does, in units of one backbone training (the cost model of facts.md)."""
     cfg = method_cfg(experiment, method, dataset)
-    if method == "multiswag":
-        return int(cfg.get("components", 10)) * 1.5
+    if method == "multiswag_component":
+        return 1.5  # one backbone training and one SWAG phase
     if method in ("ivon", "hsa"):
         return len(cfg.get("grid", [{}]))
     if method == "swag":
         return 1
-    return 0.25  # sa (BO passes) and mc_dropout (sampling only) on the frozen backbone
+    return 0.25  # sa (BO passes), mc_dropout and multiswag (sampling only) on trained networks
 
 
 def mem_mb_train(wildcards, attempt):
     return int((2000 + _rows(wildcards.dataset) // 20) * attempt)
 
 
+_MEASURED = load_dataset_estimates(
+    None if config.get("runtime_estimates") is None else Path(workflow.basedir) / config["runtime_estimates"]
+)
+
+
+def _runtime(family, dataset, trainings, attempt):
+    """Minutes, doubled on each retry: the measured request of ``family`` on ``dataset`` (config
+    runtime_estimates, from benchmark records), else the cost model: ``trainings`` x (20 + 2 per 1000 rows), at
+    least 15 (generous for one GPU)."""
+    measured = _MEASURED.get(family, {}).get(dataset)
+    if measured is None:
+        measured = max(15, (20 + 2 * _rows(dataset) / 1000) * trainings)
+    return int(math.ceil(measured * attempt))
+
+
 def runtime_backbone(wildcards, attempt):
-    """Minutes: 20 + 2 per 1000 rows per training (generous for one GPU), doubled on each retry."""
-    return int(math.ceil((20 + 2 * _rows(wildcards.dataset) / 1000) * attempt))
+    return _runtime("train_backbone", wildcards.dataset, 1, attempt)
 
 
 def runtime_method(wildcards, attempt):
-    """Minutes for one method's job (its trainings in backbone units), doubled on each retry."""
+    """One method's job (its trainings in backbone units); calibrate_sa is SA's job."""
     method = wildcards.get("method", "sa")
-    one = 20 + 2 * _rows(wildcards.dataset) / 1000
-    return int(math.ceil(max(15, one * _trainings(wildcards.experiment, method, wildcards.dataset)) * attempt))
+    family = f"{'calibrate_sa' if method == 'sa' else 'run_method'}/{method}"
+    return _runtime(family, wildcards.dataset, _trainings(wildcards.experiment, method, wildcards.dataset), attempt)
+
+
+def runtime_component(wildcards, attempt):
+    """One MultiSWAG component (one training and one SWAG phase)."""
+    return _runtime("multiswag_component", wildcards.dataset, _trainings(wildcards.experiment, "multiswag_component"),
+                    attempt)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------------------

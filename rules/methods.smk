@@ -31,3 +31,34 @@ rule run_method:
         code=lambda w: method_code(w.method),
     script:
         "../workflow_scripts/run_method.py"
+
+
+rule multiswag_component:
+    """One MultiSWAG component: a network trained from its own seed, then its SWAG phase (component 0 chooses the
+    SWAG settings on validation data, the others reuse them). One job per component bounds every job's runtime."""
+    input:
+        unpack(component_inputs),
+    output:
+        state="results/{experiment}/{dataset}/split{split}/multiswag/components/{component}.pt",
+        meta="results/{experiment}/{dataset}/split{split}/multiswag/components/{component}.json",
+    log:
+        "logs/{experiment}/{dataset}/split{split}/multiswag_component{component}.log",
+    benchmark:
+        benchmark_file("multiswag_component", "{experiment}/{dataset}/split{split}/{component}")
+    wildcard_constraints:
+        component=r"\d+",
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=mem_mb_train,
+        runtime=runtime_component,
+    params:
+        component=lambda w: int(w.component),
+        model=lambda w: model_cfg(w.experiment, w.dataset),
+        train=lambda w: train_cfg(w.experiment, w.dataset),
+        method_cfg=lambda w: method_cfg(w.experiment, "multiswag", w.dataset),
+        seed=lambda w: seed_for("multiswag", w.dataset, w.split),
+        code=code_for("stochattn.experiments.uci:train_multiswag_component"),
+    script:
+        "../workflow_scripts/multiswag_component.py"

@@ -104,3 +104,16 @@ def test_bad_paper_record(tmp_path):
     bad.write_text("splits: {value: 20, source: x, note: y}\n")
     with pytest.raises(ValueError, match="unknown fields"):
         load_paper_protocol(bad)
+
+
+def test_dataset_section_merges_one_data_sets_overrides_only():
+    from stochattn.protocol import dataset_section
+
+    cfg = {"train": {"lr": 1e-3, "batch_size": 64}, "method_params": {"ivon": {"grid": [{"lr": 1}], "mc": 1}},
+           "dataset_overrides": {"naval": {"train": {"lr": 3e-3}, "method_params": {"ivon": {"mc": 2}}}}}  # fmt: skip
+    assert dataset_section(cfg, "train", "naval") == {"lr": 3e-3, "batch_size": 64}
+    assert dataset_section(cfg, "train", "yacht") == cfg["train"]
+    assert dataset_section(cfg, "method_params", "naval", "ivon") == {"grid": [{"lr": 1}], "mc": 2}
+    assert dataset_section(cfg, "method_params", "naval", "hsa") == {}
+    assert dataset_section({"train": {"lr": 1}}, "train", "naval") == {"lr": 1}  # configs recorded before overrides
+    assert cfg["train"]["lr"] == 1e-3  # copies, never the config itself

@@ -17,7 +17,7 @@ import pytest
 from conftest import TINY_TARGETS, copy_run
 from test_workflow import REPO, _snakemake_cmd, job_stats, smk
 
-GPU_RULES = {"train_backbone", "calibrate_sa", "run_method"}
+GPU_RULES = {"train_backbone", "calibrate_sa", "run_method", "multiswag_component"}
 
 
 def test_slurm_profile_by_name_from_the_root(tmp_path):

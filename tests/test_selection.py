@@ -133,7 +133,7 @@ def test_baseline_selects_on_validation_only_and_records_it(workdir, method, mon
     meta = uci.run_method(method, workdir / "prepared.npz", out, backbone_path=workdir / "backbone/model.pt",
                           model=MODEL, train=TRAIN, method_cfg=CFG[method], num_samples=S, seed=1, progress=False)
     data = load_prepared(workdir / "prepared.npz")
-    assert len(seen) == 2  # MultiSWAG: chosen on component 1 only
+    assert len(seen) == 2  # MultiSWAG: chosen on component 0 only
     for s in seen:  # exactly the fitting and validation arrays; nothing else is reachable from the split
         assert set(vars(s)) == {"x_fit", "y_fit", "x_val", "y_val"}
         np.testing.assert_array_equal(s.x_fit, data["x_train"])
@@ -150,7 +150,7 @@ def test_baseline_selects_on_validation_only_and_records_it(workdir, method, mon
         assert rec["reference"]["start_val_rmse"] == pytest.approx(
             load_json(workdir / "backbone/meta.json")["val_rmse_standardised"], rel=1e-5)
     if method == "multiswag":
-        assert rec["chosen_on"].startswith("component 1")
+        assert rec["chosen_on"].startswith("component 0")
 
 
 def test_baseline_worse_than_the_mean_is_an_error_of_the_run(workdir):

@@ -21,7 +21,7 @@ from test_workflow import REPO, SNAKEFILE, _snakemake_cmd
 
 pytestmark = pytest.mark.slow
 SLURM_SH = REPO / "ci" / "slurm.sh"
-GPU_RULES = ("train_backbone", "calibrate_sa", "run_method")
+GPU_RULES = ("train_backbone", "calibrate_sa", "run_method", "multiswag_component")
 
 
 def _unavailable(reason: str):

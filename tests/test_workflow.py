@@ -32,7 +32,8 @@ ALL_DATASETS = ["concrete", "energy", "kin8nm", "naval", "power", "protein", "wi
 ALL_METHODS = ["sa", "mc_dropout", "swag", "multiswag", "ivon", "hsa"]  # what a config lists
 RUNS = ["sa", "sa_match", "mc_dropout", "swag", "multiswag", "ivon", "hsa"]  # + sa_match, written beside sa
 PIPELINE_RULES = [
-    "fetch_uci", "prepare_uci", "prepare_toy", "train_backbone", "calibrate_sa", "run_method", "evaluate",
+    "fetch_uci", "prepare_uci", "prepare_toy", "train_backbone", "calibrate_sa", "run_method", "multiswag_component",
+    "evaluate",
     "uci_table", "uci_pit_figure", "uci_sharpness_figure", "uci_yacht_appendix", "uci_cost_figure",
     "teaser_sinusoid",
 ]  # fmt: skip
@@ -141,6 +142,7 @@ def test_dry_run_paper_protocol(tmp_path):
         "train_backbone": n_runs + 1,
         "calibrate_sa": n_runs + 1,
         "run_method": (n_runs + 1) * (toy - 1),
+        "multiswag_component": (n_runs + 1) * 10,  # one job per MultiSWAG component (L = 10)
         "evaluate": n_runs,  # one job per split evaluates all of its runs
         "uci_table": len(TABLES),
         "uci_pit_figure": 8,
@@ -151,6 +153,10 @@ def test_dry_run_paper_protocol(tmp_path):
         "all": 1,
     }
     out = res.stdout
+    # no job needs more than a day (the cost model's requests, minutes): MultiSWAG runs one job per component
+    runtimes = [int(r) for r in re.findall(r"runtime=(\d+)", out)]
+    assert runtimes and max(runtimes) < 24 * 60, max(runtimes)
+    assert "results/uci/protein/split4/multiswag/components/9.pt" in out
     assert "results/uci/protein/split4/multiswag/metrics.json" in out
     assert "results/uci/protein/split5/" not in out
     assert "results/uci/concrete/split19/sa/calibration.json" in out
@@ -183,7 +189,7 @@ def test_dry_run_quick_config(tmp_path):
     assert path.returncode == 0, path.stdout[-3000:]
     # one split's evaluation scores all of its runs (every baseline is matched to SA's coverage)
     split_jobs = {"fetch_uci": 1, "prepare_uci": 1, "train_backbone": 1, "calibrate_sa": 1,
-                  "run_method": len(ALL_METHODS) - 1, "evaluate": 1}  # fmt: skip
+                  "run_method": len(ALL_METHODS) - 1, "multiswag_component": 3, "evaluate": 1}  # fmt: skip
     assert job_stats(path.stdout) == split_jobs
     # sa_match comes out of the same calibrate_sa job; its evaluation reads SA's samples as the coverage reference
     match = smk(tmp_path, "-n", "results/uci/energy/split1/sa_match/metrics.json",
@@ -210,7 +216,7 @@ def test_slurm_profile_requests_gpus_for_training_and_sampling(tmp_path):
         rule, resources = m.group(1), r.group(1)
         seen.add(rule)
         gpu = "gpu=1" in resources
-        assert gpu == (rule in ("train_backbone", "calibrate_sa", "run_method")), (rule, resources)
+        assert gpu == (rule in ("train_backbone", "calibrate_sa", "run_method", "multiswag_component")), (rule, resources)
         if gpu:
             assert "slurm_partition=gpu" in resources and "runtime=" in resources
     assert {"train_backbone", "calibrate_sa", "run_method", "evaluate", "prepare_uci"} <= seen

@@ -21,6 +21,7 @@ meta = run_method(
     snakemake.input.prepared,  # noqa: F821
     os.path.dirname(snakemake.output.samples),  # noqa: F821
     backbone_path=snakemake.input.get("backbone"),  # noqa: F821
+    components=snakemake.input.get("components"),  # noqa: F821 (MultiSWAG's trained components, in order)
     model=p.model,
     train=p.train,
     method_cfg=p.method_cfg,

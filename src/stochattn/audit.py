@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from stochattn.io import load_json, sha256_file, to_jsonable
+from stochattn.protocol import dataset_section
 from stochattn.provenance import code_version, file_record, provenance_path
 
 __all__ = ["Node", "audit", "main"]
@@ -95,12 +96,13 @@ def _check_config(node: Node, params: dict, config: dict) -> None:
     if not config or "method" not in params:
         return
     checks = [("num_samples", params.get("num_samples"), config.get("num_samples"))]
-    if "/uci/" in f"/{node.path}" and "toy" not in config:
-        method = params["method"]
-        checks += [("model", params.get("model"), config.get("model")),
-                   ("train", params.get("train"), config.get("train")),
+    parts = Path(node.path).parts
+    if "uci" in parts and "toy" not in config:
+        method, dataset = params["method"], parts[parts.index("uci") + 1]
+        checks += [("model", params.get("model"), dataset_section(config, "model", dataset)),
+                   ("train", params.get("train"), dataset_section(config, "train", dataset)),
                    (f"method_params.{method}", params.get("method_cfg"),
-                    (config.get("method_params") or {}).get(method, {}))]  # fmt: skip
+                    dataset_section(config, "method_params", dataset, method))]  # fmt: skip
     for key, used, said in checks:
         if said is not None and used is not None and _canon(used) != _canon(said):
             node.problems.append(f"stale config: made with {key}={_canon(used)}, the figure says {_canon(said)}")

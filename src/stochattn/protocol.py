@@ -16,13 +16,14 @@ project choice until the paper record names it.
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import yaml
 
-__all__ = ["NOT_PROTOCOL", "load_paper_protocol", "protocol_deviations", "protocol_note"]
+__all__ = ["NOT_PROTOCOL", "load_paper_protocol", "merged", "dataset_section", "protocol_deviations", "protocol_note"]
 
 NOT_PROTOCOL = ("seed", "device", "require_gpu", "progress", "data.mirrors", "data.allow_download", "report", "toy",
                 "custom_datasets")  # fmt: skip
@@ -30,6 +31,28 @@ NOT_PROTOCOL = ("seed", "device", "require_gpu", "progress", "data.mirrors", "da
 panel states its own settings; custom data sets appear under ``datasets`` and ``unverified_data``)."""
 
 _MISSING = object()
+
+
+def merged(base: Mapping[str, Any] | None, override: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``base`` with ``override`` merged in key by key (nested mappings merged, anything else replaced); copies."""
+    out = copy.deepcopy(dict(base or {}))
+    for key, value in (override or {}).items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merged(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def dataset_section(config: Mapping[str, Any], section: str, dataset: str | None, method: str | None = None) -> Any:
+    """The settings one UCI data set's runs use: ``config[section]`` (``method_params``: its ``method`` entry)
+    with ``config["dataset_overrides"][dataset]`` merged in (e.g. a learning rate chosen on that data set's
+    validation part)."""
+    base = config.get(section, {})
+    override = ((config.get("dataset_overrides") or {}).get(dataset) or {}).get(section) or {}
+    if method is not None:
+        base, override = (base or {}).get(method, {}), override.get(method)
+    return merged(base, override)
 
 
 def load_paper_protocol(path: str | os.PathLike) -> dict[str, dict[str, Any]]:

@@ -2,9 +2,11 @@
 
 ``python -m stochattn.resources [results/benchmarks]`` prints, per rule family (``run_method`` split by method), the
 number of records, the median and largest wall clock and peak memory, and a SLURM runtime request: the largest
-measured wall clock times ``safety`` (default 2), in whole minutes. Estimates measured on one machine transfer to
-another only up to the speed ratio of the two: measure on the cluster's own nodes (one split per data set is enough)
-before running the full protocol.
+measured wall clock times ``safety`` (default 2), in whole minutes. ``--write FILE`` also writes the per-data-set
+requests ``{family: {dataset: minutes}}`` as YAML; the workflow's config key ``runtime_estimates: FILE`` makes every
+rule request them (rules/common.smk), falling back to its row-count cost model where nothing was measured.
+Estimates measured on one machine transfer to another only up to the speed ratio of the two: measure on the
+cluster's own nodes (one split per data set is enough: ``--config splits=1``) before running the full protocol.
 """
 
 from __future__ import annotations
@@ -12,13 +14,22 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import re
 import statistics
 from pathlib import Path
 from typing import Any
 
-__all__ = ["read_benchmarks", "runtime_estimates", "main"]
+__all__ = ["read_benchmarks", "runtime_estimates", "dataset_estimates", "load_dataset_estimates", "main"]
 
-_PER_METHOD = {"run_method", "calibrate_sa", "evaluate"}
+_PER_METHOD = {"run_method", "calibrate_sa"}
+
+
+def _dataset_of(parts: tuple[str, ...]) -> str | None:
+    """The data set of a benchmark record's wildcard path: the folder before ``split<k>``."""
+    for i, part in enumerate(parts):
+        if re.fullmatch(r"split\d+", part) and i > 0:
+            return parts[i - 1]
+    return None
 
 
 def read_benchmarks(root: str | Path) -> list[dict[str, Any]]:
@@ -34,7 +45,8 @@ def read_benchmarks(root: str | Path) -> list[dict[str, Any]]:
             for rec in csv.DictReader(fh, delimiter="\t"):
                 rss = rec.get("max_rss", "NA")
                 rows.append({
-                    "rule": rule, "family": family, "job": "/".join(rel.parts[1:]), "seconds": float(rec["s"]),
+                    "rule": rule, "family": family, "job": "/".join(rel.parts[1:]), "dataset": _dataset_of(rel.parts),
+                    "seconds": float(rec["s"]),
                     "max_rss_mb": None if rss in ("NA", "", None) else float(rss),
                 })  # fmt: skip
     return rows
@@ -59,10 +71,46 @@ def runtime_estimates(root: str | Path, safety: float = 2.0) -> dict[str, dict[s
     return out
 
 
+def dataset_estimates(root: str | Path, safety: float = 2.0) -> dict[str, dict[str, int]]:
+    """``{family: {dataset: runtime_min}}``: the largest measured wall clock of each family on each data set times
+    ``safety``, in whole minutes (at least 1)."""
+    if safety < 1:
+        raise ValueError(f"safety must be >= 1, got {safety}")
+    out: dict[str, dict[str, int]] = {}
+    for row in read_benchmarks(root):
+        if row["dataset"] is None:
+            continue
+        minutes = max(1, math.ceil(row["seconds"] * safety / 60))
+        per = out.setdefault(row["family"], {})
+        per[row["dataset"]] = max(per.get(row["dataset"], 1), minutes)
+    return out
+
+
+def load_dataset_estimates(path: str | Path | None) -> dict[str, dict[str, int]]:
+    """Read a file written by ``--write`` (``{}`` for None); a clear error when it is missing or malformed."""
+    if path is None:
+        return {}
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"runtime_estimates: {path} does not exist (write it with "
+                                f"`python -m stochattn.resources results/benchmarks --write {path}`)")
+    with open(path, encoding="utf-8") as fh:
+        est = yaml.safe_load(fh) or {}
+    ok = isinstance(est, dict) and all(
+        isinstance(v, dict) and all(isinstance(m, int) and m >= 1 for m in v.values()) for v in est.values())
+    if not ok:
+        raise ValueError(f"runtime_estimates: {path} must map rule family -> data set -> minutes (int >= 1)")
+    return est
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("root", nargs="?", default="results/benchmarks")
     parser.add_argument("--safety", type=float, default=2.0)
+    parser.add_argument("--write", metavar="FILE", help="write {family: {dataset: minutes}} (YAML) for the config "
+                        "key runtime_estimates")
     args = parser.parse_args(argv)
     est = runtime_estimates(args.root, args.safety)
     if not est:
@@ -72,6 +120,15 @@ def main(argv: list[str] | None = None) -> int:
     for family, e in est.items():
         rss = "NA" if e["max_rss_mb"] is None else f"{e['max_rss_mb']:.0f}"
         print(f"{family:28s} {e['n']:4d} {e['median_s']:9.1f} {e['max_s']:9.1f} {rss:>10s} {e['runtime_min']:11d}")
+    if args.write:
+        import yaml
+
+        from .io import atomic_path
+
+        with atomic_path(args.write) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(f"# runtime requests in minutes (largest measured wall clock x {args.safety}) from {args.root}\n")
+            yaml.safe_dump(dataset_estimates(args.root, args.safety), fh, sort_keys=True)
+        print(f"wrote {args.write}")
     return 0
 
 

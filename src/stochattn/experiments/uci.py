@@ -23,7 +23,7 @@ import copy
 import math
 import time
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -318,36 +318,94 @@ def _swag(data, net, cfg, num_samples, seed, progress) -> Dict[str, Any]:
             "extra": {"selection": sel.record}}
 
 
-def _multiswag(data, model_cfg, train_cfg, cfg, num_samples, seed, progress) -> Dict[str, Any]:
-    """MultiSWAG (Wilson & Izmailov 2020): L independently initialised and trained backbones, each with its own
-    SWAG phase; samples pooled; point = mean of the pooled samples (the mixture's mean).
+def component_seed(seed: int, component: int) -> int:
+    """Seed of MultiSWAG component ``component`` (0-based) of a run seeded ``seed``."""
+    return seed + 1000 * (component + 1)
 
-    The SWAG settings are chosen on validation data once, on component 1 (as for SWAG), and reused for
-    components 2..L (NOTE[DIFF]: saves L - 1 grids; the components differ only in their seed).
+
+def train_multiswag_component(
+    prepared_path: str | Path,
+    out_path: str | Path,
+    *,
+    component: int,
+    model: Mapping[str, Any],
+    train: Mapping[str, Any],
+    method_cfg: Mapping[str, Any],
+    seed: int,
+    first_path: Optional[str | Path] = None,
+    device: Optional[str] = None,
+    progress: bool = True,
+    provenance: Optional[Mapping[str, Any]] = None,
+) -> Dict[str, Any]:
+    """One MultiSWAG component (Wilson & Izmailov 2020): a backbone trained from its own initialisation, then its
+    own SWAG phase. Writes ``out_path`` (torch: network state, SWAG posterior, SWAG settings) and the meta.json
+    beside it (``<stem>.json``); returns the meta.
+
+    Component 0 chooses the SWAG settings on the validation part (as for SWAG); components 1..L-1 read the choice
+    from component 0's meta (``first_path``). NOTE[DIFF]: one grid for the L components (they differ only in their
+    seed) instead of L grids. One job per component, so no cluster job trains more than one network (MultiSWAG on
+    protein is otherwise ~15 backbone trainings in one job).
     """
-    from ..baselines.swag import multiswag_samples
     from ..selection import ValidationSplit
 
+    if component < 0 or (component > 0) != (first_path is not None):
+        raise ValueError(f"component {component}: first_path (component 0's meta) is needed exactly for components > 0")
+    data = load_prepared(prepared_path)
+    data["source"] = str(prepared_path)
     t0 = time.perf_counter()
-    split = ValidationSplit.from_prepared(data)
-    members, sel = [], None
-    for member in range(int(cfg["components"])):
-        member_seed = seed + 1000 * (member + 1)
-        net = _build(data, model_cfg, member_seed)
-        _fit_on(net, split, train_cfg, member_seed, progress, f"multiswag {member + 1}/{cfg['components']}")
-        if sel is None:
-            sel = _swag_select("multiswag", data, net, cfg, member_seed, progress)
-            members.append(sel.result)
-        else:
-            members.append(_swag_fit(net, member_seed, progress)(dict(sel.candidate), split).result)
-    t1 = time.perf_counter()
-    scale = sel.candidate["scale"]
+    member_seed = component_seed(seed, component)
+    net, split = _build(data, model, member_seed), ValidationSplit.from_prepared(data)
+    _fit_on(net, split, train, member_seed, progress, f"multiswag {component + 1}/{method_cfg.get('components', '?')}")
+    if component == 0:
+        sel = _swag_select("multiswag", data, net, method_cfg, member_seed, progress)
+        (member, swag), candidate, selection = sel.result, dict(sel.candidate), sel.record
+    else:
+        first = load_json(first_path)
+        candidate, selection = first["candidate"], {"chosen_on": f"component 0 ({first_path})"}
+        member, swag = _swag_fit(net, member_seed, progress)(dict(candidate), split).result
+    with atomic_path(out_path) as tmp:
+        torch.save({"state_dict": {k: v.cpu() for k, v in member.state_dict().items()}, "model": dict(model),
+                    "swag": swag.state_dict(), "candidate": candidate}, tmp)  # fmt: skip
+    meta = {
+        "method": "multiswag", "component": component, "seed": member_seed, "model": dict(model),
+        "train": dict(train), "hyperparameters": dict(method_cfg), "candidate": candidate, "selection": selection,
+        "seconds": time.perf_counter() - t0, "device": device_info(), "packages": package_versions(),
+    }
+    if provenance is not None:
+        meta["provenance"] = dict(provenance)
+    save_json(Path(out_path).with_suffix(".json"), meta)
+    return meta
+
+
+def _load_component(data: Mapping[str, Any], path: str | Path):
+    """(network, SWAG posterior, SWAG settings) of a component written by :func:`train_multiswag_component`."""
+    from ..baselines.swag import SWAG
+
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    net = build_ft_transformer(data["x_train"].shape[1], **ckpt["model"])
+    net.load_state_dict(ckpt["state_dict"])
+    return net.eval(), SWAG.from_state_dict(ckpt["swag"]), ckpt["candidate"]
+
+
+def _multiswag(data, components, num_samples, seed) -> Dict[str, Any]:
+    """MultiSWAG from its L trained components (``components``: paths of :func:`train_multiswag_component`):
+    samples pooled; point = mean of the pooled samples (the mixture's mean). ``train`` seconds: the components'."""
+    from ..baselines.swag import multiswag_samples
+
+    t0 = time.perf_counter()
+    loaded = [_load_component(data, p) for p in components]
+    metas = [load_json(Path(p).with_suffix(".json")) for p in components]
+    if [m["component"] for m in metas] != list(range(len(metas))):
+        raise ValueError(f"MultiSWAG components must be 0..L-1 in order, got {[m['component'] for m in metas]}")
+    members = [(net, swag) for net, swag, _ in loaded]
+    scale = loaded[0][2]["scale"]
     samples = multiswag_samples(members, data["x_test"], num_samples, seed, scale=scale)
     cal_samples = multiswag_samples(members, data["x_cal"], num_samples, seed + 1, scale=scale)
-    record = dict(sel.record, chosen_on="component 1 of %d, reused for the others" % len(members))
+    record = dict(metas[0]["selection"], chosen_on="component 0 of %d, reused for the others" % len(members))
     return {"point": samples.mean(0), "samples": samples, "cal_point": cal_samples.mean(0), "cal_samples": cal_samples,
-            "seconds": {"train": t1 - t0, "calibrate": 0.0, "predict": time.perf_counter() - t1},
-            "extra": {"selection": record}}
+            "seconds": {"train": sum(m["seconds"] for m in metas), "calibrate": 0.0,
+                        "predict": time.perf_counter() - t0},
+            "extra": {"selection": record, "components": [str(p) for p in components]}}
 
 
 # IVON settings a grid entry may override; ``ess_factor`` x n_fit is the effective sample size
@@ -437,6 +495,7 @@ def run_method(
     out_dir: str | Path,
     *,
     backbone_path: Optional[str | Path] = None,
+    components: Optional[Sequence[str | Path]] = None,
     model: Mapping[str, Any],
     train: Mapping[str, Any],
     method_cfg: Mapping[str, Any],
@@ -450,6 +509,8 @@ def run_method(
 
     samples.npz (original units): ``y`` (n,), ``point`` (n,), ``samples`` (S, n) on the test split; ``cal_y``,
     ``cal_point``, ``cal_samples`` on the calibration split (for post-hoc scaling); ``sigma_y`` (training-part std).
+    ``"multiswag"`` pools the components written by :func:`train_multiswag_component` (``components``, in order;
+    when None they are trained here first, into ``<out_dir>/components/``).
 
     ``"sa"`` calibrates nu once and writes two runs: ``out_dir`` at Algorithm 2's loss arg-min (with
     ``calibration.json``) and ``<out_dir>/../sa_match`` at the surrogate's scale-matching nu; each meta.json
@@ -472,9 +533,22 @@ def run_method(
         backbone_meta = load_json(Path(backbone_path).with_name("meta.json"))
         run = {"sa": _sa, "mc_dropout": _mc_dropout, "swag": _swag}[method](data, net, method_cfg, num_samples, seed, progress)
         run["seconds"]["backbone_train"] = backbone_meta["seconds"]
+    elif method == "multiswag":
+        n = int(method_cfg["components"])
+        if components is None:  # train them here, one after the other (the workflow runs one job per component)
+            components = [Path(out_dir) / "components" / f"{c}.pt" for c in range(n)]
+            for c, path in enumerate(components):
+                train_multiswag_component(
+                    prepared_path, path, component=c, model=model, train=train, method_cfg=method_cfg, seed=seed,
+                    first_path=None if c == 0 else components[0].with_suffix(".json"), device=device,
+                    progress=progress, provenance=provenance,
+                )
+        if len(components) != n:
+            raise ValueError(f"multiswag: method_cfg says {n} components, got {len(components)} paths")
+        run = _multiswag(data, components, num_samples, seed)
+        run["seconds"]["backbone_train"] = 0.0
     else:
-        fn = {"multiswag": _multiswag, "ivon": _ivon, "hsa": _hsa}[method]
-        run = fn(data, model, train, method_cfg, num_samples, seed, progress)
+        run = {"ivon": _ivon, "hsa": _hsa}[method](data, model, train, method_cfg, num_samples, seed, progress)
         run["seconds"]["backbone_train"] = 0.0
     out_dir = Path(out_dir)
     outputs = {method: (out_dir, run)}

@@ -1,0 +1,33 @@
+"""Rule multiswag_component: stochattn.experiments.uci.train_multiswag_component (one component of one split)."""
+
+import logging
+import sys
+
+sys.stderr = sys.stdout = open(snakemake.log[0], "w", buffering=1)  # noqa: F821 (snakemake is injected)
+logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+import torch  # noqa: E402
+
+from stochattn.experiments.uci import train_multiswag_component  # noqa: E402
+from stochattn.provenance import check_gpu_request, stage_provenance  # noqa: E402
+
+sm = snakemake  # noqa: F821
+torch.set_num_threads(sm.threads)
+check_gpu_request(sm.resources.get("gpu", 0), sm.config.get("require_gpu", True))
+p = sm.params
+meta = train_multiswag_component(
+    sm.input.prepared,
+    sm.output.state,
+    component=p.component,
+    model=p.model,
+    train=p.train,
+    method_cfg=p.method_cfg,
+    seed=p.seed,
+    first_path=sm.input.get("first"),
+    device=sm.config["device"],
+    progress=sm.config["progress"],
+    provenance=stage_provenance(
+        rule=sm.rule, inputs=list(sm.input), code=p.code, params={k: v for k, v in p.items() if k != "code"}
+    ),
+)
+print(f"multiswag component {p.component}: {meta['seconds']:.1f} s", flush=True)
