@@ -80,3 +80,21 @@ def test_library_change_without_rerun_is_stale(tiny_chain, monkeypatch):
     failed = sorted(n.path for n in audit_mod._failures(root))
     assert failed == ["results/uci/yacht/split0/mc_dropout/metrics.json", "results/uci/yacht/split0/swag/metrics.json"]
     assert all("stale code" in n.status for n in audit_mod._failures(root))
+
+
+def test_component_records_are_found_beside_their_state(tmp_path):
+    """A MultiSWAG component (components/<c>.pt) is audited through its own <c>.json, not a meta.json."""
+    from stochattn.io import save_json
+    from stochattn.provenance import stage_provenance
+
+    comp = tmp_path / "multiswag" / "components"
+    comp.mkdir(parents=True)
+    (comp / "0.pt").write_bytes(b"state")
+    prov = stage_provenance(rule="multiswag_component", inputs=[], code=None, params={"seed": 7, "component": 0})
+    save_json(comp / "0.json", {"component": 0, "provenance": prov})
+    rec, holder = audit_mod._record_of(comp / "0.pt")
+    assert holder == comp / "0.json" and rec["via"] == "meta.json" and rec["inputs"][0]["path"].endswith("0.json")
+    rec, holder = audit_mod._record_of(comp / "0.json")
+    assert holder == comp / "0.json" and rec["rule"] == "multiswag_component" and rec["seed"] == 7
+    save_json(tmp_path / "other.json", {"no": "record"})
+    assert audit_mod._record_of(tmp_path / "other.json") == (None, tmp_path / "other.json")

@@ -5,6 +5,7 @@ import pytest
 
 from stochattn.data.uci import load_prepared
 from stochattn.experiments import uci
+from stochattn.experiments.evaluate import evaluate
 from stochattn.io import load_json, load_npz, save_json, save_npz
 
 MODEL = dict(n_blocks=1, d_block=16, attention_n_heads=2)
@@ -60,8 +61,8 @@ def test_sa_writes_both_operating_points_from_one_calibration(workdir, sa_run):
         np.testing.assert_array_equal(a[key], b[key])  # same backbone, same split
     assert a["samples"].shape == b["samples"].shape and not np.array_equal(a["samples"], b["samples"])
     # both metrics.json: SA native and the reference; sa_match matched to SA's calibration coverage
-    m_sa = uci.evaluate(workdir / "sa" / "samples.npz", workdir / "sa" / "metrics.json", seed=0)
-    m_match = uci.evaluate(workdir / "sa_match" / "samples.npz", workdir / "sa_match" / "metrics.json", seed=0,
+    m_sa = evaluate(workdir / "sa" / "samples.npz", workdir / "sa" / "metrics.json", seed=0)
+    m_match = evaluate(workdir / "sa_match" / "samples.npz", workdir / "sa_match" / "metrics.json", seed=0,
                            reference_path=workdir / "sa" / "samples.npz")
     assert (m_sa["nu"], m_match["nu"]) == (cal["nu_loss_argmin"], cal["nu_surrogate"])
     assert (m_sa["operating_point"], m_match["operating_point"]) == ("loss_argmin", "surrogate")
@@ -97,7 +98,7 @@ def test_method_writes_contracted_samples_meta_and_metrics(workdir, sa_run, meth
         cal = load_json(out / "calibration.json")
         assert meta["nu"] == cal["nu_loss_argmin"] and len(cal["history"]) == 4
     ref = None if method == "sa" else workdir / "sa" / "samples.npz"
-    metrics = uci.evaluate(out / "samples.npz", out / "metrics.json", seed=0, dataset="sinusoid", split=0,
+    metrics = evaluate(out / "samples.npz", out / "metrics.json", seed=0, dataset="sinusoid", split=0,
                            reference_path=ref)
     assert len(metrics["pit_native"]) == n and 0 <= metrics["native"]["w1"] <= 0.5
     assert metrics["native"]["nrmse"] == pytest.approx(metrics["native"]["rmse"] / float(run["sigma_y"]))
@@ -127,7 +128,7 @@ def test_evaluate_refuses_nan_predictions(workdir, tmp_path):
     run["samples"][0, 0] = np.nan
     save_npz(tmp_path / "samples.npz", **run)
     with pytest.raises(ValueError, match="NaN or inf in 'samples'"):
-        uci.evaluate(tmp_path / "samples.npz", tmp_path / "metrics.json", seed=0)
+        evaluate(tmp_path / "samples.npz", tmp_path / "metrics.json", seed=0)
     assert not (tmp_path / "metrics.json").exists()
 
 
@@ -190,6 +191,6 @@ def test_evaluate_refuses_a_reference_from_another_split(tmp_path):
     a = _synthetic_split(tmp_path / "a", {"sa": 1.0, "swag": 0.4}, seed=1)
     b = _synthetic_split(tmp_path / "b", {"sa": 1.0}, seed=2)
     with pytest.raises(ValueError, match="not the same split"):
-        uci.evaluate(a["swag"], tmp_path / "m.json", seed=0, reference_path=b["sa"])
-    out = uci.evaluate(a["swag"], tmp_path / "m.json", seed=0)  # no reference: no matched block
+        evaluate(a["swag"], tmp_path / "m.json", seed=0, reference_path=b["sa"])
+    out = evaluate(a["swag"], tmp_path / "m.json", seed=0)  # no reference: no matched block
     assert "matched" not in out and out["temperature"] > 0

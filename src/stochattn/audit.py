@@ -49,22 +49,25 @@ def _canon(value: Any) -> str:
 
 
 def _record_of(path: Path) -> tuple[dict | None, Path | None]:
-    """(provenance record, file holding it) of ``path``: its ``.prov.json``, the ``provenance`` block of a
-    meta.json / metrics.json, or the meta.json beside a run's samples / a backbone's model."""
+    """(provenance record, file holding it) of ``path``: its ``.prov.json``, the ``provenance`` block of a JSON
+    record (meta.json, metrics.json, a MultiSWAG component's <c>.json), or the record beside a run's samples / a
+    model (``<stem>.json``, else meta.json)."""
     prov = provenance_path(path)
     if prov.is_file():
         rec = load_json(prov)
         return {"rule": rec.get("rule"), "inputs": rec.get("inputs", []),
                 "code": (rec.get("extra") or {}).get("code"), "params": rec.get("config", {}),
                 "seed": rec.get("seeds")}, prov  # fmt: skip
-    if path.name in ("metrics.json", "meta.json") and path.is_file():
-        rec = load_json(path).get("provenance")
+    if path.suffix == ".json" and path.is_file() and path.name != "calibration.json":
+        data = load_json(path)
+        rec = data.get("provenance") if isinstance(data, dict) else None
         if rec is None:
             return None, path
         params = rec.get("params") or {}
         return {**rec, "seed": params.get("seed")}, path
     if path.suffix in (".npz", ".pt") or path.name == "calibration.json":
-        meta = path.with_name("meta.json")
+        own = path.with_suffix(".json")  # e.g. a MultiSWAG component: components/<c>.pt beside <c>.json
+        meta = own if path.suffix != ".json" and own.is_file() else path.with_name("meta.json")
         return ({"rule": None, "inputs": [file_record(meta)] if meta.is_file() else [], "code": None, "params": {},
                  "seed": None, "via": "meta.json"}, meta)  # fmt: skip
     return None, None

@@ -20,7 +20,6 @@ import math
 from typing import Any, Iterable
 
 import numpy as np
-import scoringrules as sr
 
 DEFAULT_LEVELS = (0.25, 0.5, 0.75, 0.95)
 
@@ -42,6 +41,14 @@ __all__ = [
     "summarize",
     "w1_null_floor",
 ]
+
+
+def _scoringrules():
+    """scoringrules, imported on first use: importing it compiles its numba ufuncs (~3.5 s), which every training
+    job of the workflow would otherwise pay through ``stochattn.experiments``."""
+    import scoringrules
+
+    return scoringrules
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -236,7 +243,7 @@ def crps(samples: Any, y: Any) -> np.ndarray:
     """
     x = check_samples(samples)
     y_arr = check_target(y, "y", x)
-    return np.asarray(sr.crps_ensemble(y_arr, x, m_axis=0, estimator="qd"), dtype=np.float64)
+    return np.asarray(_scoringrules().crps_ensemble(y_arr, x, m_axis=0, estimator="qd"), dtype=np.float64)
 
 
 def mean_abs_pair_diff(x: np.ndarray) -> np.ndarray:
@@ -277,7 +284,7 @@ def energy_score(samples: Any, y: Any) -> np.ndarray:
     if x.ndim != 3:
         raise ValueError(f"samples must have shape (S, n, d) for the energy score, got shape {x.shape}")
     y_arr = check_target(y, "y", x)
-    return np.asarray(sr.es_ensemble(y_arr, x, m_axis=0, v_axis=-1, estimator="nrg"), dtype=np.float64)
+    return np.asarray(_scoringrules().es_ensemble(y_arr, x, m_axis=0, v_axis=-1, estimator="nrg"), dtype=np.float64)
 
 
 # --------------------------------------------------------------------------------------------------------------

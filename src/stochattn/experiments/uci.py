@@ -35,7 +35,6 @@ from ..io import atomic_path, load_json, save_json, save_npz
 from ..provenance import device_info, package_versions
 from ..selection import CandidateFit
 from ..training import fit_regressor, predict, resolve_device
-from .evaluate import evaluate  # noqa: F401  (re-exported: one module per stage is imported by the rules)
 
 METHODS = ("sa", "sa_match", "mc_dropout", "swag", "multiswag", "ivon", "hsa")  # every run (method folder) name
 # runs written by another method's run_method call (same calibration): sa_match is SA sampled at the BO surrogate's
