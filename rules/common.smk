@@ -61,8 +61,10 @@ for _what, _names in (("datasets", DATASETS), ("data.max_train", list(config["da
 
 
 def n_splits(dataset):
-    """Gal splits used for ``dataset``: the first ``config["splits"]`` of its own (protein has 5)."""
-    return min(int(config["splits"]), DATASET_REGISTRY[dataset].n_splits)
+    """Gal splits used for ``dataset``: the first ``config["splits"]`` of its own (protein has 5), or
+    ``dataset_overrides[dataset].splits`` when given."""
+    wanted = config.get("dataset_overrides", {}).get(dataset, {}).get("splits", config["splits"])
+    return min(int(wanted), DATASET_REGISTRY[dataset].n_splits)
 
 
 # ---------------------------------------------------------------------------------------------------------------

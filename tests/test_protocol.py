@@ -53,6 +53,7 @@ def test_quick_config_names_its_reductions(tmp_path):
         "splits=2 (paper: 20, 5 for protein)",
         "data.max_train={kin8nm: 2000, naval: 2000, power: 2000, protein: 2000} (paper: all training rows)",
         "method_params.multiswag.components=3 (paper: 10)",
+        *(f"{d}: splits=1 (paper: 20, 5 for protein)" for d in ("naval", "kin8nm", "power", "protein")),
     ]
     assert dev["changed"] == []
     note = protocol_note(cfg, PAPER, cfg["report"]["note"])
@@ -117,3 +118,16 @@ def test_dataset_section_merges_one_data_sets_overrides_only():
     assert dataset_section(cfg, "method_params", "naval", "hsa") == {}
     assert dataset_section({"train": {"lr": 1}}, "train", "naval") == {"lr": 1}  # configs recorded before overrides
     assert cfg["train"]["lr"] == 1e-3  # copies, never the config itself
+
+
+def test_dataset_overrides_of_paper_keys_are_deviations_named_with_their_data_set():
+    cfg = {"datasets": ["naval", "yacht"], "methods": ["sa"], "splits": 2, "train": {"lr": 1e-4},
+           "dataset_overrides": {"naval": {"splits": 1, "train": {"lr": 3e-3, "patience": 40}},
+                                 "protein": {"splits": 1}}}  # fmt: skip
+    paper = {"splits": {"value": 20, "source": "s"}, "train.lr": {"value": 1e-4, "source": "s"}}
+    dev = protocol_deviations(cfg, paper)
+    assert dev["reduced"] == ["splits=2 (paper: 20)", "naval: splits=1 (paper: 20)"]
+    assert dev["changed"] == ["naval: train.lr=0.003 (paper: 0.0001)"]
+    # a key the paper does not state stays a project choice; protein is not run, so its override says nothing
+    assert "dataset_overrides.naval.train.patience=40" in dev["project_choices"]
+    assert not any("protein" in item for items in dev.values() for item in items)

@@ -174,12 +174,14 @@ def test_dry_run_paper_protocol(tmp_path):
 
 
 def test_dry_run_quick_config(tmp_path):
-    """config/quick.yaml: all eight data sets, 2 splits each, the shared mirror; one data set alone via uci_yacht."""
+    """config/quick.yaml: all eight data sets, 2 splits (1 for the four large ones), the shared mirror; one data set
+    alone via uci_yacht."""
     res = smk(tmp_path, "-n", "--quiet", "rules", configfile=REPO / "config" / "quick.yaml")
     assert res.returncode == 0, res.stdout[-5000:]
     stats = job_stats(res.stdout)
-    assert stats["evaluate"] == 8 * 2
-    assert stats["fetch_uci"] == 8 and stats["train_backbone"] == 8 * 2 + 1
+    splits = 4 * 2 + 4 * 1  # kin8nm, naval, power, protein: 1 split (dataset_overrides)
+    assert stats["evaluate"] == splits
+    assert stats["fetch_uci"] == 8 and stats["train_backbone"] == splits + 1
     one = smk(tmp_path, "-n", "uci_yacht", "--quiet", "rules", configfile=REPO / "config" / "quick.yaml")
     assert one.returncode == 0, one.stdout[-3000:]
     stats = job_stats(one.stdout)

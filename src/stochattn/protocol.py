@@ -25,8 +25,8 @@ import yaml
 
 __all__ = ["NOT_PROTOCOL", "load_paper_protocol", "merged", "dataset_section", "protocol_deviations", "protocol_note"]
 
-NOT_PROTOCOL = ("seed", "device", "require_gpu", "progress", "data.mirrors", "data.allow_download", "report", "toy",
-                "custom_datasets")  # fmt: skip
+NOT_PROTOCOL = ("seed", "device", "require_gpu", "progress", "runtime_estimates", "data.mirrors", "data.allow_download",
+                "report", "toy", "custom_datasets")  # fmt: skip
 """Config keys (and their sub-keys) that do not change what a number means, or are reported separately (the toy
 panel states its own settings; custom data sets appear under ``datasets`` and ``unverified_data``)."""
 
@@ -128,29 +128,37 @@ def protocol_deviations(
         parts = key.split(".")
         return not (parts[0] == "method_params" and len(parts) > 1 and parts[1] not in methods)
 
-    for key, entry in paper.items():
-        if not runs(key):
-            continue
-        stated, value = entry["value"], _get(cfg, key)
-        shown = entry.get("shown") or fmt(stated)
+    def compare(key: str, label: str, value: Any) -> None:
+        """File ``value`` of paper key ``key`` (shown as ``label``) under reduced / changed / added."""
+        entry = paper[key]
+        stated, shown = entry["value"], entry.get("shown") or fmt(entry["value"])
         if value is _MISSING:
-            out["changed"].append(f"{key} not set (paper: {shown})")
-            continue
-        if value == stated:
-            continue
-        if isinstance(stated, list) and isinstance(value, list):
+            out["changed"].append(f"{label} not set (paper: {shown})")
+        elif value == stated:
+            return
+        elif isinstance(stated, list) and isinstance(value, list):
             kept = [v for v in value if v in stated]
             extra = [v for v in value if v not in stated]
             if len(set(kept)) < len(set(stated)):
-                out["reduced"].append(f"{key}={fmt(kept) if kept else 'none'} (paper: {shown})")
+                out["reduced"].append(f"{label}={fmt(kept) if kept else 'none'} (paper: {shown})")
             if extra:
-                out["added"].append(f"{key} " + " ".join(f"+{v}" for v in extra))
+                out["added"].append(f"{label} " + " ".join(f"+{v}" for v in extra))
         elif _is_number(stated) and _is_number(value) and value < stated:
-            out["reduced"].append(f"{key}={fmt(value)} (paper: {shown})")
+            out["reduced"].append(f"{label}={fmt(value)} (paper: {shown})")
         elif isinstance(stated, Mapping) and not stated and isinstance(value, Mapping):
-            out["reduced"].append(f"{key}={fmt(value)} (paper: {shown})")  # caps where the paper has none
+            out["reduced"].append(f"{label}={fmt(value)} (paper: {shown})")  # caps where the paper has none
         else:
-            out["changed"].append(f"{key}={fmt(value)} (paper: {shown})")
+            out["changed"].append(f"{label}={fmt(value)} (paper: {shown})")
+
+    for key in paper:
+        if runs(key):
+            compare(key, key, _get(cfg, key))
+    overridden = set()  # dataset_overrides.<d>.<paper key>: compared like the global value, named with its data set
+    for dataset, override in (cfg.get("dataset_overrides") or {}).items():
+        for key, value in _leaves(override):
+            if key in paper and runs(key) and dataset in (cfg.get("datasets") or []):
+                compare(key, f"{dataset}: {key}", value)
+                overridden.add(f"dataset_overrides.{dataset}.{key}")
 
     custom = cfg.get("custom_datasets") or {}
     out["unverified_data"] = [
@@ -158,8 +166,11 @@ def protocol_deviations(
     ]
 
     for key, value in _leaves(cfg):
-        if _under(key, ignore) or _under(key, paper) or not runs(key):
+        if _under(key, ignore) or _under(key, paper) or key in overridden or not runs(key):
             continue
+        parts = key.split(".")
+        if parts[0] == "dataset_overrides" and len(parts) > 1 and parts[1] not in (cfg.get("datasets") or []):
+            continue  # a data set that is not run
         if isinstance(value, Mapping):  # an empty mapping: nothing set
             continue
         out["project_choices"].append(f"{key}={fmt(value)}")
