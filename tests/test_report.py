@@ -296,6 +296,9 @@ def test_single_split_std_is_nan(tmp_path):
     runs = R.load_runs(metrics_paths(files), progress=False)
     tidy = R.uci_crps_table(runs)
     assert tidy["std"].isna().all() and (tidy["n"] == 1).all()
+    for text in (R.to_markdown(tidy, "crps", CAPTION), R.to_latex(tidy, "crps", CAPTION)):
+        row = [line for line in text.splitlines() if line.lstrip("| ").startswith("Yacht")]
+        assert len(row) == 1 and "nan" not in row[0] and "±" not in row[0] and "pm" not in row[0]  # the mean alone
 
 
 # --------------------------------------------------------------------------------------------------------------

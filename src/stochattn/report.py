@@ -455,7 +455,8 @@ _DESCRIPTIONS = {
         "at that scaling (SA native). Lower is better in Panels A and B; bold marks the best per row in each."
     ),
     "crps": (
-        "Ensemble CRPS on UCI regression (native predictions, mean±std over splits). SA: nu at Algorithm 2's "
+        "Ensemble CRPS on UCI regression (native predictions, mean±std over splits; the mean alone where one split "
+        "was run). SA: nu at Algorithm 2's "
         "loss arg-min; SA (scale-match): the BO surrogate's scale-matching nu of the same calibration. "
         "Lower is better; bold marks the two best per row."
     ),
@@ -484,7 +485,8 @@ _LATEX_DESCRIPTIONS = {
         r"at that scaling. Lower is better in Panels~A and~B."
     ),
     "crps": (
-        r"Ensemble CRPS on UCI regression (native predictions, mean$\pm$std over splits). SA: $\nu$ at "
+        r"Ensemble CRPS on UCI regression (native predictions, mean$\pm$std over splits; the mean alone where one "
+        r"split was run). SA: $\nu$ at "
         r"Algorithm~2's loss arg-min; SA (scale-match): the BO surrogate's scale-matching $\nu$. Lower is better; "
         r"\textbf{bold} marks the two best per row."
     ),
@@ -601,9 +603,12 @@ def _layout(tidy: pd.DataFrame, kind: str) -> _Layout:
                         texts.append("")
                         latex.append(None)
                         continue
-                    s_txt = f"{s:.{dec}f}" if math.isfinite(s) else "nan"
-                    texts.append(f"{v:.{dec}f}±{s_txt}")
-                    latex.append(f"{v:.{dec}f}{{\\pm}}{s_txt}")
+                    if not math.isfinite(s):  # one split: no spread to show
+                        texts.append(f"{v:.{dec}f}")
+                        latex.append(f"{v:.{dec}f}")
+                        continue
+                    texts.append(f"{v:.{dec}f}±{s:.{dec}f}")
+                    latex.append(f"{v:.{dec}f}{{\\pm}}{s:.{dec}f}")
             else:  # cost
                 texts = [_fmt_auto(v) for v in values]
                 shown = [float(t) if t else math.nan for t in texts]
