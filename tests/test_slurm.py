@@ -73,8 +73,9 @@ def test_tiny_run_on_slurm_equals_the_local_run(slurm, tiny_chain, tmp_path):
     log = res.stdout
     assert res.returncode == 0, f"{log[-6000:]}\nslurmctld log: {Path('/tmp/slurmci/log/slurmctld.log')}"
     ids = set(re.findall(r"Job \d+ has been submitted with SLURM jobid (\d+)", log))
-    # prepare_uci, train_backbone, mc_dropout, swag, evaluate x 2 as sbatch jobs; fetch and the reports run locally
-    assert len(ids) >= 6, log[-4000:]
+    # prepare_uci, train_backbone, mc_dropout, swag and the split's evaluate as sbatch jobs; fetch and the reports
+    # run locally
+    assert len(ids) >= 5, log[-4000:]
     print(f"SLURM: {len(ids)} sbatch jobs, {wall:.0f} s wall clock")
 
     shown = subprocess.run(["scontrol", "show", "job", *sorted(ids)], capture_output=True, text=True).stdout
