@@ -160,6 +160,45 @@ def load_json(path: PathLike) -> Any:
         return json.load(fh)
 
 
+def read_sha256_table(
+    path: str | os.PathLike | None, resource: str, strip_prefixes: tuple[str, ...] = ()
+) -> dict[str, str]:
+    """A ``sha256sum``-style table as ``{relative path: sha256}``: the file ``path``, or (``path=None``) the
+    table ``resource`` shipped in ``stochattn.data``. A leading ``*``, ``./`` and then each of ``strip_prefixes``
+    is removed from the names; a malformed line is a ValueError naming source and line."""
+    if path is None:
+        from importlib import resources
+
+        text = resources.files("stochattn.data").joinpath(resource).read_text(encoding="utf-8")
+        source = f"package resource stochattn/data/{resource}"
+    else:
+        text = Path(path).read_text(encoding="utf-8")
+        source = str(path)
+    table: dict[str, str] = {}
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split(maxsplit=1)
+        digest = parts[0].lower()
+        if len(parts) != 2 or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise ValueError(f"{source}, line {lineno}: expected '<sha256>  <file>', got {line!r}")
+        rel = parts[1].lstrip("*").strip().removeprefix("./")
+        for prefix in strip_prefixes:
+            rel = rel.removeprefix(prefix)
+        table[rel] = digest
+    return table
+
+
+def as_sha256_table(checksums, resource: str, strip_prefixes: tuple[str, ...] = ()) -> dict[str, str]:
+    """``checksums`` as a table: a mapping (copied, digests lower-cased), a path or None (:func:`read_sha256_table`)."""
+    if checksums is None or isinstance(checksums, (str, os.PathLike)):
+        return read_sha256_table(checksums, resource, strip_prefixes)
+    if isinstance(checksums, Mapping):
+        return {str(k): str(v).lower() for k, v in checksums.items()}
+    raise TypeError(f"checksums must be a mapping, a path or None, got {type(checksums).__name__}")
+
+
 def sha256_file(path: PathLike, *, chunk_size: int = 1 << 20) -> str:
     """Lower-case hex SHA-256 of a file's bytes, read in chunks of ``chunk_size``."""
     if chunk_size <= 0:

@@ -25,13 +25,12 @@ import shutil
 import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from stochattn.io import atomic_path, load_npz, save_npz, sha256_file
+from stochattn.io import as_sha256_table, atomic_path, load_npz, read_sha256_table, save_npz, sha256_file
 from stochattn.progress import progress as show_progress
 
 __all__ = [
@@ -218,25 +217,7 @@ def load_uci_checksums(path: str | os.PathLike | None = None) -> dict[str, str]:
     relative to the ``UCI_Datasets`` folder; a leading ``./`` or ``UCI_Datasets/`` is stripped, so a mirror's
     own ``SHA256SUMS`` can be passed as well.
     """
-    if path is None:
-        text = resources.files("stochattn.data").joinpath(_CHECKSUM_RESOURCE).read_text(encoding="utf-8")
-        source = f"package resource stochattn/data/{_CHECKSUM_RESOURCE}"
-    else:
-        text = Path(path).read_text(encoding="utf-8")
-        source = str(path)
-    table: dict[str, str] = {}
-    for lineno, line in enumerate(text.splitlines(), start=1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        parts = line.split(maxsplit=1)
-        digest = parts[0].lower()
-        if len(parts) != 2 or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-            raise ValueError(f"{source}, line {lineno}: expected '<sha256>  <path>', got {line!r}")
-        rel = parts[1].lstrip("*").strip()
-        rel = rel.removeprefix("./").removeprefix("UCI_Datasets/")
-        table[rel] = digest
-    return table
+    return read_sha256_table(path, _CHECKSUM_RESOURCE, ("UCI_Datasets/",))
 
 
 def _check_mirrors(mirrors: Any) -> list[Path]:
@@ -345,12 +326,7 @@ def fetch_uci(
     else:
         if checksums is None:
             checksums = ds.checksums
-        if checksums is None or isinstance(checksums, (str, os.PathLike)):
-            table = load_uci_checksums(checksums)
-        elif isinstance(checksums, Mapping):
-            table = {str(k): str(v).lower() for k, v in checksums.items()}
-        else:
-            raise TypeError(f"checksums must be a mapping, a path or None, got {type(checksums).__name__}")
+        table = as_sha256_table(checksums, _CHECKSUM_RESOURCE, ("UCI_Datasets/",))
     if timeout is not None and timeout <= 0:
         raise ValueError(f"timeout must be positive, got {timeout}")
     if url_template is None:
