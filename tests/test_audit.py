@@ -98,3 +98,29 @@ def test_component_records_are_found_beside_their_state(tmp_path):
     assert holder == comp / "0.json" and rec["rule"] == "multiswag_component" and rec["seed"] == 7
     save_json(tmp_path / "other.json", {"no": "record"})
     assert audit_mod._record_of(tmp_path / "other.json") == (None, tmp_path / "other.json")
+
+
+def test_prov_export_is_the_same_chain(tiny_chain, tmp_path):
+    """`--prov FILE`: W3C PROV-JSON with one entity per audited file, the jobs as activities, and their links."""
+    import json
+
+    from stochattn.io import sha256_file
+
+    work, out = tiny_chain["work"], tmp_path / "chain.prov.json"
+    exe = Path(sys.executable).with_name("stochattn")
+    res = subprocess.run([str(exe), "audit", TABLE, "-d", str(work), "--prov", str(out)], capture_output=True,
+                         text=True, timeout=120)  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    doc = json.loads(out.read_text())
+    nodes = {n.path for n in audit_mod._iter(audit_mod.audit(TABLE, work))}
+    assert {e["prov:label"] for e in doc["entity"].values()} == nodes
+    table = doc["entity"][f"file:{TABLE}"]
+    assert table["sa:sha256"] == sha256_file(work / TABLE) and table["sa:status"] == "OK"
+    assert doc["activity"][f"job:{TABLE}"]["prov:label"] == "uci_table"
+    generated = {(r["prov:entity"], r["prov:activity"]) for r in doc["wasGeneratedBy"].values()}
+    assert (f"file:{TABLE}", f"job:{TABLE}") in generated
+    used = {(r["prov:activity"], r["prov:entity"]) for r in doc["used"].values()}
+    metrics = "results/uci/yacht/split0/swag/metrics.json"
+    assert (f"job:{TABLE}", f"file:{metrics}") in used
+    assert doc["activity"][f"job:{metrics}"]["prov:label"] == "evaluate"
+    assert all(r["prov:entity"] in doc["entity"] for r in doc["used"].values())  # every link names a known file

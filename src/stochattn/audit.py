@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stochattn.io import load_json, sha256_file, to_jsonable
+from stochattn.io import load_json, save_json, sha256_file, to_jsonable
 from stochattn.protocol import dataset_section
 from stochattn.provenance import code_version, file_record, provenance_path
 
-__all__ = ["Node", "audit", "main"]
+__all__ = ["Node", "audit", "to_prov", "main"]
 
 
 @dataclass
@@ -180,6 +180,46 @@ def _lines(node: Node, prefix: str = "", last: bool = True, top: bool = True):
         yield from _lines(child, child_prefix, i == len(node.children) - 1, False)
 
 
+def to_prov(root: Node, workdir: str | os.PathLike = ".") -> dict[str, Any]:
+    """The audited chain as a W3C PROV-JSON document (https://www.w3.org/submissions/prov-json/): every file an
+    ``entity`` (path, SHA-256, audit status), every job that made one an ``activity`` (rule, code version, seed),
+    with ``wasGeneratedBy`` (file <- its job), ``used`` (job <- its inputs) and ``wasDerivedFrom`` (file <- the
+    record it is described by, for files such as samples.npz whose job is named in the meta.json beside them)."""
+    workdir = Path(workdir)
+    doc: dict[str, Any] = {
+        "prefix": {"sa": "urn:stochattn:", "file": "urn:stochattn:file:", "job": "urn:stochattn:job:"},
+        "entity": {}, "activity": {}, "wasGeneratedBy": {}, "used": {}, "wasDerivedFrom": {},
+    }  # fmt: skip
+
+    def relation(kind: str, **fields: str) -> None:
+        doc[kind][f"_:{kind}{len(doc[kind]) + 1}"] = fields
+
+    def visit(node: Node) -> None:
+        ent = f"file:{node.path}"
+        if ent in doc["entity"]:
+            return
+        path = workdir / node.path
+        doc["entity"][ent] = {
+            "prov:label": node.path, "sa:status": node.status,
+            **({"sa:sha256": sha256_file(path)} if path.is_file() else {}),
+        }  # fmt: skip
+        if node.rule:
+            act = f"job:{node.path}"
+            doc["activity"][act] = {"prov:label": node.rule, **({"sa:code": node.code} if node.code else {}),
+                                    **({"sa:seed": _canon(node.seed)} if node.seed is not None else {})}  # fmt: skip
+            relation("wasGeneratedBy", **{"prov:entity": ent, "prov:activity": act})
+            for child in node.children:
+                relation("used", **{"prov:activity": act, "prov:entity": f"file:{child.path}"})
+        else:
+            for child in node.children:
+                relation("wasDerivedFrom", **{"prov:generatedEntity": ent, "prov:usedEntity": f"file:{child.path}"})
+        for child in node.children:
+            visit(child)
+
+    visit(root)
+    return doc
+
+
 def _failures(node: Node):
     if node.problems:
         yield node
@@ -193,10 +233,14 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("audit", help="check the chain of files behind a table or figure")
     p.add_argument("target", help="a table or figure, e.g. results/tables/uci_master.csv")
     p.add_argument("-d", "--directory", default=".", help="the workflow's working directory (default: .)")
+    p.add_argument("--prov", metavar="FILE", help="also write the chain as a W3C PROV-JSON document")
     args = parser.parse_args(argv)
     root = audit(args.target, args.directory)
     for line in _lines(root):
         print(line)
+    if args.prov:
+        save_json(args.prov, to_prov(root, args.directory))
+        print(f"wrote {args.prov} (W3C PROV-JSON)")
     failed = list(_failures(root))
     n = sum(1 for _ in _iter(root))
     if failed:
