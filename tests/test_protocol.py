@@ -52,7 +52,7 @@ def test_quick_config_names_its_reductions(tmp_path):
     assert dev["reduced"] == [
         "splits=2 (paper: 20, 5 for protein)",
         "data.max_train={kin8nm: 2000, naval: 2000, power: 2000, protein: 2000} (paper: all training rows)",
-        "method_params.multiswag.components=3 (paper: 10)",
+        "method_params.multiswag.components=2 (paper: 10)",
         *(f"{d}: splits=1 (paper: 20, 5 for protein)" for d in ("naval", "kin8nm", "power", "protein")),
     ]
     assert dev["changed"] == []

@@ -191,7 +191,7 @@ def test_dry_run_quick_config(tmp_path):
     assert path.returncode == 0, path.stdout[-3000:]
     # one split's evaluation scores all of its runs (every baseline is matched to SA's coverage)
     split_jobs = {"fetch_uci": 1, "prepare_uci": 1, "train_backbone": 1, "calibrate_sa": 1,
-                  "run_method": len(ALL_METHODS) - 1, "multiswag_component": 3, "evaluate": 1}  # fmt: skip
+                  "run_method": len(ALL_METHODS) - 1, "multiswag_component": 2, "evaluate": 1}  # fmt: skip
     assert job_stats(path.stdout) == split_jobs
     # sa_match comes out of the same calibrate_sa job; its evaluation reads SA's samples as the coverage reference
     match = smk(tmp_path, "-n", "results/uci/energy/split1/sa_match/metrics.json",
