@@ -47,7 +47,8 @@ def _frozen(a: Any, name: str, ndim: int) -> np.ndarray:
 class ValidationSplit:
     """The only data hyper-parameter selection sees (read-only float64 copies).
 
-    ``x_fit (n, F)``, ``y_fit (n,)``: the fitting part; ``x_val (m, F)``, ``y_val (m,)``: the validation part.
+    ``x_fit (n, F)``, ``y_fit (n,)``: the fitting part; ``x_val (m, F)``, ``y_val (m,)``: the validation part
+    (targets ``(n, H)`` and ``(m, H)`` for a multi-output model such as a forecaster).
     """
 
     x_fit: np.ndarray
@@ -56,7 +57,8 @@ class ValidationSplit:
     y_val: np.ndarray
 
     def __post_init__(self) -> None:
-        for name, ndim in (("x_fit", 2), ("y_fit", 1), ("x_val", 2), ("y_val", 1)):
+        y_ndim = 2 if np.ndim(self.y_fit) == 2 else 1  # (n,) targets, or (n, H) for multi-output models
+        for name, ndim in (("x_fit", 2), ("y_fit", y_ndim), ("x_val", 2), ("y_val", y_ndim)):
             object.__setattr__(self, name, _frozen(getattr(self, name), name, ndim))
         if len(self.x_fit) != len(self.y_fit) or len(self.x_val) != len(self.y_val):
             raise ValueError("ValidationSplit: x and y of a part must have the same number of rows")

@@ -19,7 +19,7 @@ import math
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Protocol, Sequence
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -141,12 +141,19 @@ def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
             m.training = flag
 
 
-def regression_output(out: Tensor, n: int) -> Tensor:
-    """Check a model output for ``n`` rows and return it as ``(n,)`` (a trailing singleton dim is dropped)."""
-    if out.ndim == 2 and out.shape[1] == 1:
+def regression_output(out: Tensor, n: int, target_shape: tuple[int, ...] | None = ()) -> Tensor:
+    """Check a model output for ``n`` rows: ``(n,)`` targets take ``(n,)`` or ``(n, 1)`` (returned as ``(n,)``);
+    ``target_shape=(H, ...)`` requires ``(n, H, ...)`` (multi-output models, e.g. forecasts of ``H`` steps);
+    ``None`` accepts any ``(n, ...)``, squeezing a single output column."""
+    if out.ndim == 2 and out.shape[1] == 1 and not target_shape:
         out = out[:, 0]
-    if out.shape != (n,):
-        raise ValueError(f"model: expected output of shape ({n},) or ({n}, 1), got {tuple(out.shape)}")
+    if target_shape is None:
+        if out.ndim < 1 or out.shape[0] != n:
+            raise ValueError(f"model: expected an output with {n} rows, got shape {tuple(out.shape)}")
+        return out
+    if out.shape != (n, *target_shape):
+        want = f"({n},) or ({n}, 1)" if not target_shape else str((n, *target_shape))
+        raise ValueError(f"model: expected output of shape {want}, got {tuple(out.shape)}")
     return out
 
 
@@ -157,7 +164,8 @@ def predict(
     batch_size: int = 1024,
     device: str | torch.device | None = None,
 ) -> Tensor:
-    """Deterministic predictions ``(n,)`` (float32, CPU) of ``model`` on ``x: (n, n_features)``.
+    """Deterministic predictions ``(n,)`` (or ``(n, H, ...)`` for a multi-output model; float32, CPU) of ``model``
+    on ``x: (n, n_features)``.
 
     Eval mode (dropout off) and no autograd inside; the modules' train/eval flags are restored afterwards.
     ``device=None`` runs on the model's current device; another device moves the model there (and leaves it).
@@ -171,8 +179,13 @@ def predict(
     with eval_mode(model):
         for xb in x.split(batch_size):
             xb = xb.to(dev)
-            outs.append(regression_output(model(xb), len(xb)).float().cpu())
+            outs.append(regression_output(model(xb), len(xb), None).float().cpu())
     return torch.cat(outs) if outs else torch.empty(0)
+
+
+def _target_ndim(y: Any) -> int:
+    """1 for ``(n,)`` targets, 2 for ``(n, H)`` multi-output targets (anything else fails in ``as_tensor``)."""
+    return 2 if getattr(y, "ndim", np.ndim(y)) == 2 else 1
 
 
 def _rmse(pred: Tensor, y: Tensor) -> float:
@@ -220,7 +233,7 @@ def standard_step(
 ) -> Tensor:
     """zero_grad -> forward -> loss -> backward -> ``optimizer.step()``; returns the detached loss."""
     optimizer.zero_grad(set_to_none=True)
-    loss = loss_fn(regression_output(model(x), len(x)), y)
+    loss = loss_fn(regression_output(model(x), len(x), tuple(y.shape[1:])), y)
     loss.backward()
     optimizer.step()
     return loss.detach()
@@ -346,13 +359,13 @@ def fit_regressor(
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed: expected an int, got {type(seed).__name__}")
     x_tr = as_tensor(x_train, "x_train", 2)
-    y_tr = as_tensor(y_train, "y_train", 1)
+    y_tr = as_tensor(y_train, "y_train", _target_ndim(y_train))
     if len(x_tr) != len(y_tr) or len(x_tr) == 0:
         raise ValueError(f"x_train, y_train: need the same non-zero length, got {len(x_tr)} and {len(y_tr)}")
     has_val = x_val is not None
     if has_val:
         x_va = as_tensor(x_val, "x_val", 2)
-        y_va = as_tensor(y_val, "y_val", 1)
+        y_va = as_tensor(y_val, "y_val", _target_ndim(y_val))
         if len(x_va) != len(y_va) or len(x_va) == 0:
             raise ValueError(f"x_val, y_val: need the same non-zero length, got {len(x_va)} and {len(y_va)}")
         if x_va.shape[1] != x_tr.shape[1]:

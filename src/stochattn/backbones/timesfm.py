@@ -18,10 +18,13 @@ setting it here would freeze ``huggingface_hub``'s offline flag for the whole pr
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
+import math
 import os
 import re
+import time
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -35,10 +38,12 @@ from timesfm.timesfm_2p5 import timesfm_2p5_base
 from timesfm.timesfm_2p5.timesfm_2p5_torch import TimesFM_2p5_200M_torch_module
 from timesfm.torch import normalization as tfm_normalization
 from timesfm.torch import transformer as tfm_transformer
+from timesfm.torch import util as tfm_util
 
 from stochattn.attention import Method, masked_attention_probs
 from stochattn.io import atomic_path, sha256_file
 from stochattn.patch import NuSpec, SAState, StochasticAttention, predictive_samples, register_attention
+from stochattn.progress import progress as show_progress
 from stochattn.training import seeded
 
 __all__ = [
@@ -55,7 +60,17 @@ __all__ = [
     "fetch_timesfm_checkpoint",
     "point_forecast",
     "sa_forecast_samples",
+    "patch_outputs",
+    "forecast",
+    "TimesFMForecaster",
+    "pretraining_loss",
+    "pretrain_timesfm",
+    "PretrainResult",
+    "LORA_TARGETS",
 ]
+
+#: LoRA targets of the paper (L1177): the fused QKV projection, the attention output and both FFN linears.
+LORA_TARGETS = ("qkv_proj", "out", "ff0", "ff1")
 
 TIMESFM_REPO_ID = "google/timesfm-2.5-200m-pytorch"
 TIMESFM_FILENAME = "model.safetensors"  # TimesFM_2p5_200M_torch.WEIGHTS_FILENAME
@@ -441,3 +456,194 @@ def sa_forecast_samples(
             num_samples=num_samples,
             max_rows=max_rows,
         )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# differentiable forecasts (training, LoRA, weight-space baselines)
+# --------------------------------------------------------------------------------------------------------------
+def _left_pad(module: nn.Module, context: Tensor, mask: Optional[Tensor]) -> tuple[Tensor, Tensor]:
+    """(B, T) context and bool padding mask (True = padding), left-padded to a multiple of the patch length."""
+    if context.dim() != 2:
+        raise ValueError(f"context must have shape (B, T), got {tuple(context.shape)}")
+    context = context.float()
+    mask = torch.zeros_like(context, dtype=torch.bool) if mask is None else mask.to(torch.bool)
+    if mask.shape != context.shape:
+        raise ValueError(f"mask shape {tuple(mask.shape)} differs from context shape {tuple(context.shape)}")
+    if (pad := (-context.shape[1]) % module.p) != 0:
+        context = torch.nn.functional.pad(context, (pad, 0))
+        mask = torch.nn.functional.pad(mask, (pad, 0), value=True)
+    return context, mask
+
+
+def patch_outputs(model: Any, context: Tensor, mask: Optional[Tensor] = None) -> Tensor:
+    """Renormalised outputs (B, N, 128, 10) of every input patch of ``context`` (B, T), with autograd.
+
+    The prefill of timesfm's ``decode`` without its cache: patches normalised with the running statistics of
+    the patches up to them (``util.update_running_stats``), masked steps zeroed, ``forward`` (causal attention),
+    outputs de-normalised with the same statistics. Output patch i forecasts the 128 steps after input patch i;
+    channel 0 is the mean, 1-9 the quantiles 0.1-0.9 (5: the median, the point forecast).
+    """
+    module = _module_of(model)
+    context, mask = _left_pad(module, context, mask)
+    batch = context.shape[0]
+    patches = context.reshape(batch, -1, module.p)
+    patch_masks = mask.reshape(batch, -1, module.p)
+    n = mu = sigma = torch.zeros(batch, device=context.device)
+    mus, sigmas = [], []
+    for i in range(patches.shape[1]):
+        (n, mu, sigma), _ = tfm_util.update_running_stats(n, mu, sigma, patches[:, i], patch_masks[:, i])
+        mus.append(mu)
+        sigmas.append(sigma)
+    mu, sigma = torch.stack(mus, dim=1), torch.stack(sigmas, dim=1)
+    normed = torch.where(patch_masks, 0.0, tfm_util.revin(patches, mu, sigma, reverse=False))
+    (_, _, out, _), _ = module(normed, patch_masks)
+    return tfm_util.revin(out, mu, sigma, reverse=True).reshape(batch, patches.shape[1], module.o, module.q)
+
+
+def forecast(model: Any, context: Tensor, mask: Optional[Tensor] = None, *, horizon: int) -> Tensor:
+    """Point forecast (B, horizon) of ``context`` (B, T) with autograd: the median channel of the last patch's
+    output, then, beyond 128 steps, that forecast appended as context and the model run again (timesfm's
+    autoregressive decode, recomputed without its cache: the same running statistics, positions and causal
+    attention, so it equals :func:`point_forecast` up to round-off; tests check it)."""
+    module = _module_of(model)
+    if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
+        raise ValueError(f"horizon must be a positive int, got {horizon!r}")
+    context, mask = _left_pad(module, context, mask)
+    parts: list[Tensor] = []
+    while True:
+        step = patch_outputs(module, context, mask)[:, -1, :, module.aridx]  # (B, 128)
+        parts.append(step)
+        if len(parts) * module.o >= horizon:
+            return torch.cat(parts, dim=1)[:, :horizon]
+        context = torch.cat([context, step], dim=1)
+        mask = torch.nn.functional.pad(mask, (0, module.o), value=False)
+
+
+class TimesFMForecaster(nn.Module):
+    """``context (B, T) -> point forecast (B, horizon)`` (:func:`forecast`) of a TimesFM module: the form every
+    training loop and sampler of the library takes (``fit_regressor``, SWAG, IVON, HSA, Contextual Dropout, SA).
+
+    ``backbone`` is the timesfm module (LoRA layers may be injected into it); flip invariance and the positivity
+    clamp of ``timesfm``'s ``forecast()`` are off (see :func:`point_forecast`'s NOTE[DIFF]).
+    """
+
+    def __init__(self, backbone: nn.Module, horizon: int) -> None:
+        super().__init__()
+        if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
+            raise ValueError(f"horizon must be a positive int, got {horizon!r}")
+        self.backbone = backbone
+        self.horizon = horizon
+
+    def forward(self, context: Tensor) -> Tensor:
+        return forecast(self.backbone, context, horizon=self.horizon)
+
+
+def pretraining_loss(model: Any, series: Tensor, context: int) -> Tensor:
+    """Multi-position training loss of a TimesFM module on ``series`` (B, context + 128): every input patch of the
+    first ``context`` steps forecasts the next 128 steps (teacher forcing, as TimesFM is pretrained), scored on
+    the de-normalised outputs: squared error of the mean channel plus the pinball loss of the nine quantile
+    channels (the median, channel 5, is the point forecast), averaged over positions, steps and channels.
+
+    NOTE[DIFF]: TimesFM 2.5's own pretraining recipe (data mix, masking of context lengths, loss weights) is not
+    public in timesfm 3.0.2; this objective trains the heads the forecasts read, on full-length contexts.
+    """
+    module = _module_of(model)
+    if series.dim() != 2 or series.shape[1] != context + module.o:
+        raise ValueError(f"series must have shape (B, context + {module.o}), got {tuple(series.shape)}")
+    if context % module.p:
+        raise ValueError(f"context ({context}) must be a multiple of the patch length {module.p}")
+    out = patch_outputs(module, series[:, :context])  # (B, N, 128, 10)
+    n_patches = out.shape[1]
+    # target of position i: the 128 steps after input patch i, i.e. series[(i+1) p : (i+1) p + 128]
+    targets = series[:, module.p :].unfold(1, module.o, module.p)[:, :n_patches]  # (B, N, 128)
+    loss = torch.mean((out[..., 0] - targets) ** 2)
+    quantiles = torch.tensor(module.config.quantiles, dtype=out.dtype, device=out.device)
+    err = targets.unsqueeze(-1) - out[..., 1:]
+    return loss + torch.mean(torch.maximum(quantiles * err, (quantiles - 1) * err))
+
+
+@dataclasses.dataclass
+class PretrainResult:
+    """Outcome of :func:`pretrain_timesfm`: the step whose weights the module holds (lowest validation loss),
+    that loss, the steps run, seconds, and the history (``step``, ``train_loss`` averaged since the previous
+    check, ``val_loss``)."""
+
+    best_step: int
+    best_val_loss: float
+    steps: int
+    seconds: float
+    history: dict
+
+
+def _val_loss(module: nn.Module, series: Tensor, context: int, batch_size: int) -> float:
+    with torch.no_grad():
+        losses = [float(pretraining_loss(module, b, context)) * len(b) for b in series.split(batch_size)]
+    return sum(losses) / len(series)
+
+
+def pretrain_timesfm(
+    module: nn.Module,
+    train_series: Tensor,
+    val_series: Tensor,
+    *,
+    context: int,
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    weight_decay: float = 0.0,
+    warmup: int = 0,
+    eval_every: int = 100,
+    progress: bool = True,
+) -> PretrainResult:
+    """Pretrain a TimesFM module in place on windows ``train_series`` (n, context + 128) with
+    :func:`pretraining_loss`: AdamW, linear warm-up over ``warmup`` steps then cosine decay to zero, mini-batches
+    drawn with replacement under ``seed``; every ``eval_every`` steps the loss on ``val_series`` (m, context + 128)
+    is computed and the module ends with the weights of the best check (in eval mode)."""
+    for name, value in (("steps", steps), ("batch_size", batch_size), ("eval_every", eval_every)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if not lr > 0:
+        raise ValueError(f"lr must be > 0, got {lr}")
+    if len(train_series) == 0 or len(val_series) == 0:
+        raise ValueError("train_series and val_series need at least one window each")
+    opt = torch.optim.AdamW([p for p in module.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay)
+
+    def factor(step: int) -> float:
+        if step < warmup:
+            return (step + 1) / warmup
+        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+    gen = torch.Generator().manual_seed(int(seed))
+    history: dict = {"step": [], "train_loss": [], "val_loss": []}
+    best = (math.inf, 0, None)
+    running, count, t0 = 0.0, 0, time.perf_counter()
+    with seeded(int(seed)):
+        bar = show_progress(range(1, steps + 1), desc="pretrain", unit="step", disable=not progress)
+        for step in bar:
+            module.train()
+            idx = torch.randint(len(train_series), (batch_size,), generator=gen)
+            opt.zero_grad(set_to_none=True)
+            loss = pretraining_loss(module, train_series[idx], context)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"pretraining loss became {float(loss)} at step {step}; lower lr")
+            loss.backward()
+            opt.step()
+            sched.step()
+            running, count = running + float(loss.detach()), count + 1
+            if step % eval_every == 0 or step == steps:
+                module.eval()
+                val = _val_loss(module, val_series, context, 4 * batch_size)
+                history["step"].append(step)
+                history["train_loss"].append(running / count)
+                history["val_loss"].append(val)
+                bar.set_postfix(loss=f"{running / count:.4g}", val=f"{val:.4g}")
+                running, count = 0.0, 0
+                if val < best[0]:
+                    best = (val, step, copy.deepcopy(module.state_dict()))
+        bar.close()
+    module.load_state_dict(best[2])
+    module.eval()
+    return PretrainResult(best_step=best[1], best_val_loss=best[0], steps=steps,
+                          seconds=time.perf_counter() - t0, history=history)  # fmt: skip

@@ -25,6 +25,11 @@ Choices, checked against the reference code amzn/sto-transformer (Apache-2.0), r
 Here: soft Gumbel-softmax by default (``hard=True`` gives the straight-through variant), centroids shared
 across heads with one matrix per attention module, ``U(-0.5, 0.5)`` init, attention dropout applied to the
 sampled weights as rtdl applies it to its softmax probabilities.
+
+The two-level sampling itself is :func:`hsa_attention_weights` on raw per-head queries and keys (with an optional
+boolean attention mask), shared with the TimesFM adapter :mod:`stochattn.baselines.hsa_timesfm`. Every module
+built on it derives from :class:`HSAAttentionBase` (centroids, temperatures, ``generator``), which is what
+:func:`hsa_generator` and :func:`hsa_samples` look for.
 """
 
 from __future__ import annotations
@@ -41,9 +46,12 @@ from stochattn.patch import predictive_samples
 from stochattn.training import eval_mode, model_device
 
 __all__ = [
+    "HSAAttentionBase",
     "HierarchicalStochasticAttention",
     "gumbel_noise",
     "gumbel_softmax",
+    "hsa_attention_weights",
+    "hsa_centroid_keys",
     "hsa_ft_transformer",
     "hsa_generator",
     "hsa_samples",
@@ -81,31 +89,188 @@ def gumbel_noise(
     return -torch.log(-torch.log(u.clamp_min(torch.finfo(torch.float32).tiny)))
 
 
+def _check_mask(mask: Tensor, logits: Tensor) -> None:
+    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+        raise TypeError(
+            f"mask must be a bool Tensor (True = attend), got {getattr(mask, 'dtype', type(mask).__name__)}"
+        )
+    try:
+        shape = torch.broadcast_shapes(mask.shape, logits.shape)
+    except RuntimeError:
+        shape = None
+    if shape != logits.shape:
+        raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the logits {tuple(logits.shape)}")
+    if mask.device != logits.device:
+        raise ValueError(f"mask is on {mask.device} but the logits are on {logits.device}")
+
+
 def gumbel_softmax(
     logits: Tensor,
     tau: float,
     *,
     hard: bool = False,
     dim: int = -1,
+    mask: Tensor | None = None,
     generator: torch.Generator | None = None,
 ) -> Tensor:
     """Gumbel-softmax sample ``softmax((logits + G) / tau)`` along ``dim``; same shape and dtype as ``logits``.
 
     With ``hard=True`` the forward value is the one-hot arg-max and the gradient is the soft sample's
     (straight-through), as ``F.gumbel_softmax(hard=True)``. Computed in float32 for low-precision inputs.
+
+    ``mask`` (bool, broadcastable to ``logits``, True = may be selected) restricts the sample to the unmasked
+    entries: masked entries get probability exactly 0 (also with ``hard=True``), and a slice along ``dim`` with
+    no unmasked entry (a fully masked attention row) is all zeros, with finite (zero) gradients, never NaN. The
+    noise is drawn for every entry, masked or not, so the random stream does not depend on the mask.
     """
     if not (isinstance(tau, (int, float)) and tau > 0 and math.isfinite(tau)):
         raise ValueError(f"tau must be a positive finite number, got {tau!r}")
     g = gumbel_noise(logits.shape, device=logits.device, generator=generator)
-    y = torch.softmax((logits.float() + g) / tau, dim=dim)
+    z = (logits.float() + g) / tau
+    if mask is not None:
+        _check_mask(mask, logits)
+        z = z.masked_fill(~mask, float("-inf"))  # exp(-inf) = 0 exactly
+        row_ok = mask.any(dim=dim, keepdim=True)
+        # fully masked slices: finite placeholder logits (softmax of all -inf is NaN, and so is its gradient);
+        # their output is zeroed below
+        z = z.masked_fill(~row_ok, 0.0)
+    y = torch.softmax(z, dim=dim)
     if hard:
+        # masked entries hold 0 < max, so the arg-max is an unmasked entry (a fully masked slice is zeroed below)
         index = y.argmax(dim=dim, keepdim=True)
         y_hard = torch.zeros_like(y).scatter_(dim, index, 1.0)
         y = y_hard - y.detach() + y
+    if mask is not None:
+        y = y.masked_fill(~row_ok, 0.0)
     return y.to(logits.dtype)
 
 
-class HierarchicalStochasticAttention(nn.Module):
+def hsa_centroid_keys(
+    k: Tensor,
+    centroids: Tensor,
+    *,
+    tau1: float = 1.0,
+    hard: bool = False,
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, Tensor]:
+    """HSA level 1: keys ``k`` (..., n_k, d_head), ``centroids`` (d_head, n_centroids) ->
+    (``K~`` (..., n_k, d_head), ``prob`` (..., n_k, n_centroids)).
+
+    ``prob = gumbel_softmax(k C, tau1)`` over the centroids, ``K~ = prob C^T``.
+    """
+    if centroids.ndim != 2 or k.shape[-1] != centroids.shape[0]:
+        raise ValueError(
+            f"keys (..., n_k, d_head) and centroids (d_head, n_centroids) disagree: keys {tuple(k.shape)}, "
+            f"centroids {tuple(centroids.shape)}"
+        )
+    prob = gumbel_softmax(k @ centroids, tau1, hard=hard, generator=generator)
+    return prob @ centroids.T, prob
+
+
+def hsa_attention_weights(
+    q: Tensor,
+    k: Tensor,
+    centroids: Tensor,
+    *,
+    tau1: float = 1.0,
+    tau2: float = 1.0,
+    hard: bool = False,
+    logit_scale: float = 1.0,
+    mask: Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Sampled HSA attention weights: q (..., n_q, d_head), k (..., n_k, d_head) -> (..., n_q, n_k).
+
+    Level 1 (:func:`hsa_centroid_keys`): ``K~ = gumbel_softmax(k C, tau1) C^T`` with ``centroids`` ``C``
+    (d_head, n_centroids); level 2: ``gumbel_softmax(q K~^T * logit_scale, tau2)`` over the keys. The leading
+    dims of ``q`` and ``k`` broadcast (e.g. (B * H,) or (B, H)). ``logit_scale`` defaults to 1 (the reference
+    code's unscaled logits). ``mask`` (bool, broadcastable to (..., n_q, n_k), True = attend): masked keys get
+    weight exactly 0, rows sum to 1 over the attended keys, and fully masked query rows are all zeros (no NaN,
+    also in the gradients). Noise is drawn from ``generator`` (else the global RNG): level 1 first, then level 2.
+    """
+    if not (isinstance(logit_scale, (int, float)) and logit_scale > 0 and math.isfinite(logit_scale)):
+        raise ValueError(f"logit_scale must be a positive finite number, got {logit_scale!r}")
+    if q.ndim < 2 or k.ndim < 2 or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q (..., n_q, d) and k (..., n_k, d) disagree: q {tuple(q.shape)}, k {tuple(k.shape)}")
+    k_tilde, _ = hsa_centroid_keys(k, centroids, tau1=tau1, hard=hard, generator=generator)
+    logits = (q @ k_tilde.transpose(-2, -1)) * logit_scale
+    return gumbel_softmax(logits, tau2, hard=hard, mask=mask, generator=generator)
+
+
+def _check_hyperparameters(n_centroids: int, tau1: float, tau2: float, logit_scale: float | None) -> None:
+    if isinstance(n_centroids, bool) or not isinstance(n_centroids, int) or n_centroids < 1:
+        raise ValueError(f"n_centroids must be a positive integer, got {n_centroids!r}")
+    for name, value in (("tau1", tau1), ("tau2", tau2)):
+        if not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
+            raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    if logit_scale is not None and not (logit_scale > 0 and math.isfinite(logit_scale)):
+        raise ValueError(f"logit_scale must be a positive finite number or None, got {logit_scale!r}")
+
+
+class HSAAttentionBase(nn.Module):
+    """Common base of the HSA attention modules (this file's :class:`HierarchicalStochasticAttention`, the TimesFM
+    adapter ``stochattn.baselines.hsa_timesfm.TimesFMHSAAttention``).
+
+    A subclass calls :meth:`_init_hsa` in its ``__init__``; it then holds the parameter ``centroids``
+    (d_head, n_centroids), shared by its heads, the floats ``tau1``, ``tau2``, ``logit_scale``, the flag ``hard``
+    and ``generator`` (the ``torch.Generator`` the Gumbel noise is drawn from, ``None``: global RNG; set it with
+    :func:`hsa_generator`). :func:`hsa_generator` and :func:`hsa_samples` act on every instance in a model.
+    """
+
+    centroids: nn.Parameter
+
+    def _init_hsa(
+        self, d_head: int, n_centroids: int, tau1: float, tau2: float, hard: bool, logit_scale: float
+    ) -> None:
+        """Register ``centroids`` (uninitialised: call :meth:`reset_centroids`) and set the sampling settings."""
+        _check_hyperparameters(n_centroids, tau1, tau2, logit_scale)
+        self.centroids = nn.Parameter(torch.empty(d_head, n_centroids))
+        self.tau1 = float(tau1)
+        self.tau2 = float(tau2)
+        self.hard = bool(hard)
+        self.logit_scale = float(logit_scale)
+        self.generator: torch.Generator | None = None
+
+    @property
+    def n_centroids(self) -> int:
+        return self.centroids.shape[1]
+
+    @torch.no_grad()
+    def reset_centroids(self, generator: torch.Generator | None = None) -> None:
+        """``centroids ~ U(-0.5, 0.5)`` (reference init), drawn on CPU from ``generator`` when given."""
+        c = torch.rand(self.centroids.shape, generator=generator, dtype=torch.float32, device="cpu") - 0.5
+        self.centroids.copy_(c)
+
+    def centroid_keys(self, k: Tensor) -> tuple[Tensor, Tensor]:
+        """Level 1: keys ``k`` (..., n_k, d_head) -> (``K~`` (..., n_k, d_head), ``prob`` (..., n_k, n_centroids)).
+
+        ``prob = gumbel_softmax(k C, tau1)`` over centroids, ``K~ = prob C^T``.
+        """
+        return hsa_centroid_keys(k, self.centroids, tau1=self.tau1, hard=self.hard, generator=self.generator)
+
+    def sample_weights(self, q: Tensor, k: Tensor, mask: Tensor | None = None) -> Tensor:
+        """:func:`hsa_attention_weights` with this module's settings: q (..., n_q, d_head), k (..., n_k, d_head),
+        optional bool ``mask`` (True = attend) -> (..., n_q, n_k)."""
+        return hsa_attention_weights(
+            q,
+            k,
+            self.centroids,
+            tau1=self.tau1,
+            tau2=self.tau2,
+            hard=self.hard,
+            logit_scale=self.logit_scale,
+            mask=mask,
+            generator=self.generator,
+        )
+
+    def _hsa_repr(self) -> str:
+        return (
+            f"n_centroids={self.n_centroids}, tau1={self.tau1}, tau2={self.tau2}, hard={self.hard}, "
+            f"logit_scale={self.logit_scale:.4g}"
+        )
+
+
+class HierarchicalStochasticAttention(HSAAttentionBase):
     """Drop-in replacement for ``rtdl_revisiting_models.MultiheadAttention`` with two-level Gumbel sampling.
 
     Same constructor arguments (``d_embedding``, ``n_heads``, ``dropout``; no Linformer compression), same
@@ -142,18 +307,14 @@ class HierarchicalStochasticAttention(nn.Module):
             hard: straight-through one-hot samples at both levels (the CoLA reference code) instead of soft.
             logit_scale: factor on ``Q K~^T``; ``None`` means ``1/sqrt(d_head)``.
         """
-        for name, value in (("d_embedding", d_embedding), ("n_heads", n_heads), ("n_centroids", n_centroids)):
+        for name, value in (("d_embedding", d_embedding), ("n_heads", n_heads)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
         if d_embedding % n_heads:
             raise ValueError(f"d_embedding must be a multiple of n_heads, got {d_embedding=} and {n_heads=}")
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout!r}")
-        for name, value in (("tau1", tau1), ("tau2", tau2)):
-            if not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
-                raise ValueError(f"{name} must be a positive finite number, got {value!r}")
-        if logit_scale is not None and not (logit_scale > 0 and math.isfinite(logit_scale)):
-            raise ValueError(f"logit_scale must be a positive finite number or None, got {logit_scale!r}")
+        _check_hyperparameters(n_centroids, tau1, tau2, logit_scale)
         super().__init__()
         self.W_q = nn.Linear(d_embedding, d_embedding)
         self.W_k = nn.Linear(d_embedding, d_embedding)
@@ -162,15 +323,11 @@ class HierarchicalStochasticAttention(nn.Module):
         self.dropout = nn.Dropout(dropout) if dropout else None
         self._n_heads = n_heads
         d_head = d_embedding // n_heads
-        self.centroids = nn.Parameter(torch.empty(d_head, n_centroids))
-        self.tau1 = float(tau1)
-        self.tau2 = float(tau2)
-        self.hard = bool(hard)
         # NOTE[DIFF] The reference code (StoSelfDualAttention / DualStoSelfAttention) uses Q K~^T without any
         # scaling; we keep rtdl's 1/sqrt(d_head) by default so that weights copied from a trained rtdl
         # attention give logits on the scale they were trained for (pass logit_scale=1.0 for the reference).
-        self.logit_scale = 1.0 / math.sqrt(d_head) if logit_scale is None else float(logit_scale)
-        self.generator: torch.Generator | None = None
+        scale = 1.0 / math.sqrt(d_head) if logit_scale is None else float(logit_scale)
+        self._init_hsa(d_head, n_centroids, tau1, tau2, hard, scale)  # registers centroids (after W_*, as before)
         for m in (self.W_q, self.W_k, self.W_v, self.W_out):
             if m is not None:
                 nn.init.zeros_(m.bias)  # as rtdl
@@ -180,10 +337,6 @@ class HierarchicalStochasticAttention(nn.Module):
     @property
     def n_heads(self) -> int:
         return self._n_heads
-
-    @property
-    def n_centroids(self) -> int:
-        return self.centroids.shape[1]
 
     def reset_parameters(self, generator: torch.Generator | None = None) -> None:
         """Initialise as rtdl (default ``nn.Linear`` init, zero biases) and ``centroids ~ U(-0.5, 0.5)``.
@@ -195,12 +348,6 @@ class HierarchicalStochasticAttention(nn.Module):
                 m.reset_parameters()
                 nn.init.zeros_(m.bias)
         self.reset_centroids(generator)
-
-    @torch.no_grad()
-    def reset_centroids(self, generator: torch.Generator | None = None) -> None:
-        """``centroids ~ U(-0.5, 0.5)`` (reference init), drawn on CPU from ``generator`` when given."""
-        c = torch.rand(self.centroids.shape, generator=generator, dtype=torch.float32, device="cpu") - 0.5
-        self.centroids.copy_(c)
 
     @classmethod
     def from_rtdl(
@@ -248,10 +395,7 @@ class HierarchicalStochasticAttention(nn.Module):
         return new
 
     def extra_repr(self) -> str:
-        return (
-            f"n_heads={self._n_heads}, n_centroids={self.n_centroids}, tau1={self.tau1}, tau2={self.tau2}, "
-            f"hard={self.hard}, logit_scale={self.logit_scale:.4g}"
-        )
+        return f"n_heads={self._n_heads}, {self._hsa_repr()}"
 
     def _split_heads(self, x: Tensor) -> Tensor:
         """(B, n, d) -> (B * H, n, d_head), rtdl's head layout."""
@@ -275,23 +419,12 @@ class HierarchicalStochasticAttention(nn.Module):
         if x_q.shape[0] != x_kv.shape[0]:
             raise ValueError(f"x_q and x_kv batch sizes differ: {x_q.shape[0]} vs {x_kv.shape[0]}")
 
-    def centroid_keys(self, k: Tensor) -> tuple[Tensor, Tensor]:
-        """Level 1: keys ``k`` (..., n_k, d_head) -> (``K~`` (..., n_k, d_head), ``prob`` (..., n_k, n_centroids)).
-
-        ``prob = gumbel_softmax(k C, tau1)`` over centroids, ``K~ = prob C^T``.
-        """
-        prob = gumbel_softmax(k @ self.centroids, self.tau1, hard=self.hard, generator=self.generator)
-        return prob @ self.centroids.T, prob
-
     def _weights_and_values(self, x_q: Tensor, x_kv: Tensor) -> tuple[Tensor, Tensor]:
         self._check_inputs(x_q, x_kv)
         q = self._split_heads(self.W_q(x_q))
         k = self._split_heads(self.W_k(x_kv))
         v = self._split_heads(self.W_v(x_kv))
-        k_tilde, _ = self.centroid_keys(k)
-        logits = (q @ k_tilde.transpose(1, 2)) * self.logit_scale
-        weights = gumbel_softmax(logits, self.tau2, hard=self.hard, generator=self.generator)
-        return weights, v
+        return self.sample_weights(q, k), v
 
     def attention_weights(self, x_q: Tensor, x_kv: Tensor) -> Tensor:
         """Sampled attention weights (B * H, n_q, n_k) before dropout (rows on the simplex)."""
@@ -378,8 +511,9 @@ def hsa_ft_transformer(
     )
 
 
-def _hsa_modules(model: nn.Module) -> list[HierarchicalStochasticAttention]:
-    return [m for m in model.modules() if isinstance(m, HierarchicalStochasticAttention)]
+def _hsa_modules(model: nn.Module) -> list[HSAAttentionBase]:
+    """Every HSA attention module of ``model`` (any :class:`HSAAttentionBase` subclass)."""
+    return [m for m in model.modules() if isinstance(m, HSAAttentionBase)]
 
 
 @contextlib.contextmanager
@@ -416,7 +550,10 @@ def hsa_samples(
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     if not _hsa_modules(model):
-        raise ValueError("model contains no HierarchicalStochasticAttention module; its passes would be identical")
+        raise ValueError(
+            "model contains no HierarchicalStochasticAttention or other HSA module (HSAAttentionBase); "
+            "its passes would be identical"
+        )
     if not isinstance(x, Tensor) or x.ndim < 1 or x.shape[0] < 1:
         raise ValueError(f"x must be a Tensor with at least one row, got {getattr(x, 'shape', type(x))}")
     if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:

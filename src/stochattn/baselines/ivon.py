@@ -93,7 +93,7 @@ def ivon_step(mc_samples: int = 1) -> StepFn:
         for _ in range(mc_samples):
             with optimizer.sampled_params(train=True):
                 optimizer.zero_grad(set_to_none=True)
-                loss = loss_fn(regression_output(model(x), len(x)), y)
+                loss = loss_fn(regression_output(model(x), len(x), tuple(y.shape[1:])), y)
                 loss.backward()
                 # IVON reads p.grad of every parameter it holds; an unused parameter would have none.
                 for group in optimizer.param_groups:
@@ -194,7 +194,7 @@ def ivon_samples(
     device: str | torch.device | None = None,
     progress: bool = False,
 ) -> Tensor:
-    """IVON predictive samples ``(num_samples, n)`` (float32, CPU): one eval-mode pass per weight draw.
+    """IVON predictive samples ``(num_samples, n)`` or ``(num_samples, n, H)`` (float32, CPU): one eval-mode pass per weight draw.
 
     ``generator`` is a ``torch.Generator`` (one seed is drawn from it) or an int seed; IVON draws its noise from
     torch's global RNG, so the draws run under that seed (:func:`stochattn.training.seeded`), leaving the
@@ -212,9 +212,9 @@ def ivon_samples(
         raise ValueError(f"device: the model and its IVON state live on {dev}, got {device}")
     seed = derive_seed(generator)
     params = [p for g in optimizer.param_groups for p in g["params"]]
-    out = torch.empty(num_samples, len(x))
+    out = []
     with seeded(seed, dev), _restored_on_error(params):
-        for s in show_progress(range(num_samples), desc="ivon samples", disable=not progress):
+        for _ in show_progress(range(num_samples), desc="ivon samples", disable=not progress):
             with optimizer.sampled_params():
-                out[s] = predict(model, x, batch_size)
-    return out
+                out.append(predict(model, x, batch_size))
+    return torch.stack(out)

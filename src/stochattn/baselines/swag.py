@@ -324,7 +324,7 @@ def swag_samples(
     device: str | torch.device | None = None,
     progress: bool = False,
 ) -> Tensor:
-    """SWAG predictive samples ``(num_samples, n)`` (float32, CPU): one weight draw, one eval-mode pass each.
+    """SWAG predictive samples ``(num_samples, n)`` or ``(num_samples, n, H)`` (float32, CPU): one weight draw, one eval-mode pass each.
 
     The covered parameters of ``model`` are restored to their values before the call afterwards (also on error).
     ``generator`` is a ``torch.Generator`` or an int seed.
@@ -337,15 +337,15 @@ def swag_samples(
     model.to(dev)
     params = swag.params_of(model)
     saved = [p.detach().clone() for p in params]
-    out = torch.empty(num_samples, len(x))
+    out = []
     try:
-        for s in show_progress(range(num_samples), desc="swag samples", disable=not progress):
+        for _ in show_progress(range(num_samples), desc="swag samples", disable=not progress):
             swag.sample(model, gen, scale=scale, diag_only=diag_only)
-            out[s] = predict(model, x, batch_size)
+            out.append(predict(model, x, batch_size))
     finally:
         for p, v in zip(params, saved):
             p.copy_(v)
-    return out
+    return torch.stack(out) if out else torch.empty(0, len(x))
 
 
 def multiswag_samples(

@@ -21,6 +21,17 @@ REFERENCE = "sa"
 """The method every other one is matched to (SA at Algorithm 2's nu); reported native."""
 
 
+def _flattened(run: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """Multi-output runs (forecasts: ``samples`` (S, n, H), ``y`` (n, H)) as S x (n H) scalar predictions: every
+    (series, step) is one coordinate, so PIT, coverage and CRPS are coordinate-wise, then pooled (L403)."""
+    out = dict(run)
+    for key in ("samples", "cal_samples"):
+        out[key] = run[key].reshape(run[key].shape[0], -1)
+    for key in ("point", "y", "cal_point", "cal_y"):
+        out[key] = run[key].reshape(-1)
+    return out
+
+
 def calibration_coverage(run: Mapping[str, np.ndarray], levels: Sequence[float]) -> Dict[float, float]:
     """Empirical coverage of a run's central intervals on its calibration part: {level: fraction}.
 
@@ -100,7 +111,7 @@ def evaluate(
         reference_path: SA's samples.npz of the same split (ignored for SA itself).
         provenance: recorded as ``provenance`` (stochattn.provenance.stage_provenance).
     """
-    run = load_npz(samples_path)
+    run = _flattened(load_npz(samples_path))
     meta = load_json(Path(samples_path).with_name("meta.json"))
     method = meta["method"]
     for key in ("samples", "point", "cal_samples", "cal_point"):
@@ -117,7 +128,7 @@ def evaluate(
         scaled_samples = scaling.apply_scale(run["samples"], run["point"], temperature)
         scaled, pit_scaled = metrics.summarize(scaled_samples, run["point"], run["y"], seed, levels)
         if reference_path is not None:
-            ref = load_npz(reference_path)
+            ref = _flattened(load_npz(reference_path))
             if ref["cal_y"].shape != run["cal_y"].shape or not np.array_equal(ref["cal_y"], run["cal_y"]):
                 raise ValueError(f"{reference_path} and {samples_path} have different calibration targets "
                                  f"(not the same split)")
