@@ -3,7 +3,7 @@
 #   snakemake --cores 2 --configfile=config/quick.yaml      # offline embedded default, 2 cores (`make run`)
 #   snakemake --profile slurm                               # the paper's protocol on a cluster (./slurm)
 #
-# Targets: all (default), uci, uci_<dataset> (e.g. uci_yacht), toy, or any output path such as
+# Targets: all (default), uci, uci_<dataset> (e.g. uci_yacht), toy, ett, ett_<dataset> (e.g. ett_ETTh1), or any output path such as
 # results/uci/yacht/split0/sa/metrics.json. Every output lives under results/, every log under logs/.
 # The logic lives in the stochattn package; workflow_scripts/ only adapt the snakemake object to one call.
 
@@ -32,6 +32,8 @@ wildcard_constraints:
     dataset="|".join([*DATASET_REGISTRY, TOY_DATASET]),
     split=r"\d+",
     method="|".join(ALL_METHODS),
+    ett_dataset="ETTh1|ETTh2|ETTm1|ETTm2",
+    horizon=r"\d+",
 
 
 include: "rules/data.smk"
@@ -40,15 +42,18 @@ include: "rules/calibrate.smk"
 include: "rules/methods.smk"
 include: "rules/evaluate.smk"
 include: "rules/report.smk"
+include: "rules/ett_common.smk"
+include: "rules/ett.smk"
 
 
 # Target rules and the fetch rule (which needs the network on a cluster's login node) run locally (localrule).
 rule all:
-    """Every table and figure of the UCI slice and the teaser's toy panel."""
+    """Every table and figure of the UCI slice, the teaser's toy panel and (ett.enabled) the ETT slice."""
     default_target: True
     input:
         uci_targets(),
         figure_files("teaser_sinusoid"),
+        ett_targets() if ETT["enabled"] else [],
     localrule: True
 
 
@@ -66,6 +71,13 @@ rule toy:
     localrule: True
 
 
+rule ett:
+    """The ETT slice: every configuration's metrics, the coverage figures and the ETT tables."""
+    input:
+        ett_targets(),
+    localrule: True
+
+
 # One target per configured data set: every run's metrics and the data set's own figures, e.g. `uci_yacht`.
 for _dataset in DATASETS:
 
@@ -75,4 +87,14 @@ for _dataset in DATASETS:
         input:
             uci_metrics([_dataset]),
             uci_dataset_figures(_dataset),
+        localrule: True
+
+
+for _dataset in ETT_DATASETS_RUN:
+
+    rule:
+        name:
+            f"ett_{_dataset}"
+        input:
+            ett_dataset_targets(_dataset),
         localrule: True

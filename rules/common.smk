@@ -231,7 +231,7 @@ def component_inputs(wildcards):
 
 
 def samples_and_metrics(dataset):
-    """{method: {"samples": [...], "metrics": [...]}} over the configured splits (stochattn.figures input)."""
+    """{method: {"samples": [...], "metrics": [...]}} over the configured splits (stochattn.experiments.uci_figures input)."""
     return {
         m: {
             "samples": [f"results/uci/{dataset}/split{k}/{m}/samples.npz" for k in range(n_splits(dataset))],

@@ -1,10 +1,12 @@
 # Tables and figures of the UCI slice and the teaser's toy panel. Each file gets <file>.prov.json (rule, inputs with
 # SHA-256, config subset, seeds, git commit + dirty flag, package versions, host, device, times). Figures carry an
 # RST caption for `snakemake --report report.html`; captions name every deviation from the paper's protocol.
+# Layouts and writers: stochattn.experiments.uci_tables (TableSpecs, run by workflow_scripts/table.py) and
+# stochattn.experiments.uci_figures (run by workflow_scripts/figure.py), over stochattn.report / stochattn.figures.
 
 
 rule uci_table:
-    """results/tables/uci_<table>.{csv,md,tex} from every run's metrics.json (stochattn.report)."""
+    """results/tables/uci_<table>.{csv,md,tex} from every run's metrics.json (stochattn.experiments.uci_tables)."""
     input:
         metrics=uci_metrics(),
     output:
@@ -30,18 +32,21 @@ rule uci_table:
         mem_mb=2000,
         runtime=15,
     params:
+        table=lambda w: f"stochattn.experiments.uci_tables:{w.table.upper()}_TABLE",  # its TableSpec
         caption=protocol_note(),
         config_subset=provenance_config(),
         seeds=SEED_RULE,
         code=lambda w: code_for(
-            "stochattn.report:load_runs", f"stochattn.report:uci_{w.table}_table", "stochattn.report:write_table"
+            "stochattn.report:load_runs",
+            f"stochattn.experiments.uci_tables:{w.table.upper()}_TABLE",
+            "stochattn.report:write_table",
         ),
     script:
         "../workflow_scripts/table.py"
 
 
 rule uci_pit_figure:
-    """Native PIT histograms of every method on one data set, pooled over splits (stochattn.figures)."""
+    """Native PIT histograms of every method on one data set, pooled over splits (stochattn.experiments.uci_figures)."""
     input:
         metrics=lambda w: uci_metrics([w.dataset]),
     output:
@@ -65,18 +70,19 @@ rule uci_pit_figure:
         mem_mb=2000,
         runtime=15,
     params:
-        kind="pit",
+        figure="stochattn.experiments.uci_figures:pit_histograms",
+        args=lambda w, input: {"runs": list(map(str, input.metrics)), "dataset": w.dataset},
         caption=protocol_note(),
         config_subset=provenance_config(),
         seeds=SEED_RULE,
-        code=code_for("stochattn.figures:pit_histograms", "stochattn.provenance:provenance_record"),
+        code=code_for("stochattn.experiments.uci_figures:pit_histograms", "stochattn.provenance:provenance_record"),
     script:
         "../workflow_scripts/figure.py"
 
 
 rule uci_sharpness_figure:
     """PI-95 widths per test point normalised by SA's mean width; the other methods conformally matched to SA's
-    calibration-split coverage (stochattn.figures)."""
+    calibration-split coverage (stochattn.experiments.uci_figures)."""
     input:
         unpack(lambda w: {"samples_and_metrics": flat_paths(samples_and_metrics(w.dataset))}),
     output:
@@ -100,12 +106,12 @@ rule uci_sharpness_figure:
         mem_mb=2000,
         runtime=15,
     params:
-        kind="sharpness",
-        samples_and_metrics=lambda w: samples_and_metrics(w.dataset),
+        figure="stochattn.experiments.uci_figures:sharpness_boxplot",
+        args=lambda w: {"samples_and_metrics": samples_and_metrics(w.dataset), "dataset": w.dataset},
         caption=protocol_note(),
         config_subset=provenance_config(),
         seeds=SEED_RULE,
-        code=code_for("stochattn.figures:sharpness_boxplot", "stochattn.provenance:provenance_record"),
+        code=code_for("stochattn.experiments.uci_figures:sharpness_boxplot", "stochattn.provenance:provenance_record"),
     script:
         "../workflow_scripts/figure.py"
 
@@ -134,18 +140,23 @@ rule uci_yacht_appendix:
         mem_mb=2000,
         runtime=15,
     params:
-        kind="yacht_appendix",
-        samples_and_metrics=samples_and_metrics("yacht") if "yacht" in DATASETS else {},
+        figure="stochattn.experiments.uci_figures:yacht_appendix",
+        args=lambda w, input: {
+            "runs": list(map(str, input.metrics)),
+            "samples_and_metrics": samples_and_metrics("yacht") if "yacht" in DATASETS else {},
+            "dataset": "yacht",
+        },
         caption=protocol_note(),
         config_subset=provenance_config(),
         seeds=SEED_RULE,
-        code=code_for("stochattn.figures:yacht_appendix", "stochattn.provenance:provenance_record"),
+        code=code_for("stochattn.experiments.uci_figures:yacht_appendix", "stochattn.provenance:provenance_record"),
     script:
         "../workflow_scripts/figure.py"
 
 
 rule uci_cost_figure:
-    """Total wall-clock seconds per method and data set, log axis, from the cost table (stochattn.figures)."""
+    """Total wall-clock seconds per method and data set, log axis, from the cost table
+    (stochattn.experiments.uci_figures)."""
     input:
         table="results/tables/uci_cost.csv",
     output:
@@ -166,11 +177,12 @@ rule uci_cost_figure:
         mem_mb=2000,
         runtime=15,
     params:
-        kind="cost",
+        figure="stochattn.experiments.uci_figures:cost_figure",
+        args=lambda w, input: {"cost_tidy": str(input.table)},
         caption=protocol_note(),
         config_subset=provenance_config(),
         seeds=SEED_RULE,
-        code=code_for("stochattn.figures:cost_figure", "stochattn.provenance:provenance_record"),
+        code=code_for("stochattn.experiments.uci_figures:cost_figure", "stochattn.provenance:provenance_record"),
     script:
         "../workflow_scripts/figure.py"
 
@@ -198,9 +210,12 @@ rule teaser_sinusoid:
         mem_mb=2000,
         runtime=15,
     params:
-        kind="teaser",
-        methods=TOY_METHODS,
-        max_trend_rmse=config["toy"]["max_trend_rmse"],
+        figure="stochattn.experiments.uci_figures:teaser_sinusoid",
+        args=lambda w, input: {
+            "samples_paths_by_method": dict(zip(TOY_METHODS, map(str, input.samples))),
+            "prepared_path": str(input.prepared),
+            "max_trend_rmse": config["toy"]["max_trend_rmse"],
+        },
         caption=(
             f"Toy data: n={config['toy']['n']} points (25 % test), noise sd {config['toy']['noise']}; "
             f"every method's point prediction is within RMSE {config['toy']['max_trend_rmse']} of the "
@@ -209,6 +224,6 @@ rule teaser_sinusoid:
         ),
         config_subset=provenance_config("toy"),
         seeds=SEED_RULE,
-        code=code_for("stochattn.figures:teaser_sinusoid", "stochattn.provenance:provenance_record"),
+        code=code_for("stochattn.experiments.uci_figures:teaser_sinusoid", "stochattn.provenance:provenance_record"),
     script:
         "../workflow_scripts/figure.py"

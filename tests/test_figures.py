@@ -1,4 +1,5 @@
-"""Tests for stochattn.figures: every figure writer makes a readable PNG and a PDF from contract-format files."""
+"""Tests for stochattn.figures (shared helpers) and stochattn.experiments.uci_figures: every figure writer makes a
+readable PNG and a PDF from contract-format files."""
 
 from __future__ import annotations
 
@@ -12,8 +13,11 @@ from matplotlib.figure import Figure
 
 from stochattn import figures as F
 from stochattn import report as R
+from stochattn.experiments import uci_figures as UF
+from stochattn.experiments import uci_tables as U
 from stochattn.io import load_json, load_npz, save_json, save_npz
 from test_report import (  # the shared fake-run builder (Gaussian setup)
+    METHODS,
     RESCALED,
     make_fake_uci,
     metrics_paths,
@@ -29,7 +33,7 @@ def fake(tmp_path_factory):
     return files, runs
 
 
-def sharp_inputs(files, dataset, methods=R.METHODS, n_splits=3):
+def sharp_inputs(files, dataset, methods=METHODS, n_splits=3):
     """method -> [(samples.npz, metrics.json)] of every split (the pair form of the input)."""
     return {m: [(files[(dataset, k, m)]["samples"], files[(dataset, k, m)]["metrics"]) for k in range(n_splits)]
             for m in methods}
@@ -63,20 +67,20 @@ def test_save_figure_strips_suffix_and_is_atomic(tmp_path):
 def test_pit_histograms(tmp_path, fake):
     files, runs = fake
     out = tmp_path / "pit_yacht"
-    assert_figure_files(F.pit_histograms(runs, "yacht", out), out)
+    assert_figure_files(UF.pit_histograms(runs, "yacht", out), out)
     # also from paths, and the scaled variant
     out2 = tmp_path / "pit_energy_scaled"
     paths = [v["metrics"] for (d, _, _), v in files.items() if d == "energy"]
-    assert_figure_files(F.pit_histograms(paths, "energy", out2, pit="scaled"), out2)
+    assert_figure_files(UF.pit_histograms(paths, "energy", out2, pit="scaled"), out2)
     with pytest.raises(ValueError, match="wine"):
-        F.pit_histograms(runs, "wine", tmp_path / "x")
-    assert list(F._pooled_pit(runs, "yacht", "native")) == list(R.METHODS)  # both SA runs get a panel
+        UF.pit_histograms(runs, "wine", tmp_path / "x")
+    assert list(F.pooled_pit(runs, "yacht", "native")) == list(METHODS)  # both SA runs get a panel
 
 
 def test_normalised_widths_match_table_ratio(fake):
     files, runs = fake
-    widths = F.normalised_widths(sharp_inputs(files, "yacht"), 0.95, dataset="yacht")
-    assert list(widths) == list(R.METHODS)
+    widths = UF.normalised_widths(sharp_inputs(files, "yacht"), 0.95, dataset="yacht")
+    assert list(widths) == list(METHODS)
     assert all(w.shape == (3 * 40,) for w in widths.values())
     assert widths["sa"].mean() == pytest.approx(1.0, rel=1e-12)
     # sa_match, swag, mc_dropout are SA's draws x 1.5, 2, 0.5 around the same point: matched to SA's calibration
@@ -85,25 +89,25 @@ def test_normalised_widths_match_table_ratio(fake):
     for method in RESCALED:
         np.testing.assert_allclose(widths[method], q * widths["sa"], rtol=1e-9)
     # equal split sizes: the mean normalised width is the table's Panel B ratio
-    tidy = R.uci_master_table(runs)
-    for method in R.METHODS:
+    tidy = U.uci_master_table(runs)
+    for method in METHODS:
         row = tidy[(tidy.dataset == "yacht") & (tidy.method == method) & (tidy.metric == "pi95_width_ratio")]
         assert widths[method].mean() == pytest.approx(row.value.iloc[0], rel=1e-10)
     # dict form of the input gives the same numbers
     dict_form = {m: {"samples": [p for p, _ in v], "metrics": [q for _, q in v]}
                  for m, v in sharp_inputs(files, "yacht").items()}
-    np.testing.assert_array_equal(F.normalised_widths(dict_form)["swag"], widths["swag"])
+    np.testing.assert_array_equal(UF.normalised_widths(dict_form)["swag"], widths["swag"])
 
 
 def test_normalised_widths_errors(fake):
     files, _ = fake
     inputs = sharp_inputs(files, "yacht")
     with pytest.raises(ValueError, match="'sa'"):
-        F.normalised_widths({m: v for m, v in inputs.items() if m != "sa"})
+        UF.normalised_widths({m: v for m, v in inputs.items() if m != "sa"})
     with pytest.raises(ValueError, match="not 'energy'"):
-        F.normalised_widths(inputs, dataset="energy")
+        UF.normalised_widths(inputs, dataset="energy")
     with pytest.raises(ValueError, match="one of each per split"):
-        F.normalised_widths({"sa": {"samples": [inputs["sa"][0][0]], "metrics": []}})
+        UF.normalised_widths({"sa": {"samples": [inputs["sa"][0][0]], "metrics": []}})
 
 
 def test_normalised_widths_need_the_matched_factor_not_the_temperature(tmp_path, fake):
@@ -114,17 +118,17 @@ def test_normalised_widths_need_the_matched_factor_not_the_temperature(tmp_path,
     del rec["matched"]
     save_json(tmp_path / "metrics.json", rec)
     with pytest.raises(ValueError, match="factor_95"):
-        F.normalised_widths({"sa": inputs["sa"], "swag": [(inputs["swag"][0][0], tmp_path / "metrics.json")]})
+        UF.normalised_widths({"sa": inputs["sa"], "swag": [(inputs["swag"][0][0], tmp_path / "metrics.json")]})
 
 
 def test_sharpness_boxplot_whiskers_p5_p95_and_mean(tmp_path, fake):
     files, _ = fake
     out = tmp_path / "sharp_yacht"
-    assert_figure_files(F.sharpness_boxplot(sharp_inputs(files, "yacht"), "yacht", out), out)
-    widths = F.normalised_widths(sharp_inputs(files, "yacht"))
+    assert_figure_files(UF.sharpness_boxplot(sharp_inputs(files, "yacht"), "yacht", out), out)
+    widths = UF.normalised_widths(sharp_inputs(files, "yacht"))
     fig = Figure()
     FigureCanvasAgg(fig)
-    box = F._draw_sharpness(fig.add_subplot(), widths, 0.95)
+    box = F.draw_sharpness(fig.add_subplot(), widths, 0.95)
     for i, method in enumerate(widths):
         lo_whisker, hi_whisker = box["whiskers"][2 * i], box["whiskers"][2 * i + 1]
         assert lo_whisker.get_ydata()[1] == pytest.approx(np.percentile(widths[method], 5))
@@ -138,24 +142,24 @@ def test_yacht_appendix_any_dataset(tmp_path, fake):
     files, runs = fake
     for dataset in ("yacht", "energy"):
         out = tmp_path / f"appendix_{dataset}"
-        img = assert_figure_files(F.yacht_appendix(runs, sharp_inputs(files, dataset), dataset, out), out)
+        img = assert_figure_files(UF.yacht_appendix(runs, sharp_inputs(files, dataset), dataset, out), out)
         assert img.shape[1] > 1.5 * img.shape[0]  # two panels side by side
 
 
 def test_cost_figure(tmp_path, fake):
     _, runs = fake
-    cost = R.uci_cost_table(runs)
+    cost = U.uci_cost_table(runs)
     out = tmp_path / "cost_yacht"
-    assert_figure_files(F.cost_figure(cost, out, dataset="yacht"), out)
+    assert_figure_files(UF.cost_figure(cost, out, dataset="yacht"), out)
     out_all = tmp_path / "cost_all"
-    assert_figure_files(F.cost_figure(cost, out_all), out_all)
+    assert_figure_files(UF.cost_figure(cost, out_all), out_all)
     # a zero total (nothing recorded) cannot sit on a log axis: still draws
     zero = cost.copy()
     zero.loc[(zero.method == "sa") & (zero.metric == "seconds_total"), "value"] = 0.0
     out_zero = tmp_path / "cost_zero"
-    assert_figure_files(F.cost_figure(zero, out_zero, dataset="yacht"), out_zero)
+    assert_figure_files(UF.cost_figure(zero, out_zero, dataset="yacht"), out_zero)
     with pytest.raises(ValueError, match="metric"):
-        F.cost_figure(cost, tmp_path / "x", metric="nope")
+        UF.cost_figure(cost, tmp_path / "x", metric="nope")
 
 
 def _fake_sinusoid(root: Path, n: int = 80, s: int = 19, seed: int = 0):
@@ -180,24 +184,24 @@ def _fake_sinusoid(root: Path, n: int = 80, s: int = 19, seed: int = 0):
 def test_teaser_sinusoid(tmp_path):
     prepared, paths = _fake_sinusoid(tmp_path)
     out = tmp_path / "teaser_c"
-    assert_figure_files(F.teaser_sinusoid(paths, prepared, out), out)
-    assert_figure_files(F.teaser_sinusoid(paths, prepared, out, trend_method="swag", level=0.5), out)
+    assert_figure_files(UF.teaser_sinusoid(paths, prepared, out), out)
+    assert_figure_files(UF.teaser_sinusoid(paths, prepared, out, trend_method="swag", level=0.5), out)
     with pytest.raises(ValueError, match="trend_method"):
-        F.teaser_sinusoid(paths, prepared, out, trend_method="ivon")
+        UF.teaser_sinusoid(paths, prepared, out, trend_method="ivon")
 
 
 def test_teaser_checks_that_every_method_recovers_the_trend(tmp_path):
     prepared, paths = _fake_sinusoid(tmp_path)
     out = tmp_path / "teaser_c"
     # every fake method's point is the trend itself: RMSE 0 passes any tolerance
-    assert_figure_files(F.teaser_sinusoid(paths, prepared, out, max_trend_rmse=1e-9), out)
+    assert_figure_files(UF.teaser_sinusoid(paths, prepared, out, max_trend_rmse=1e-9), out)
     flat = load_npz(paths["swag"])
     flat["point"] = np.full_like(flat["point"], flat["point"].mean())  # a straight line: the failure to catch
     save_npz(paths["swag"], **flat)
     expected = float(np.sqrt(np.mean((flat["point"] - load_npz(paths["sa"])["point"]) ** 2)))
     with pytest.raises(ValueError, match=rf"SWAG {expected:.3g}"):
-        F.teaser_sinusoid(paths, prepared, out, max_trend_rmse=0.5 * expected)
-    assert_figure_files(F.teaser_sinusoid(paths, prepared, out, max_trend_rmse=1.01 * expected), out)
+        UF.teaser_sinusoid(paths, prepared, out, max_trend_rmse=0.5 * expected)
+    assert_figure_files(UF.teaser_sinusoid(paths, prepared, out, max_trend_rmse=1.01 * expected), out)
 
 
 def test_teaser_rejects_mismatched_inputs(tmp_path):
@@ -205,8 +209,37 @@ def test_teaser_rejects_mismatched_inputs(tmp_path):
     short = tmp_path / "short.npz"
     save_npz(short, y=np.zeros(5), point=np.zeros(5), samples=np.zeros((3, 5)))
     with pytest.raises(ValueError, match="test points"):
-        F.teaser_sinusoid({"sa": short}, prepared, tmp_path / "x")
+        UF.teaser_sinusoid({"sa": short}, prepared, tmp_path / "x")
     three_d = tmp_path / "prep3d.npz"
     save_npz(three_d, x_test=np.zeros((80, 2, 2)), x_mean=np.zeros(2), x_std=np.ones(2))
     with pytest.raises(ValueError, match=r"x_test of shape \(n, n_features\)"):
-        F.teaser_sinusoid(paths, three_d, tmp_path / "x")
+        UF.teaser_sinusoid(paths, three_d, tmp_path / "x")
+
+
+def test_method_colors_are_distinct_and_cover_every_labelled_method():
+    assert set(F.METHOD_COLORS) == set(R.METHOD_LABELS)
+    assert len(set(F.METHOD_COLORS.values())) == len(F.METHOD_COLORS)
+    assert F.method_color("contextual_dropout") not in {F.method_color(m) for m in METHODS}
+    assert F.method_color("deep_ensemble") in F.PALETTE
+    assert F.format_seconds(30) == "30 s" and F.format_seconds(90) == "1.5 min" and F.format_seconds(7200) == "2.0 h"
+
+
+def test_cost_figure_from_the_csv(tmp_path, fake):
+    _, runs = fake
+    csv = tmp_path / "uci_cost.csv"
+    U.uci_cost_table(runs).to_csv(csv, index=False)
+    out = tmp_path / "cost_csv"
+    assert_figure_files(UF.cost_figure(csv, out), out)
+
+
+def test_figure_rule_entries_cover_the_shared_helpers():
+    from stochattn.provenance import code_closure
+
+    pit = code_closure(["stochattn.experiments.uci_figures:pit_histograms"])
+    for key in ("stochattn.figures:draw_pit_grid", "stochattn.figures:pooled_pit", "stochattn.figures:save_figure",
+                "stochattn.figures:METHOD_COLORS", "stochattn.report:load_runs", "stochattn.report:method_label"):
+        assert key in pit, key
+    appendix = code_closure(["stochattn.experiments.uci_figures:yacht_appendix"])
+    assert {"stochattn.figures:draw_pit_overlay", "stochattn.figures:draw_sharpness",
+            "stochattn.experiments.uci_figures:normalised_widths"} <= set(appendix)
+    assert "stochattn.figures:format_seconds" in code_closure(["stochattn.experiments.uci_figures:cost_figure"])

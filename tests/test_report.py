@@ -1,4 +1,5 @@
-"""Tests for stochattn.report: UCI tables from per-run metrics.json files (tidy CSV, markdown, LaTeX)."""
+"""Tests for stochattn.report (shared table machinery) and stochattn.experiments.uci_tables (the UCI tables): tables
+from per-run metrics.json files (tidy CSV, markdown, LaTeX)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from stochattn import metrics as M
 from stochattn import report as R
+from stochattn.experiments import uci_tables as U
 from stochattn.experiments.evaluate import evaluate
 from stochattn.io import load_json, load_npz, save_json, save_npz
 
@@ -27,6 +29,7 @@ SECONDS = {  # (train, calibrate, predict) per method, fixed so the cost table h
     "ivon": (60.0, 0.5, 2.0),
 }
 NUS = {"sa": 16, "sa_match": 40}
+METHODS = ("sa", "sa_match", "mc_dropout", "swag", "multiswag", "hsa", "ivon")  # the UCI columns, display order
 SIX = ("sa", "mc_dropout", "swag", "multiswag", "hsa", "ivon")  # the paper's six columns
 # the fake's SA rescalings: same point as SA, spread x SA's (sa_match and swag over-, mc_dropout under-dispersed)
 RESCALED = {"sa_match": 1.5, "swag": 2.0, "mc_dropout": 0.5}
@@ -39,7 +42,7 @@ def make_fake_uci(
     root: Path,
     datasets=("yacht", "energy"),
     n_splits: int = 3,
-    methods=R.METHODS,
+    methods=METHODS,
     *,
     spreads: dict | None = None,
     offsets: dict | None = None,
@@ -123,11 +126,11 @@ def _get(tidy, dataset, method, metric):
 # --------------------------------------------------------------------------------------------------------------
 def test_load_runs_one_row_per_run(fake):
     files, runs = fake
-    assert len(runs) == 2 * 3 * 7 and set(runs.method) == set(R.METHODS)
+    assert len(runs) == 2 * 3 * 7 and set(runs.method) == set(METHODS)
     assert not runs.duplicated(["dataset", "split", "method"]).any()
     # registry order (energy before yacht), METHODS order, then split
     assert list(runs["dataset"].unique()) == ["energy", "yacht"]
-    assert list(runs.loc[runs.dataset == "yacht", "method"].unique()) == list(R.METHODS)
+    assert list(runs.loc[runs.dataset == "yacht", "method"].unique()) == list(METHODS)
     row = runs[(runs.dataset == "yacht") & (runs.split == 1) & (runs.method == "swag")].iloc[0]
     rec = load_json(files[("yacht", 1, "swag")]["metrics"])
     np.testing.assert_array_equal(row["pit_native"], rec["pit_native"])
@@ -161,7 +164,7 @@ def test_load_runs_infers_keys_from_path_and_rejects_bad_input(tmp_path, fake):
 # --------------------------------------------------------------------------------------------------------------
 def test_tidy_columns_exact(fake):
     _, runs = fake
-    for tidy in (R.uci_master_table(runs), R.uci_crps_table(runs), R.uci_cost_table(runs)):
+    for tidy in (U.uci_master_table(runs), U.uci_crps_table(runs), U.uci_cost_table(runs)):
         assert list(tidy.columns) == ["dataset", "method", "metric", "value", "std", "n"]
         assert tidy["n"].dtype == np.int64
         assert not tidy.duplicated(["dataset", "method", "metric"]).any()
@@ -169,9 +172,9 @@ def test_tidy_columns_exact(fake):
 
 def test_pooled_w1_is_w1_of_concatenated_pit(fake):
     files, runs = fake
-    tidy = R.uci_master_table(runs)
+    tidy = U.uci_master_table(runs)
     for dataset in ("yacht", "energy"):
-        for method in R.METHODS:
+        for method in METHODS:
             pits = [load_json(files[(dataset, k, method)]["metrics"])["pit_native"] for k in range(3)]
             row = _get(tidy, dataset, method, "w1_native_pooled")
             assert row.value == M.w1_uniform(np.concatenate(pits))
@@ -187,7 +190,7 @@ def test_pooled_w1_is_w1_of_concatenated_pit(fake):
 
 def test_panel_b_is_matched_width_over_sa_with_test_coverage(fake):
     files, runs = fake
-    tidy = R.uci_master_table(runs)
+    tidy = U.uci_master_table(runs)
     for dataset in ("yacht", "energy"):
         sa = _get(tidy, dataset, "sa", "pi95_width_ratio")
         assert sa.value == 1.0 and sa["std"] == 0.0
@@ -210,7 +213,7 @@ def test_panel_b_is_matched_width_over_sa_with_test_coverage(fake):
         # temperature scaling does not equalise them (it is not what Panel B shows)
         sw = runs[(runs.dataset == dataset) & (runs.method == "swag")]
         assert sw["scaled_width_95"].mean() / sa_width.mean() != pytest.approx(expected, rel=1e-3)
-        for method in R.METHODS:
+        for method in METHODS:
             m = runs[(runs.dataset == dataset) & (runs.method == method)]
             row = _get(tidy, dataset, method, "pi95_coverage")  # achieved TEST coverage beside the width
             col = "native_coverage_95" if method == "sa" else "matched_coverage_95"
@@ -232,21 +235,21 @@ def test_sa_is_reported_native_whatever_its_scaled_block(fake):
     tampered.loc[is_sa, "scaled_coverage_95"] = 0.0
     tampered.loc[is_sa, "matched_width_95"] *= 5.0
     tampered.loc[is_sa, "matched_coverage_95"] = 0.0
-    a, b = R.uci_master_table(runs), R.uci_master_table(tampered)
+    a, b = U.uci_master_table(runs), U.uci_master_table(tampered)
     pd.testing.assert_frame_equal(a, b)
     assert _get(b, "yacht", "sa", "coverage_95_scaled").value == _get(b, "yacht", "sa", "coverage_95_native").value
 
 
 def test_rmse_and_coverage_rows(fake):
     files, runs = fake
-    tidy = R.uci_master_table(runs)
+    tidy = U.uci_master_table(runs)
     acc = tidy[tidy.metric == "rmse_over_sigma"]
     assert set(acc.method) == {"sa"} and len(acc) == 2
     nrmse = [load_json(files[("energy", k, "sa")]["metrics"])["native"]["nrmse"] for k in range(3)]
     row = _get(tidy, "energy", "sa", "rmse_over_sigma")
     assert row.value == pytest.approx(np.mean(nrmse), rel=1e-12)
     assert row["std"] == pytest.approx(np.std(nrmse, ddof=1), rel=1e-12)
-    for method in R.METHODS:
+    for method in METHODS:
         for block in ("native", "scaled"):
             cov = [load_json(files[("yacht", k, method)]["metrics"])[block]["coverage_95"] for k in range(3)]
             if method == "sa":
@@ -264,10 +267,10 @@ def test_rmse_and_coverage_rows(fake):
 # --------------------------------------------------------------------------------------------------------------
 def test_crps_mean_std_match_numpy(fake):
     files, runs = fake
-    tidy = R.uci_crps_table(runs)
-    assert set(tidy.metric) == {"crps"} and len(tidy) == 2 * len(R.METHODS)
+    tidy = U.uci_crps_table(runs)
+    assert set(tidy.metric) == {"crps"} and len(tidy) == 2 * len(METHODS)
     for dataset in ("yacht", "energy"):
-        for method in R.METHODS:
+        for method in METHODS:
             vals = np.array([load_json(files[(dataset, k, method)]["metrics"])["native"]["crps"] for k in range(3)])
             row = _get(tidy, dataset, method, "crps")
             assert row.value == pytest.approx(vals.mean(), rel=1e-12)
@@ -277,7 +280,7 @@ def test_crps_mean_std_match_numpy(fake):
 
 def test_cost_table_closed_form(fake):
     _, runs = fake
-    tidy = R.uci_cost_table(runs)
+    tidy = U.uci_cost_table(runs)
     for method, (train, cal, pred) in SECONDS.items():
         assert _get(tidy, "yacht", method, "seconds_total").value == pytest.approx(train + cal + pred)
         assert _get(tidy, "yacht", method, "seconds_train").value == pytest.approx(train)
@@ -294,9 +297,9 @@ def test_cost_table_closed_form(fake):
 def test_single_split_std_is_nan(tmp_path):
     files = make_fake_uci(tmp_path, datasets=("yacht",), n_splits=1, methods=("sa", "hsa"))
     runs = R.load_runs(metrics_paths(files), progress=False)
-    tidy = R.uci_crps_table(runs)
+    tidy = U.uci_crps_table(runs)
     assert tidy["std"].isna().all() and (tidy["n"] == 1).all()
-    for text in (R.to_markdown(tidy, "crps", CAPTION), R.to_latex(tidy, "crps", CAPTION)):
+    for text in (R.to_markdown(tidy, U.CRPS_TABLE, CAPTION), R.to_latex(tidy, U.CRPS_TABLE, CAPTION)):
         row = [line for line in text.splitlines() if line.lstrip("| ").startswith("Yacht")]
         assert len(row) == 1 and "nan" not in row[0] and "±" not in row[0] and "pm" not in row[0]  # the mean alone
 
@@ -307,19 +310,19 @@ def test_single_split_std_is_nan(tmp_path):
 CAPTION = "quick config: 1 block, d=64, 3 splits, capped epochs; protein/naval subsampled"
 
 
-@pytest.mark.parametrize("kind,table", [("master", R.uci_master_table), ("crps", R.uci_crps_table),
-                                        ("cost", R.uci_cost_table), ("coverage", R.uci_master_table)])
-def test_renderings_contain_datasets_methods_caption(fake, kind, table):
+@pytest.mark.parametrize("spec", [U.MASTER_TABLE, U.CRPS_TABLE, U.COST_TABLE, U.COVERAGE_TABLE], ids=lambda s: s.name)
+def test_renderings_contain_datasets_methods_caption(fake, spec):
     _, runs = fake
-    tidy = table(runs)
-    md = R.to_markdown(tidy, kind, CAPTION)
-    tex = R.to_latex(tidy, kind, CAPTION)
+    tidy = spec.build(runs)
+    md = R.to_markdown(tidy, spec, CAPTION)
+    tex = R.to_latex(tidy, spec, CAPTION)
+    kind = spec.name
     short = kind != "crps"
     for text in (md, tex):
         assert CAPTION in text
         for name in ("Yacht", "Energy"):
             assert name in text
-        for method in R.METHODS:
+        for method in METHODS:
             assert R.method_label(method, short=short) in text
     # markdown: header + separator + one line per data set
     table_lines = [ln for ln in md.splitlines() if ln.startswith("|")]
@@ -349,7 +352,7 @@ def _md_row(md, label):
 
 def test_master_bold_lowest_w1_and_ratio_per_row():
     tidy = _master_tidy()
-    md = R.to_markdown(tidy, "master", "cap")
+    md = R.to_markdown(tidy, U.MASTER_TABLE, "cap")
     yacht, naval = _md_row(md, "Yacht"), _md_row(md, "Naval")
     # cells: Dataset, Acc, 6 x W1, 6 x ratio, 6 x test coverage (never bold)
     assert len(yacht) == 20 and not any(c.startswith("**") for c in yacht[14:] + naval[14:])
@@ -359,7 +362,7 @@ def test_master_bold_lowest_w1_and_ratio_per_row():
     assert [c.startswith("**") for c in naval[2:8]] == [False, True, False, False, False, False]
     assert [c.startswith("**") for c in naval[8:14]] == [False, False, False, False, True, False]
     assert naval[3] == "**0.020**" and naval[12] == "**0.451**"
-    tex = R.to_latex(tidy, "master", "cap")
+    tex = R.to_latex(tidy, U.MASTER_TABLE, "cap")
     naval_tex = next(ln for ln in tex.splitlines() if ln.startswith("Naval"))
     assert naval_tex.count(r"\textbf") == 2
     assert r"\textbf{0.020}" in naval_tex and r"\textbf{0.451}" in naval_tex
@@ -371,20 +374,20 @@ def test_crps_bold_two_best_per_row_and_pm():
                                                                              0.0006, 0.0029]}
     rows = [(ds, m, "crps", v, 0.3 * v, 20) for ds in vals for m, v in zip(SIX, vals[ds])]
     tidy = pd.DataFrame(rows, columns=list(R.TIDY_COLUMNS))
-    md = R.to_markdown(tidy, "crps", "cap")
+    md = R.to_markdown(tidy, U.CRPS_TABLE, "cap")
     concrete, naval = _md_row(md, "Concrete"), _md_row(md, "Naval")
     assert [c.startswith("**") for c in concrete[1:]] == [False, True, False, True, False, False]
     assert [c.startswith("**") for c in naval[1:]] == [True, False, False, False, True, False]
     assert concrete[2] == "**3.083±0.925**"
     assert naval[1] == "**0.0015±0.0004**"  # 4 decimals so the smallest value keeps 2 significant digits
-    tex = R.to_latex(tidy, "crps", "cap")
+    tex = R.to_latex(tidy, U.CRPS_TABLE, "cap")
     line = next(ln for ln in tex.splitlines() if ln.startswith("Concrete"))
     assert line.count(r"\mathbf") == 2 and r"$\mathbf{3.083{\pm}0.925}$" in line and r"$3.176{\pm}0.953$" in line
 
 
 def test_bold_ties_on_displayed_values():
     rows = [("yacht", m, "crps", v, 0.0, 3) for m, v in zip(SIX, [0.5, 0.3001, 0.3004, 0.9, 0.8, 0.7])]
-    md = R.to_markdown(pd.DataFrame(rows, columns=list(R.TIDY_COLUMNS)), "crps")
+    md = R.to_markdown(pd.DataFrame(rows, columns=list(R.TIDY_COLUMNS)), U.CRPS_TABLE)
     # 0.3001 and 0.3004 both show as 0.300: the two best are a tie; 0.5 is third
     assert [c.startswith("**") for c in _md_row(md, "Yacht")[1:]] == [False, True, True, False, False, False]
 
@@ -392,25 +395,25 @@ def test_bold_ties_on_displayed_values():
 def test_latex_escapes_caption_and_missing_cells():
     tidy = _master_tidy()
     tidy = tidy[~((tidy.dataset == "naval") & (tidy.method == "ivon"))]
-    tex = R.to_latex(tidy, "master", "50% of rows & d_block=64")
+    tex = R.to_latex(tidy, U.MASTER_TABLE, "50% of rows & d_block=64")
     assert r"50\% of rows \& d\_block=64" in tex
     naval = next(ln for ln in tex.splitlines() if ln.startswith("Naval"))
     assert naval.count("--") == 3  # W1, ratio and coverage of the missing run
-    md = R.to_markdown(tidy, "master", "c")
+    md = R.to_markdown(tidy, U.MASTER_TABLE, "c")
     assert _md_row(md, "Naval").count("–") == 3
-    with pytest.raises(ValueError, match="kind"):
-        R.to_markdown(tidy, "nope")
+    with pytest.raises(TypeError, match="TableSpec"):
+        R.to_markdown(tidy, "master")
     with pytest.raises(TypeError, match="caption"):
-        R.to_latex(tidy, "master", 3)
+        R.to_latex(tidy, U.MASTER_TABLE, 3)
 
 
 def test_write_table_files_and_provenance(tmp_path, fake):
     files, runs = fake
-    tidy = R.uci_crps_table(runs)
+    tidy = U.uci_crps_table(runs)
     inputs = metrics_paths(files)[:3]
     written = R.write_table(tidy, tmp_path / "tables" / "uci_crps", CAPTION,
                             {"rule": "uci_tables", "inputs": inputs, "config_subset": {"splits": 3},
-                             "seeds": [0]})
+                             "seeds": [0]}, spec=U.CRPS_TABLE)
     names = [p.name for p in written]
     assert names == ["uci_crps.csv", "uci_crps.md", "uci_crps.tex", "uci_crps.csv.prov.json",
                      "uci_crps.md.prov.json", "uci_crps.tex.prov.json"]
@@ -425,15 +428,15 @@ def test_write_table_files_and_provenance(tmp_path, fake):
     assert all("sha256" in o for o in prov["outputs"])
     assert not [p for p in (tmp_path / "tables").iterdir() if p.name.startswith(".")]  # no temp files left
     with pytest.raises(ValueError, match="columns"):
-        R.write_table(tidy.rename(columns={"std": "sd"}), tmp_path / "x", "c", {"rule": "r"})
+        R.write_table(tidy.rename(columns={"std": "sd"}), tmp_path / "x", "c", {"rule": "r"}, spec=U.CRPS_TABLE)
     with pytest.raises(ValueError, match="provenance_kwargs lacks"):
-        R.write_table(tidy, tmp_path / "y", "c", {"rule": "r"})
+        R.write_table(tidy, tmp_path / "y", "c", {"rule": "r"}, spec=U.CRPS_TABLE)
     assert not list(tmp_path.glob("y.*"))  # nothing written before the provenance arguments are checked
 
 
 def test_unknown_dataset_and_method_keep_their_names():
     rows = [("sinusoid", "sa", "crps", 1.0, 0.1, 2), ("sinusoid", "deep_ensemble", "crps", 2.0, 0.1, 2)]
-    md = R.to_markdown(pd.DataFrame(rows, columns=list(R.TIDY_COLUMNS)), "crps", "toy")
+    md = R.to_markdown(pd.DataFrame(rows, columns=list(R.TIDY_COLUMNS)), U.CRPS_TABLE, "toy")
     assert "sinusoid" in md and "deep_ensemble" in md
     assert re.search(r"\| SA \| deep_ensemble \|", md)
 
@@ -442,8 +445,8 @@ def test_both_sa_operating_points_in_every_table_and_the_descriptions_say_which_
     files, runs = fake
     prov = {"rule": "uci_table", "inputs": metrics_paths(files)[:2], "config_subset": {}, "seeds": [0]}
     for kind in ("master", "crps", "cost"):
-        tidy = getattr(R, f"uci_{kind}_table")(runs)
-        written = R.write_table(tidy, tmp_path / f"uci_{kind}", "cap", prov, kind=kind)
+        spec = U.UCI_TABLE_SPECS[kind]
+        written = R.write_table(spec.build(runs), tmp_path / f"uci_{kind}", "cap", prov, spec=spec)
         back = pd.read_csv(written[0])
         headline = {"master": "pi95_width_ratio", "crps": "crps", "cost": "nu"}[kind]
         for method in ("sa", "sa_match"):
@@ -455,3 +458,89 @@ def test_both_sa_operating_points_in_every_table_and_the_descriptions_say_which_
     assert "PI95/SA SA-sm" in md and "W1 SA-sm" in md
     back = pd.read_csv(tmp_path / "uci_master.csv")
     assert {"pi95_coverage", "matched_factor_95", "matched_target_coverage_95"} <= set(back.metric)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# shared machinery: registries, an experiment's own TableSpec, code versions of the table rules
+# --------------------------------------------------------------------------------------------------------------
+def test_label_and_order_registries_cover_other_experiments():
+    assert R.method_label("contextual_dropout") == "Contextual Dropout"
+    assert R.method_label("contextual_dropout", short=True) == "CD"
+    assert R.method_label("deep_ensemble", short=True) == "deep_ensemble"
+    assert [R.dataset_label(d) for d in ("ETTh1", "ETTh2", "ETTm1", "ETTm2")] == ["ETTh1", "ETTh2", "ETTm1", "ETTm2"]
+    assert R.dataset_order(["zzz", "ETTm2", "yacht", "ETTh1"]) == ["yacht", "ETTh1", "ETTm2", "zzz"]
+    assert R.method_order(["ivon", "contextual_dropout", "sa", "zzz"]) == ["sa", "contextual_dropout", "ivon", "zzz"]
+
+
+ETT_LIKE = R.TableSpec(
+    name="forecast",
+    label="tab:ett_forecast",
+    groups=(
+        R.ColumnGroup("crps", "CRPS", r"\textbf{CRPS}", fmt="adaptive", show_std=True, bold=1),
+        R.ColumnGroup("coverage_90", "Cov90", r"\textbf{PI-90 coverage}", best="target", target=0.9, bold=1),
+        R.ColumnGroup("skill", "Skill", r"\textbf{Skill}", methods=("sa",), header="Skill (SA)",
+                      latex_header="Skill", best="max", bold=1, decimals=1),
+    ),
+    description="A test table.",
+    latex_description=r"A \emph{test} table.",
+)
+
+
+def _ett_tidy():
+    rows = []
+    for ds in ("ETTm2", "ETTh1"):  # out of registry order on purpose
+        for m, crps, cov in (("contextual_dropout", 0.31, 0.84), ("sa", 0.30, 0.93), ("mc_dropout", 0.52, 0.97)):
+            rows.append((ds, m, "crps", crps, 0.01, 3))
+            rows.append((ds, m, "coverage_90", cov, 0.01, 3))
+        rows.append((ds, "sa", "skill", 0.25, 0.01, 3))
+    return pd.DataFrame(rows, columns=list(R.TIDY_COLUMNS))
+
+
+def test_an_experiment_declares_its_own_table(tmp_path):
+    md = R.to_markdown(_ett_tidy(), ETT_LIKE, "cfg")
+    assert md.startswith("Table: A test table. cfg\n")
+    header = _md_row(md, "Dataset")
+    assert header[1:4] == ["CRPS SA", "CRPS MC", "CRPS CD"]  # METHOD_LABELS order, short labels
+    assert header[-1] == "Skill (SA)"
+    assert [ln.split("|")[1].strip() for ln in md.splitlines()[4:]] == ["ETTh1", "ETTm2"]
+    row = _md_row(md, "ETTh1")
+    # lowest CRPS; coverage closest to 0.9 (0.93 beats 0.84 and 0.97); the one skill cell is the best
+    assert row[1:] == ["**0.300±0.010**", "0.520±0.010", "0.310±0.010", "**0.930**", "0.970", "0.840", "**0.2**"]
+    tex = R.to_latex(_ett_tidy(), ETT_LIKE, "cfg")
+    assert r"\label{tab:ett_forecast}" in tex and r"A \emph{test} table. cfg" in tex and r"\resizebox{" not in tex
+    assert r"\multicolumn{3}{c}{\textbf{CRPS}}" in tex and "& Skill \\\\" in tex
+    line = next(ln for ln in tex.splitlines() if ln.startswith("ETTh1"))
+    assert r"$\mathbf{0.300{\pm}0.010}$" in line and r"\textbf{0.930}" in line and r"\textbf{0.2}" in line
+    written = R.write_table(_ett_tidy(), tmp_path / "ett_forecast", "cfg",
+                            {"rule": "ett_table", "inputs": [], "config_subset": {}, "seeds": [0]}, spec=ETT_LIKE)
+    assert json.loads(written[3].read_text())["extra"]["table_kind"] == "forecast"
+    with pytest.raises(ValueError, match="none of the metrics"):
+        R.to_markdown(_ett_tidy()[lambda t: t.metric == "skill"], U.CRPS_TABLE)
+
+
+def test_column_group_rejects_bad_options():
+    with pytest.raises(ValueError, match="fmt"):
+        R.ColumnGroup("crps", "CRPS", "CRPS", fmt="pretty")
+    with pytest.raises(ValueError, match="target"):
+        R.ColumnGroup("cov", "Cov", "Cov", best="target", bold=1)
+    with pytest.raises(ValueError, match="best"):
+        R.ColumnGroup("cov", "Cov", "Cov", best="median")
+
+
+def test_table_rule_entries_resolve_and_hash_their_own_table_only():
+    from pkgutil import resolve_name
+
+    from stochattn.provenance import code_closure
+
+    for name, spec in U.UCI_TABLE_SPECS.items():  # params.table of rule uci_table
+        assert resolve_name(f"stochattn.experiments.uci_tables:{name.upper()}_TABLE") is spec
+    entries = ["stochattn.report:load_runs", "stochattn.report:write_table"]
+    master = code_closure([*entries, "stochattn.experiments.uci_tables:MASTER_TABLE"])
+    crps = code_closure([*entries, "stochattn.experiments.uci_tables:CRPS_TABLE"])
+    for key in ("stochattn.experiments.uci_tables:uci_master_table", "stochattn.experiments.uci_tables:_matched_rows",
+                "stochattn.report:TableSpec", "stochattn.report:ColumnGroup", "stochattn.report:_cells",
+                "stochattn.report:mean_row", "stochattn.report:METHOD_LABELS", "stochattn.report:to_latex"):
+        assert key in master, key
+    assert "stochattn.experiments.uci_tables:uci_crps_table" not in master
+    assert "stochattn.experiments.uci_tables:uci_crps_table" in crps
+    assert "stochattn.experiments.uci_tables:uci_master_table" not in crps

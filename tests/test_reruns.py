@@ -70,6 +70,9 @@ def repo_copy(tmp_path_factory):
     [
         # report: only the table that calls it (the PIT figure does not)
         ("stochattn.report", "write_table", {"uci_table": 1}),
+        # an experiment's table builder and a shared figure helper: their rule's code version covers them
+        ("stochattn.experiments.uci_tables", "uci_master_table", {"uci_table": 1}),
+        ("stochattn.figures", "pooled_pit", {"uci_pit_figure": 1}),
         # metrics: both evaluations and everything that reads metrics.json; no training, no sampling
         ("stochattn.scaling", "fit_temperature", {"evaluate": 1, "uci_table": 1, "uci_pit_figure": 1}),
         # one baseline's stage function: that method's run only, not the other method's nor the backbone

@@ -1,12 +1,15 @@
-"""Rule uci_table: one UCI table (master, crps or cost) from every run's metrics.json, with provenance.
+"""Table rules: one table from every run's metrics.json, with provenance.
 
-stochattn.report: load_runs -> uci_<table>_table -> write_table (csv, md, tex and a .prov.json beside each).
+params.table names the table's layout, "<module>:<NAME>" of a stochattn.report.TableSpec (e.g.
+"stochattn.experiments.uci_tables:MASTER_TABLE"): stochattn.report.load_runs -> spec.build ->
+stochattn.report.write_table (csv, md, tex and a .prov.json beside each).
 """
 
 import logging
 import os
 import sys
 import time
+from pkgutil import resolve_name
 
 sys.stderr = sys.stdout = open(snakemake.log[0], "w", buffering=1)  # noqa: F821 (snakemake is injected)
 logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -14,9 +17,9 @@ logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %
 from stochattn import report  # noqa: E402
 
 started = time.time()
-table = snakemake.wildcards.table  # noqa: F821
+spec = resolve_name(snakemake.params.table)  # noqa: F821
 runs = report.load_runs(snakemake.input.metrics, progress=snakemake.config["progress"])  # noqa: F821
-tidy = getattr(report, f"uci_{table}_table")(runs)
+tidy = spec.build(runs)
 basename = os.path.splitext(snakemake.output.csv)[0]  # noqa: F821
 written = report.write_table(
     tidy,
@@ -31,6 +34,6 @@ written = report.write_table(
         "extra": {"code": snakemake.params.code},  # noqa: F821
         "repo_dir": os.path.dirname(snakemake.scriptdir),  # noqa: F821 (git state of the workflow's repository)
     },
-    kind=table,
+    spec=spec,
 )
 print("wrote", *map(str, written), sep="\n  ", flush=True)

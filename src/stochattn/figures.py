@@ -1,25 +1,25 @@
-"""Figures of the paper's UCI results and the teaser's sinusoid panel, from per-run files (UCI contract).
+"""Shared figure helpers: one figure, one colour per method, atomic PNG + PDF, and the panels several experiments
+draw (PIT histograms, sharpness box plots). The figures themselves live in the experiments' modules
+(``stochattn.experiments.uci_figures``, ...).
 
-Every writer draws on a :class:`matplotlib.figure.Figure` with the Agg canvas (no pyplot, no global backend
-switch), saves ``<out_base>.png`` (dpi 150) and ``<out_base>.pdf`` atomically through :func:`save_figure` and
-returns the list of files it wrote. Provenance (``<file>.prov.json``) is written by the caller.
+Every figure is drawn on a :class:`matplotlib.figure.Figure` with the Agg canvas (:func:`new_figure`; no pyplot,
+no global backend switch) and saved as ``<out_base>.png`` (dpi :data:`DPI`) and ``<out_base>.pdf`` atomically by
+:func:`save_figure`; a figure writer returns the list of files it wrote. Provenance (``<file>.prov.json``) is
+written by the caller.
 
-    pit_histograms     native pooled PIT per method (small multiples, 10 bins, density, W1 in each title)
-    sharpness_boxplot  per-point PI-95 widths at matched coverage / SA's mean native width; whiskers P5/P95,
-                       diamond = mean
-    yacht_appendix     (a) PIT histograms overlaid, (b) the sharpness box plot (paper fig. uci_yacht_appendix)
-    teaser_sinusoid    1-D toy data: observations, shared trend, each method's central PI as a band
-    cost_figure        horizontal bars of total seconds per method, log axis
-
-Input of the sharpness figures (``samples_and_metrics``): a mapping ``method -> runs`` with one entry per split,
-either a list of ``(samples.npz, metrics.json)`` pairs or ``{"samples": [...], "metrics": [...]}`` (aligned).
+    new_figure / subplot_grid / save_figure   figure creation, small-multiples grid, PNG + PDF output
+    METHOD_COLORS / method_color              the colour of each method, the same in every figure
+    runs_frame / pooled_pit                   PIT values of all splits per method from report.load_runs
+    draw_pit_grid / draw_pit_overlay          PIT histograms: one panel per method / all methods as step lines
+    draw_sharpness                            box plot of normalised widths (whiskers P5/P95, diamond = mean)
+    format_seconds                            "12.3 s", "4.5 min", "1.2 h", "3.0 d"
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,51 +29,72 @@ from matplotlib import cbook
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from stochattn.io import atomic_path, load_json, load_npz
-from stochattn.metrics import _level_key, central_interval, w1_uniform
-from stochattn.report import METHODS, _as_float, dataset_label, dataset_order, load_runs, method_label, method_order
-from stochattn.scaling import apply_scale
+from stochattn.io import atomic_path
+from stochattn.metrics import w1_uniform
+from stochattn.report import load_runs, method_label, method_order
 
 __all__ = [
-    "METHOD_COLORS",
     "DPI",
+    "PALETTE",
+    "METHOD_COLORS",
+    "PathLike",
+    "method_color",
+    "new_figure",
+    "subplot_grid",
     "save_figure",
-    "pit_histograms",
-    "normalised_widths",
-    "sharpness_boxplot",
-    "yacht_appendix",
-    "teaser_sinusoid",
-    "cost_figure",
+    "runs_frame",
+    "pooled_pit",
+    "draw_pit_grid",
+    "draw_pit_overlay",
+    "draw_sharpness",
+    "format_seconds",
 ]
 
 DPI = 150
 
-_TAB10 = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
-          "#17becf")
-_COLOR_INDEX = {"sa": 0, "mc_dropout": 1, "swag": 2, "multiswag": 3, "hsa": 4, "ivon": 5, "sa_match": 9}
-METHOD_COLORS: dict[str, str] = {m: _TAB10[_COLOR_INDEX[m]] for m in METHODS}
+PALETTE: tuple[str, ...] = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+                            "#bcbd22", "#17becf")
+"""matplotlib's tab10."""
+
+METHOD_COLORS: dict[str, str] = {
+    "sa": PALETTE[0],  # blue
+    "sa_match": PALETTE[9],  # cyan
+    "mc_dropout": PALETTE[1],  # orange
+    "contextual_dropout": PALETTE[6],  # pink
+    "swag": PALETTE[2],  # green
+    "multiswag": PALETTE[3],  # red
+    "hsa": PALETTE[4],  # purple
+    "ivon": PALETTE[5],  # brown
+}
 """One colour per method, the same in every figure (SA blue, SA (scale-match) cyan)."""
 
 PathLike = str | os.PathLike
 
 
-def _color(method: str) -> str:
+def method_color(method: str) -> str:
+    """:data:`METHOD_COLORS`; for another method a :data:`PALETTE` colour that depends on its name only."""
     if method in METHOD_COLORS:
         return METHOD_COLORS[method]
-    return _TAB10[(len(METHODS) + sum(map(ord, method))) % len(_TAB10)]
+    return PALETTE[sum(map(ord, method)) % len(PALETTE)]
 
 
-def _new_figure(width: float, height: float) -> Figure:
+def new_figure(width: float, height: float) -> Figure:
+    """A constrained-layout figure of ``width`` x ``height`` inches on an Agg canvas."""
     fig = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)
     return fig
 
 
+def subplot_grid(n: int, max_cols: int = 3) -> tuple[int, int]:
+    """(rows, columns) of a small-multiples grid of ``n`` panels, at most ``max_cols`` wide."""
+    cols = min(max_cols, n)
+    return math.ceil(n / cols), cols
+
+
 def _out_paths(out_base: PathLike) -> tuple[Path, Path]:
     base = os.fspath(out_base)
     for suffix in (".png", ".pdf"):
-        if base.endswith(suffix):
-            base = base[: -len(suffix)]
+        base = base.removesuffix(suffix)
     if not Path(base).name:
         raise ValueError(f"out_base must name a file (without suffix), got {os.fspath(out_base)!r}")
     return Path(base + ".png"), Path(base + ".pdf")
@@ -98,7 +119,9 @@ def save_figure(fig: Figure, out_base: PathLike) -> list[Path]:
 # --------------------------------------------------------------------------------------------------------------
 # PIT
 # --------------------------------------------------------------------------------------------------------------
-def _runs_frame(runs: Any) -> pd.DataFrame:
+def runs_frame(runs: Any) -> pd.DataFrame:
+    """``runs`` itself if it is a DataFrame (of :func:`stochattn.report.load_runs`), else the metrics.json paths
+    it lists, loaded."""
     if isinstance(runs, pd.DataFrame):
         return runs
     if isinstance(runs, (str, bytes, os.PathLike)) or not isinstance(runs, Iterable):
@@ -107,8 +130,11 @@ def _runs_frame(runs: Any) -> pd.DataFrame:
     return load_runs(runs, progress=False)
 
 
-def _pooled_pit(runs: pd.DataFrame, dataset: str, which: str) -> dict[str, np.ndarray]:
-    """``{method: PIT values of all splits}`` of ``dataset`` in :data:`METHODS` order."""
+def pooled_pit(runs: pd.DataFrame, dataset: str, which: str) -> dict[str, np.ndarray]:
+    """``{method: PIT values of all splits}`` of ``dataset`` in :func:`stochattn.report.method_order`.
+
+    ``which``: ``"native"`` or ``"scaled"`` (the ``pit_<which>`` column of ``runs``); SA is native in both.
+    """
     if which not in ("native", "scaled"):
         raise ValueError(f"pit must be 'native' or 'scaled', got {which!r}")
     col = f"pit_{which}"
@@ -127,40 +153,15 @@ def _pooled_pit(runs: pd.DataFrame, dataset: str, which: str) -> dict[str, np.nd
     return out
 
 
-def _grid(n: int, max_cols: int = 3) -> tuple[int, int]:
-    cols = min(max_cols, n)
-    return math.ceil(n / cols), cols
-
-
-def pit_histograms(
-    runs: pd.DataFrame | Iterable[PathLike],
-    dataset: str,
-    out_base: PathLike,
-    *,
-    pit: str = "native",
-    bins: int = 10,
-) -> list[Path]:
-    """Small multiples of the pooled PIT histogram of each method on ``dataset``.
-
-    Args:
-        runs: DataFrame of :func:`stochattn.report.load_runs` (or the metrics.json paths to load).
-        dataset: data set name (``runs.dataset``).
-        out_base: output path without suffix.
-        pit: ``"native"`` (default, the paper's Panel A) or ``"scaled"`` (baselines temperature-scaled; SA native).
-        bins: number of equal bins on [0, 1].
-
-    Each panel: density histogram of the PIT values of all splits pooled, the uniform density (1) dashed, and
-    the pooled W1 (:func:`stochattn.metrics.w1_uniform`, the table's number) in its title.
-    Returns ``[png, pdf]``.
-    """
-    frame = _runs_frame(runs)
-    pits = _pooled_pit(frame, dataset, pit)
-    nrows, ncols = _grid(len(pits))
-    fig = _new_figure(3.0 * ncols, 2.4 * nrows)
+def draw_pit_grid(fig: Figure, pits: Mapping[str, np.ndarray], bins: int) -> None:
+    """Small multiples on ``fig`` (:func:`subplot_grid`, shared axes): per method a density histogram of its PIT
+    values on ``bins`` equal bins of [0, 1] in its colour, the uniform density (1) dashed, and its W1
+    (:func:`stochattn.metrics.w1_uniform`) in the panel title."""
+    nrows, ncols = subplot_grid(len(pits))
     axes = fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False).ravel()
     edges = np.linspace(0.0, 1.0, int(bins) + 1)
     for ax, (method, values) in zip(axes, pits.items()):
-        ax.hist(values, bins=edges, density=True, color=_color(method), alpha=0.8, edgecolor="white")
+        ax.hist(values, bins=edges, density=True, color=method_color(method), alpha=0.8, edgecolor="white")
         ax.axhline(1.0, color="k", ls="--", lw=1.0)
         ax.set_title(f"{method_label(method)}  $W_1$={w1_uniform(values):.3f}", fontsize=10)
         ax.set_xlim(0.0, 1.0)
@@ -170,14 +171,13 @@ def pit_histograms(
         ax.set_xlabel("PIT")
     for ax in axes[::ncols]:
         ax.set_ylabel("density")
-    fig.suptitle(f"{dataset_label(dataset)}: {pit} PIT (pooled over splits)")
-    return save_figure(fig, out_base)
 
 
-def _draw_pit_overlay(ax: Any, pits: Mapping[str, np.ndarray], bins: int) -> None:
+def draw_pit_overlay(ax: Any, pits: Mapping[str, np.ndarray], bins: int) -> None:
+    """All methods' PIT density histograms on one ``ax`` as step lines (W1 in the legend), the uniform dashed."""
     edges = np.linspace(0.0, 1.0, int(bins) + 1)
     for method, values in pits.items():
-        ax.hist(values, bins=edges, density=True, histtype="step", lw=1.8, color=_color(method),
+        ax.hist(values, bins=edges, density=True, histtype="step", lw=1.8, color=method_color(method),
                 label=f"{method_label(method)} ($W_1$={w1_uniform(values):.3f})")
     ax.axhline(1.0, color="k", ls="--", lw=1.0, label="uniform")
     ax.set_xlim(0.0, 1.0)
@@ -189,91 +189,10 @@ def _draw_pit_overlay(ax: Any, pits: Mapping[str, np.ndarray], bins: int) -> Non
 # --------------------------------------------------------------------------------------------------------------
 # sharpness
 # --------------------------------------------------------------------------------------------------------------
-def _pairs(entry: Any, method: str) -> list[tuple[Path, Path]]:
-    if isinstance(entry, Mapping):
-        if "samples" not in entry or "metrics" not in entry:
-            raise ValueError(f"samples_and_metrics[{method!r}] must have keys 'samples' and 'metrics'")
-        samples, metrics = entry["samples"], entry["metrics"]
-        if isinstance(samples, (str, os.PathLike)):
-            samples = [samples]
-        if isinstance(metrics, (str, os.PathLike)):
-            metrics = [metrics]
-        samples, metrics = list(samples), list(metrics)
-        if len(samples) != len(metrics):
-            raise ValueError(f"samples_and_metrics[{method!r}]: {len(samples)} samples paths but "
-                             f"{len(metrics)} metrics paths (one of each per split)")
-        pairs = list(zip(samples, metrics))
-    elif isinstance(entry, Sequence) and not isinstance(entry, (str, bytes)):
-        pairs = []
-        for item in entry:
-            if not (isinstance(item, Sequence) and not isinstance(item, (str, bytes)) and len(item) == 2):
-                raise ValueError(f"samples_and_metrics[{method!r}] must hold (samples.npz, metrics.json) pairs, "
-                                 f"got {item!r}")
-            pairs.append((item[0], item[1]))
-    else:
-        raise TypeError(f"samples_and_metrics[{method!r}] must be a list of (samples, metrics) pairs or a dict "
-                        f"with 'samples' and 'metrics', got {type(entry).__name__}")
-    if not pairs:
-        raise ValueError(f"samples_and_metrics[{method!r}] is empty")
-    return [(Path(s), Path(m)) for s, m in pairs]
-
-
-def normalised_widths(
-    samples_and_metrics: Mapping[str, Any],
-    level: float = 0.95,
-    *,
-    dataset: str | None = None,
-) -> dict[str, np.ndarray]:
-    """Per-point central-interval widths of every method at matched coverage, pooled over splits, divided by SA's
-    mean native width.
-
-    For each (samples.npz, metrics.json) pair: ``samples`` (S, n) and ``point`` (n,) of the test split; every
-    method but SA (baselines and ``sa_match``) is scaled with ``apply_scale(samples, point, c)``, c =
-    ``metrics["matched"]["factor_<level>"]``: the conformal factor fitted on the calibration split so that the
-    method covers SA's empirical coverage there (stochattn.experiments.evaluate.matched_block); SA stays native.
-    The widths ``hi - lo`` of :func:`central_interval` at ``level`` of all splits are concatenated; everything is
-    divided by the mean of SA's pooled native widths, so the mean of a method's array equals its pooled mean
-    matched width / SA's (the table's Panel B ratio when splits have equal size) and SA's mean is 1.
-
-    Returns ``{method: (sum of n over splits,) array}`` in :data:`METHODS` order. Raises ValueError without
-    ``"sa"``, for a non-SA run whose metrics.json has no finite positive matched factor at ``level``, or when a
-    metrics.json names a data set other than ``dataset`` (if given).
-    """
-    if not isinstance(samples_and_metrics, Mapping) or not samples_and_metrics:
-        raise TypeError("samples_and_metrics must be a non-empty mapping method -> per-split files")
-    if "sa" not in samples_and_metrics:
-        raise ValueError("samples_and_metrics needs 'sa' (widths are normalised by SA's mean native width)")
-    order = method_order(samples_and_metrics)
-    raw: dict[str, np.ndarray] = {}
-    for method in order:
-        widths = []
-        for samples_path, metrics_path in _pairs(samples_and_metrics[method], method):
-            meta = load_json(metrics_path)
-            if dataset is not None and meta.get("dataset") not in (None, dataset):
-                raise ValueError(f"{metrics_path} is for dataset {meta.get('dataset')!r}, not {dataset!r}")
-            data = load_npz(samples_path)
-            for key in ("samples", "point"):
-                if key not in data:
-                    raise ValueError(f"{samples_path} has no {key!r} array")
-            samples = data["samples"]
-            if method != "sa":
-                key = f"factor_{_level_key(level)}"
-                factor = _as_float((meta.get("matched") or {}).get(key))
-                if not (math.isfinite(factor) and factor > 0):
-                    raise ValueError(f"{metrics_path}: matched[{key!r}] must be a finite number > 0 (the conformal "
-                                     f"factor to SA's calibration coverage), got {factor!r}")
-                samples = apply_scale(samples, data["point"], factor)
-            lo, hi = central_interval(samples, level)
-            widths.append(np.asarray(hi - lo, dtype=np.float64).ravel())
-        raw[method] = np.concatenate(widths)
-    ref = float(np.mean(raw["sa"]))
-    if not (math.isfinite(ref) and ref > 0):
-        raise ValueError(f"SA's mean native width is {ref}; cannot normalise")
-    return {m: w / ref for m, w in raw.items()}
-
-
-def _draw_sharpness(ax: Any, widths: Mapping[str, np.ndarray], level: float) -> dict[str, list]:
-    """Draw the box plot on ``ax``; return matplotlib's boxplot artists dict."""
+def draw_sharpness(ax: Any, widths: Mapping[str, np.ndarray], level: float) -> dict[str, list]:
+    """Box plot of each method's normalised widths on ``ax``: boxes quartiles in the method's colour, median line,
+    whiskers at P5 / P95 (no fliers), white diamond at the mean, dashed line at 1. Returns matplotlib's boxplot
+    artists dict."""
     methods = list(widths)
     positions = np.arange(1, len(methods) + 1)
     stats = cbook.boxplot_stats([widths[m] for m in methods])
@@ -287,7 +206,7 @@ def _draw_sharpness(ax: Any, widths: Mapping[str, np.ndarray], level: float) -> 
                             "markersize": 6},
                  medianprops={"color": "black", "lw": 1.2})
     for patch, method in zip(box["boxes"], methods):
-        patch.set_facecolor(_color(method))
+        patch.set_facecolor(method_color(method))
         patch.set_alpha(0.75)
     ax.axhline(1.0, color="k", ls="--", lw=1.0)
     ax.set_xticks(positions)
@@ -296,215 +215,11 @@ def _draw_sharpness(ax: Any, widths: Mapping[str, np.ndarray], level: float) -> 
     return box
 
 
-def sharpness_boxplot(
-    samples_and_metrics: Mapping[str, Any],
-    dataset: str,
-    out_base: PathLike,
-    level: float = 0.95,
-) -> list[Path]:
-    """Box plot of per-point PI widths normalised by SA's mean native width (:func:`normalised_widths`).
-
-    Every method but SA conformally rescaled to SA's empirical coverage on the calibration split, SA native.
-    Boxes: quartiles; line: median; whiskers: P5 / P95 (no fliers); white diamond: mean (= the method's width
-    ratio); dashed line at 1 (SA's mean).
-    Returns ``[png, pdf]``.
-    """
-    widths = normalised_widths(samples_and_metrics, level, dataset=dataset)
-    fig = _new_figure(1.0 + 0.9 * len(widths), 3.4)
-    ax = fig.add_subplot()
-    _draw_sharpness(ax, widths, level)
-    ax.set_title(f"{dataset_label(dataset)}: PI-{round(level * 100):g} sharpness (SA = 1; others matched to "
-                 f"SA's calibration coverage)", fontsize=9)
-    return save_figure(fig, out_base)
-
-
-def yacht_appendix(
-    runs: pd.DataFrame | Iterable[PathLike],
-    samples_and_metrics: Mapping[str, Any],
-    dataset: str,
-    out_base: PathLike,
-    *,
-    level: float = 0.95,
-    bins: int = 10,
-) -> list[Path]:
-    """Two-panel per-dataset figure (paper fig. ``uci_yacht_appendix``; any data set).
-
-    (a) native pooled-PIT histograms of all methods overlaid as step lines (W1 in the legend), uniform dashed;
-    (b) the sharpness box plot of :func:`sharpness_boxplot`. Returns ``[png, pdf]``.
-    """
-    pits = _pooled_pit(_runs_frame(runs), dataset, "native")
-    widths = normalised_widths(samples_and_metrics, level, dataset=dataset)
-    fig = _new_figure(10.0, 3.8)
-    ax_a, ax_b = fig.subplots(1, 2, width_ratios=[1.0, 1.1])
-    _draw_pit_overlay(ax_a, pits, bins)
-    ax_a.set_title("(a) Native PIT (pooled over splits)", fontsize=10)
-    _draw_sharpness(ax_b, widths, level)
-    ax_b.set_title(f"(b) PI-{round(level * 100):g} width / SA (others matched to SA's coverage)", fontsize=10)
-    fig.suptitle(f"UCI {dataset_label(dataset)}")
-    return save_figure(fig, out_base)
-
-
 # --------------------------------------------------------------------------------------------------------------
-# teaser (c)
+# text
 # --------------------------------------------------------------------------------------------------------------
-def teaser_sinusoid(
-    samples_paths_by_method: Mapping[str, PathLike],
-    prepared_path: PathLike,
-    out_base: PathLike,
-    *,
-    level: float = 0.95,
-    trend_method: str | None = None,
-    max_trend_rmse: float | None = None,
-) -> list[Path]:
-    """Teaser panel (c): one 1-D toy data set, each method's trend and predictive interval (small multiples).
-
-    Args:
-        samples_paths_by_method: ``{method: samples.npz}`` of the toy's test split (keys ``y`` (n,), ``point``
-            (n,), ``samples`` (S, n), original units).
-        prepared_path: the prepared.npz of the toy (``x_test`` (n, 1) standardised, ``x_mean``, ``x_std``);
-            x is shown in original units ``x_test * x_std + x_mean``; rows align with the samples' n.
-        out_base: output path without suffix.
-        level: central interval level of the bands.
-        trend_method: the reference trend (default ``"sa"`` when present, else the first method): SA's point is
-            the deterministic backbone's prediction.
-        max_trend_rmse: the claim the figure makes, "every method recovers the trend": the RMSE between each
-            method's own point prediction and the reference trend over the test inputs must not exceed it
-            (original units), else ``ValueError`` naming the method. ``None`` checks nothing.
-
-    Each panel: test observations as dots, the reference trend (black, dashed), the method's own point prediction
-    (solid, the method's colour) and its central ``level`` interval (native samples) as a band; the title gives
-    the empirical coverage and the trend RMSE. Returns ``[png, pdf]``.
-    """
-    if not isinstance(samples_paths_by_method, Mapping) or not samples_paths_by_method:
-        raise TypeError("samples_paths_by_method must be a non-empty mapping method -> samples.npz")
-    prep = load_npz(prepared_path)
-    for key in ("x_test", "x_mean", "x_std"):
-        if key not in prep:
-            raise ValueError(f"{prepared_path} has no {key!r} array")
-    x_std_units = np.asarray(prep["x_test"], dtype=np.float64)
-    if x_std_units.ndim == 1:
-        x_std_units = x_std_units[:, None]
-    if x_std_units.ndim != 2:
-        raise ValueError(f"teaser_sinusoid needs x_test of shape (n, n_features); {prepared_path} has "
-                         f"{x_std_units.shape}")
-    # column 0 is the raw 1-D input (stochattn.experiments.uci.sinusoid_features adds derived features after it)
-    x = x_std_units[:, 0] * float(np.ravel(prep["x_std"])[0]) + float(np.ravel(prep["x_mean"])[0])
-    order = method_order(samples_paths_by_method)
-    data = {}
-    for method in order:
-        d = load_npz(samples_paths_by_method[method])
-        for key in ("y", "point", "samples"):
-            if key not in d:
-                raise ValueError(f"{samples_paths_by_method[method]} has no {key!r} array")
-        if d["y"].shape[0] != x.shape[0]:
-            raise ValueError(f"{samples_paths_by_method[method]} has {d['y'].shape[0]} test points but "
-                             f"{prepared_path} has {x.shape[0]}")
-        data[method] = d
-    trend_method = trend_method or ("sa" if "sa" in data else order[0])
-    if trend_method not in data:
-        raise ValueError(f"trend_method {trend_method!r} is not one of {order}")
-    idx = np.argsort(x, kind="stable")
-    xs = x[idx]
-    y = np.asarray(data[trend_method]["y"], dtype=np.float64)[idx]
-    trend = np.asarray(data[trend_method]["point"], dtype=np.float64)[idx]
-    points = {m: np.asarray(data[m]["point"], dtype=np.float64)[idx] for m in order}
-    trend_rmse = {m: float(np.sqrt(np.mean((points[m] - trend) ** 2))) for m in order}
-    if max_trend_rmse is not None:
-        off = {m: r for m, r in trend_rmse.items() if r > max_trend_rmse}
-        if off:
-            listed = ", ".join(f"{method_label(m)} {r:.3g}" for m, r in off.items())
-            raise ValueError(f"teaser: point predictions off the {method_label(trend_method)} trend by more than "
-                             f"RMSE {max_trend_rmse:g}: {listed}; the figure would not show 'same trend'")
-    nrows, ncols = _grid(len(order))
-    fig = _new_figure(3.2 * ncols, 2.5 * nrows)
-    axes = fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False).ravel()
-    pct = f"{round(level * 100):g}"
-    for ax, method in zip(axes, order):
-        lo, hi = central_interval(data[method]["samples"], level)
-        lo, hi = np.asarray(lo)[idx], np.asarray(hi)[idx]
-        cover = float(np.mean((lo <= y) & (y <= hi)))
-        ax.fill_between(xs, lo, hi, color=_color(method), alpha=0.35, lw=0, label=f"{pct}% PI")
-        ax.plot(xs, points[method], color=_color(method), lw=1.6, label="its point prediction")
-        ax.plot(xs, trend, color="black", lw=1.0, ls="--", label=f"{method_label(trend_method)} trend")
-        ax.scatter(xs, y, s=6, color="0.25", zorder=3, label="observations")
-        ax.set_title(f"{method_label(method)}: cov. {cover:.0%}, trend RMSE {trend_rmse[method]:.2f}", fontsize=9)
-    for ax in axes[len(order):]:
-        ax.set_visible(False)
-    for ax in axes[(nrows - 1) * ncols:]:
-        ax.set_xlabel("x")
-    for ax in axes[::ncols]:
-        ax.set_ylabel("y")
-    axes[0].legend(fontsize=7, frameon=False, loc="best")
-    claim = f" (every trend within RMSE {max_trend_rmse:g})" if max_trend_rmse is not None else ""
-    fig.suptitle(f"Same trend{claim}, different {pct}% predictive intervals")
-    return save_figure(fig, out_base)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# cost
-# --------------------------------------------------------------------------------------------------------------
-def cost_figure(
-    cost_tidy: pd.DataFrame,
-    out_base: PathLike,
-    *,
-    metric: str = "seconds_total",
-    dataset: str | None = None,
-) -> list[Path]:
-    """Horizontal bars of wall-clock seconds per method on a log axis (paper fig. ``climax_cost`` style).
-
-    Args:
-        cost_tidy: tidy table of :func:`stochattn.report.uci_cost_table`.
-        out_base: output path without suffix.
-        metric: which seconds to show (default ``seconds_total`` = train + calibrate + predict, mean over splits).
-        dataset: one data set; ``None`` shows every data set in the table, one bar per (method, data set)
-            grouped by method (with a legend) when there are several.
-
-    Non-positive values cannot sit on a log axis: they are left out and marked "0 s". Each bar is labelled with
-    its value. Returns ``[png, pdf]``.
-    """
-    if not isinstance(cost_tidy, pd.DataFrame):
-        raise TypeError(f"cost_tidy must be a DataFrame, got {type(cost_tidy).__name__}")
-    df = cost_tidy[cost_tidy["metric"] == metric]
-    if dataset is not None:
-        df = df[df["dataset"] == dataset]
-    if df.empty:
-        raise ValueError(f"cost_tidy has no rows with metric {metric!r}" + (f" for {dataset!r}" if dataset else ""))
-    methods = method_order(df["method"])
-    datasets = dataset_order(df["dataset"])
-    look = {(r.dataset, r.method): float(r.value) for r in df.itertuples(index=False)}
-    nd = len(datasets)
-    height = 0.8 / nd
-    fig = _new_figure(6.0, 0.6 + (0.45 + 0.18 * (nd - 1)) * len(methods))
-    ax = fig.add_subplot()
-    positives = [v for v in look.values() if math.isfinite(v) and v > 0]
-    floor = min(positives) / 3 if positives else 1e-3
-    for j, ds in enumerate(datasets):
-        for i, method in enumerate(methods):
-            y = i + (j - (nd - 1) / 2) * height
-            value = look.get((ds, method), math.nan)
-            color = _color(method) if nd == 1 else _TAB10[j % len(_TAB10)]
-            if math.isfinite(value) and value > 0:
-                ax.barh(y, value - floor, left=floor, height=height * 0.9, color=color,
-                        label=dataset_label(ds) if (nd > 1 and i == 0) else None)
-                if nd == 1:
-                    ax.text(value * 1.08, y, _fmt_seconds(value), va="center", fontsize=8)
-            elif nd == 1:
-                ax.text(floor * 1.08, y, "0 s" if math.isfinite(value) else "n/a", va="center", fontsize=8)
-    ax.set_xscale("log")
-    ax.set_yticks(range(len(methods)))
-    ax.set_yticklabels([method_label(m) for m in methods])
-    ax.set_ylim(len(methods) - 0.5, -0.5)  # first method on top; fixed even when a bar is missing
-    if positives:
-        ax.set_xlim(floor, max(positives) * 4)
-    ax.set_xlabel(f"{metric.replace('_', ' ')} (log scale)")
-    title = "Total method cost" if metric == "seconds_total" else metric
-    ax.set_title(f"{title}: {dataset_label(datasets[0])}" if nd == 1 else f"{title} (UCI)", fontsize=10)
-    if nd > 1:
-        ax.legend(fontsize=7, frameon=False, loc="lower right")
-    return save_figure(fig, out_base)
-
-
-def _fmt_seconds(s: float) -> str:
+def format_seconds(s: float) -> str:
+    """A duration for a bar label: seconds (3 significant digits), minutes, hours or days (1 decimal)."""
     if s >= 86400:
         return f"{s / 86400:.1f} d"
     if s >= 3600:

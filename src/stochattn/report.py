@@ -1,29 +1,22 @@
-"""Tables of the paper's UCI results from per-run ``metrics.json`` files (paper Tables ``tab:uci_master``,
-``tab:uci_crps`` and the cost comparison).
+"""Shared table machinery: per-run ``metrics.json`` files -> tidy tables -> csv / markdown / LaTeX.
 
-Pipeline:
-    load_runs          metrics.json files -> one row per (dataset, split, method), scalars + PIT arrays
-    uci_master_table   tidy rows for the master table (Acc, Panel A native pooled-PIT W1, Panel B PI-95 ratio)
-    uci_crps_table     tidy rows for the CRPS table (mean and std over splits)
-    uci_cost_table     tidy rows of wall-clock seconds per method and the adaptation-cost ratio to SA
-    to_markdown / to_latex   render a tidy table laid out like the paper (rows = datasets, columns = methods)
-    write_table        ``<basename>.csv/.md/.tex`` (atomic) and a ``.prov.json`` beside each
+Every experiment's tables go through these steps; what is experiment-specific (which numbers a table holds, how it
+is laid out, what its caption says) lives in the experiment's module (``stochattn.experiments.uci_tables``, ...):
+
+    load_runs                metrics.json files -> one row per (dataset, split, method), scalars + PIT arrays
+    <experiment>_<x>_table   runs -> tidy rows (built with :func:`mean_row` / :func:`tidy_frame`)
+    TableSpec / ColumnGroup  how a tidy table is laid out: column groups, number format, which cells are bold,
+                             descriptions for markdown and LaTeX
+    to_markdown / to_latex   render a tidy table by a :class:`TableSpec` (rows = datasets, columns = methods)
+    write_table              ``<basename>.csv/.md/.tex`` (atomic) and a ``.prov.json`` beside each
 
 Tidy format (design notes, "Output contracts"): a DataFrame with exactly the columns
 ``dataset, method, metric, value, std, n``; one row per number (``n`` = number of splits that went into it).
+``std`` is the sample standard deviation over splits (``ddof=1``, :data:`STD_DDOF`); NaN for one split.
 
-Conventions chosen here (the contract leaves them open):
-    * ``std`` is the sample standard deviation over splits (``ddof=1``, :data:`STD_DDOF`); NaN for one split.
-    * Pooled-PIT W1 (``w1_native_pooled``) is one number per (dataset, method): ``std`` is NaN there. The spread
-      over splits of the per-split W1 is given by the separate audit metric ``w1_native_per_split``.
-    * ``pi95_width_ratio`` is a ratio of means (mean over splits of the method's coverage-matched test width /
-      mean over splits of SA's native width); its ``std`` is the std over the splits both methods share of the
-      per-split ratio. Matched: every method but SA rescaled by a split-conformal factor fitted on the calibration
-      part to SA's empirical coverage there (``metrics.json["matched"]``, stochattn.experiments.evaluate).
-    * Two SA runs share one calibration: ``sa`` at Algorithm 2's nu (loss arg-min; "SA", the reference) and
-      ``sa_match`` at the BO surrogate's scale-matching nu ("SA (scale-match)", short "SA-sm"), treated like a
-      baseline (temperature-scaled and coverage-matched).
-    * Each mean uses the splits present for that (dataset, method); ``n`` says how many.
+Labels and orders are shared registries: :data:`METHOD_LABELS` (method -> long and short label, in column order)
+and :data:`DATASET_LABELS` (dataset -> label, in row order). An experiment with a new method or data set adds one
+entry there; names in neither show as given, after the known ones, alphabetically.
 """
 
 from __future__ import annotations
@@ -32,7 +25,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,82 +35,81 @@ import pandas as pd
 
 from stochattn.data.uci import UCI_DATASETS
 from stochattn.io import atomic_path, load_json
-from stochattn.metrics import w1_uniform
 from stochattn.progress import progress as show_progress
 from stochattn.provenance import provenance_record, write_provenance
 
 __all__ = [
-    "METHODS",
     "METHOD_LABELS",
-    "METHOD_SHORT",
+    "DATASET_LABELS",
     "TIDY_COLUMNS",
     "STD_DDOF",
-    "KINDS",
+    "SCALAR_BLOCKS",
+    "SECONDS_KEYS",
     "dataset_label",
     "method_label",
     "dataset_order",
     "method_order",
+    "as_float",
     "load_runs",
-    "uci_master_table",
-    "uci_crps_table",
-    "uci_cost_table",
+    "check_runs",
+    "column",
+    "finite_mean",
+    "finite_std",
+    "mean_row",
+    "tidy_frame",
+    "ColumnGroup",
+    "TableSpec",
     "to_markdown",
     "to_latex",
     "latex_escape",
     "write_table",
 ]
 
-METHODS: tuple[str, ...] = ("sa", "sa_match", "mc_dropout", "swag", "multiswag", "hsa", "ivon")
-"""Display order of the methods (the paper's column order, SA's scale-matching run after SA)."""
-
-METHOD_LABELS: dict[str, str] = {
-    "sa": "SA",
-    "sa_match": "SA (scale-match)",
-    "mc_dropout": "MC Dropout",
-    "swag": "SWAG",
-    "multiswag": "MultiSWAG",
-    "hsa": "HSA",
-    "ivon": "IVON",
+METHOD_LABELS: dict[str, tuple[str, str]] = {
+    "sa": ("SA", "SA"),
+    "sa_match": ("SA (scale-match)", "SA-sm"),
+    "mc_dropout": ("MC Dropout", "MC"),
+    "contextual_dropout": ("Contextual Dropout", "CD"),
+    "swag": ("SWAG", "SW"),
+    "multiswag": ("MultiSWAG", "MS"),
+    "hsa": ("HSA", "HSA"),
+    "ivon": ("IVON", "IV"),
 }
-"""Long method labels (CRPS table, figures)."""
+"""Method -> (long label, short label); the order is the column order of every table and figure (the paper's,
+SA's scale-matching run after SA). Long labels: CRPS table, figures; short: master and cost tables."""
 
-METHOD_SHORT: dict[str, str] = {
-    "sa": "SA",
-    "sa_match": "SA-sm",
-    "mc_dropout": "MC",
-    "swag": "SW",
-    "multiswag": "MS",
-    "hsa": "HSA",
-    "ivon": "IV",
+DATASET_LABELS: dict[str, str] = {
+    **{name: spec.display_name for name, spec in UCI_DATASETS.items()},
+    **{name: name for name in ("ETTh1", "ETTh2", "ETTm1", "ETTm2")},
 }
-"""Short method labels (master and cost tables)."""
+"""Dataset -> display label; the order is the row order of every table (UCI: the paper's Table 3, then ETT)."""
 
 TIDY_COLUMNS: tuple[str, ...] = ("dataset", "method", "metric", "value", "std", "n")
 STD_DDOF = 1
 """Degrees of freedom of every ``std`` over splits (sample standard deviation)."""
 
-KINDS: tuple[str, ...] = ("master", "crps", "cost", "coverage")
-"""Table layouts known to :func:`to_markdown` / :func:`to_latex`."""
+SCALAR_BLOCKS: tuple[str, ...] = ("native", "scaled")
+"""The blocks of scalar metrics every metrics.json has (``native_<key>`` / ``scaled_<key>`` columns of runs)."""
+SECONDS_KEYS: tuple[str, ...] = ("train", "calibrate", "predict")
+"""The ``seconds`` of a run (``seconds_<key>`` columns of runs)."""
 
-_SCALAR_BLOCKS = ("native", "scaled")
 _OPTIONAL_BLOCKS = ("matched",)  # absent: NaN columns (a run evaluated without SA as the coverage reference)
 _MATCHED_KEYS = ("target_coverage", "factor", "cal_coverage", "coverage", "width")
-_SECONDS = ("train", "calibrate", "predict")
 
 
 # --------------------------------------------------------------------------------------------------------------
 # labels and ordering
 # --------------------------------------------------------------------------------------------------------------
 def dataset_label(name: str) -> str:
-    """Display name of a built-in data set (``UCI_DATASETS[name].display_name``); other names (a data set added
-    by configuration, ``sinusoid``) as given, so a table row names the config's data set exactly."""
-    return UCI_DATASETS[name].display_name if name in UCI_DATASETS else str(name)
+    """Display label of a data set (:data:`DATASET_LABELS`); other names (a data set added by configuration,
+    ``sinusoid``) as given, so a table row names the config's data set exactly."""
+    return DATASET_LABELS.get(name, str(name))
 
 
 def method_label(name: str, short: bool = False) -> str:
-    """Display label of a method (:data:`METHOD_SHORT` if ``short``, else :data:`METHOD_LABELS`)."""
-    table = METHOD_SHORT if short else METHOD_LABELS
-    return table.get(name, str(name))
+    """Display label of a method (:data:`METHOD_LABELS`, the short one if ``short``); other names as given."""
+    labels = METHOD_LABELS.get(name)
+    return str(name) if labels is None else labels[1 if short else 0]
 
 
 def _ordered(names: Iterable[str], order: Sequence[str]) -> list[str]:
@@ -128,14 +120,14 @@ def _ordered(names: Iterable[str], order: Sequence[str]) -> list[str]:
 
 
 def dataset_order(names: Iterable[str]) -> list[str]:
-    """Unique data set names in registry (paper row) order; other names (data sets added by configuration) after,
-    alphabetically, as in :func:`stochattn.data.uci.dataset_registry`."""
-    return _ordered(names, list(UCI_DATASETS))
+    """Unique data set names in :data:`DATASET_LABELS` (paper row) order; other names (data sets added by
+    configuration) after, alphabetically, as in :func:`stochattn.data.uci.dataset_registry`."""
+    return _ordered(names, list(DATASET_LABELS))
 
 
 def method_order(names: Iterable[str]) -> list[str]:
-    """Unique method names in :data:`METHODS` order; unknown names after, alphabetically."""
-    return _ordered(names, METHODS)
+    """Unique method names in :data:`METHOD_LABELS` order; unknown names after, alphabetically."""
+    return _ordered(names, list(METHOD_LABELS))
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -154,7 +146,8 @@ def _parse_split(value: Any, path: str) -> int:
     raise ValueError(f"{path}: 'split' must be an int or 'split<k>', got {value!r}")
 
 
-def _as_float(value: Any) -> float:
+def as_float(value: Any) -> float:
+    """``float(value)``, NaN where that fails (None, a string, ...)."""
     try:
         return float(value)
     except (TypeError, ValueError):
@@ -162,18 +155,19 @@ def _as_float(value: Any) -> float:
 
 
 def load_runs(metrics_paths: Iterable[str | os.PathLike], *, progress: bool = True) -> pd.DataFrame:
-    """Read per-run ``metrics.json`` files (UCI contract) into one DataFrame, one row per (dataset, split, method).
+    """Read per-run ``metrics.json`` files (:func:`stochattn.experiments.evaluate.evaluate`'s format) into one
+    DataFrame, one row per (dataset, split, method).
 
     Columns: ``dataset, split (int), method, sigma_y, temperature, nu`` (NaN for methods without one),
     ``native_<key>`` and ``scaled_<key>`` for every scalar of the file's ``"native"`` / ``"scaled"`` blocks
     (``mae, rmse, nrmse, crps, ..., coverage_95, width_95, w1``), ``matched_<key>`` for the optional ``"matched"``
     block (``target_coverage_95, factor_95, cal_coverage_95, coverage_95, width_95``, ... per level; NaN when
     the file has none), ``seconds_train, seconds_calibrate, seconds_predict`` (NaN when absent), ``pit_native`` and
-    ``pit_scaled`` (1-D float arrays, object columns) and ``path``. Rows are sorted by data set (registry order),
-    method (:data:`METHODS` order) and split.
+    ``pit_scaled`` (1-D float arrays, object columns) and ``path``. Rows are sorted by data set
+    (:func:`dataset_order`), method (:func:`method_order`) and split.
 
-    ``dataset`` / ``split`` / ``method`` come from the file; where the file lacks one, from the path
-    ``.../<dataset>/split<k>/<method>/metrics.json``. Raises FileNotFoundError for a missing file and
+    ``dataset`` / ``split`` / ``method`` come from the file; where the file lacks one, from the workflow's run
+    layout ``.../<dataset>/split<k>/<method>/metrics.json``. Raises FileNotFoundError for a missing file and
     ValueError for a file without ``native`` / ``pit_native`` or for a duplicated (dataset, split, method).
     """
     if isinstance(metrics_paths, (str, bytes, os.PathLike)):
@@ -200,26 +194,26 @@ def load_runs(metrics_paths: Iterable[str | os.PathLike], *, progress: bool = Tr
         row["dataset"] = str(row["dataset"])
         row["method"] = str(row["method"])
         row["split"] = _parse_split(row["split"], os.fspath(path))
-        row["sigma_y"] = _as_float(rec.get("sigma_y"))
-        row["temperature"] = _as_float(rec.get("temperature", 1.0 if row["method"] == "sa" else math.nan))
-        row["nu"] = _as_float(rec.get("nu"))
-        for block in _SCALAR_BLOCKS:
+        row["sigma_y"] = as_float(rec.get("sigma_y"))
+        row["temperature"] = as_float(rec.get("temperature", 1.0 if row["method"] == "sa" else math.nan))
+        row["nu"] = as_float(rec.get("nu"))
+        for block in SCALAR_BLOCKS:
             values = rec.get(block)
             if values is None and block == "scaled":
                 values = rec.get("native")  # NOTE: a file without "scaled" is reported native
             if not isinstance(values, Mapping):
                 raise ValueError(f"{path}: missing the {block!r} block of scalar metrics")
             for key, value in values.items():
-                row[f"{block}_{key}"] = _as_float(value)
+                row[f"{block}_{key}"] = as_float(value)
         for block in _OPTIONAL_BLOCKS:
             values = rec.get(block) or {}
             if not isinstance(values, Mapping):
                 raise ValueError(f"{path}: the {block!r} block must be a mapping of scalars")
             for key, value in values.items():
-                row[f"{block}_{key}"] = _as_float(value)
+                row[f"{block}_{key}"] = as_float(value)
         seconds = rec.get("seconds") or {}
-        for key in _SECONDS:
-            row[f"seconds_{key}"] = _as_float(seconds.get(key))
+        for key in SECONDS_KEYS:
+            row[f"seconds_{key}"] = as_float(seconds.get(key))
         if "pit_native" not in rec:
             raise ValueError(f"{path}: missing 'pit_native'")
         row["pit_native"] = np.asarray(rec["pit_native"], dtype=np.float64).ravel()
@@ -227,7 +221,7 @@ def load_runs(metrics_paths: Iterable[str | os.PathLike], *, progress: bool = Tr
         row["path"] = os.fspath(path)
         rows.append(row)
     df = pd.DataFrame(rows)
-    for key in _MATCHED_KEYS:  # the Panel B columns exist even when no file has a matched block
+    for key in _MATCHED_KEYS:  # the PI-95 matched columns exist even when no file has a matched block
         if f"matched_{key}_95" not in df.columns:
             df[f"matched_{key}_95"] = math.nan
     dup = df.duplicated(["dataset", "split", "method"], keep=False)
@@ -242,9 +236,10 @@ def load_runs(metrics_paths: Iterable[str | os.PathLike], *, progress: bool = Tr
 
 
 # --------------------------------------------------------------------------------------------------------------
-# tidy tables
+# building tidy tables
 # --------------------------------------------------------------------------------------------------------------
-def _check_runs(runs: Any, needed: Iterable[str]) -> pd.DataFrame:
+def check_runs(runs: Any, needed: Iterable[str]) -> pd.DataFrame:
+    """``runs`` itself after checking that it is a non-empty :func:`load_runs` frame with the columns ``needed``."""
     if not isinstance(runs, pd.DataFrame):
         raise TypeError(f"runs must be the DataFrame of load_runs, got {type(runs).__name__}")
     missing = [c for c in ("dataset", "split", "method", *needed) if c not in runs.columns]
@@ -255,19 +250,34 @@ def _check_runs(runs: Any, needed: Iterable[str]) -> pd.DataFrame:
     return runs
 
 
-def _std(values: np.ndarray) -> float:
+def column(frame: pd.DataFrame, name: str) -> pd.Series:
+    """``frame[name]``, or NaN of the same length where the column is absent."""
+    return frame[name] if name in frame else pd.Series(np.nan, index=frame.index, dtype=np.float64)
+
+
+def finite_std(values: Any) -> float:
+    """Sample standard deviation (``ddof`` :data:`STD_DDOF`) of the finite ``values``; NaN for too few."""
     v = np.asarray(values, dtype=np.float64)
     v = v[np.isfinite(v)]
     return float(np.std(v, ddof=STD_DDOF)) if v.size > STD_DDOF else math.nan
 
 
-def _mean(values: np.ndarray) -> float:
+def finite_mean(values: Any) -> float:
+    """Mean of the finite ``values``; NaN for none."""
     v = np.asarray(values, dtype=np.float64)
     v = v[np.isfinite(v)]
     return float(np.mean(v)) if v.size else math.nan
 
 
-def _tidy(rows: list[dict[str, Any]]) -> pd.DataFrame:
+def mean_row(dataset: str, method: str, metric: str, values: Any) -> dict[str, Any]:
+    """One tidy row: mean and std over splits of the finite ``values``, ``n`` = how many are finite."""
+    v = np.asarray(values, dtype=np.float64)
+    return {"dataset": dataset, "method": method, "metric": metric, "value": finite_mean(v), "std": finite_std(v),
+            "n": int(np.isfinite(v).sum())}
+
+
+def tidy_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """The tidy DataFrame (columns :data:`TIDY_COLUMNS`, float value/std, int64 n) of ``rows``."""
     df = pd.DataFrame(rows, columns=list(TIDY_COLUMNS))
     df["value"] = df["value"].astype(np.float64)
     df["std"] = df["std"].astype(np.float64)
@@ -275,147 +285,86 @@ def _tidy(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
-def _mean_row(dataset: str, method: str, metric: str, values: Any) -> dict[str, Any]:
-    v = np.asarray(values, dtype=np.float64)
-    return {"dataset": dataset, "method": method, "metric": metric, "value": _mean(v), "std": _std(v),
-            "n": int(np.isfinite(v).sum())}
+# --------------------------------------------------------------------------------------------------------------
+# table specifications
+# --------------------------------------------------------------------------------------------------------------
+_FORMATS = ("fixed", "adaptive", "significant")
+_BEST = ("min", "max", "target")
 
 
-def uci_master_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Tidy rows of the master UCI table (paper ``tab:uci_master``) plus audit rows.
+@dataclass(frozen=True)
+class ColumnGroup:
+    """One column group of a table: the values of one ``metric``, one column per method.
 
-    Metrics (per data set; ``n`` = number of splits):
-        ``rmse_over_sigma``  (method ``sa`` only) mean over splits of SA's native ``nrmse`` (RMSE/sigma_y of its
-                             point, the deterministic backbone prediction); std over splits.
-        ``w1_native_pooled`` per method: native PIT values of all splits concatenated, then ``w1_uniform``;
-                             ``std`` = NaN (one pooled number).
-        ``pi95_width_ratio`` per method: mean over splits of the method's coverage-matched test ``width_95``
-                             (``matched`` block: conformal factor fitted on the calibration part to SA's empirical
-                             PI-95 coverage there; SA's own is native) / SA's mean native ``width_95``; SA = 1.0
-                             exactly. ``std``: std over the shared splits of the per-split ratio. NaN without SA
-                             or without a matched block.
-        ``pi95_coverage``    per method: mean over splits of the achieved PI-95 TEST coverage at that scaling
-                             (SA: native), shown beside Panel B ("Cov.").
-    Audit metrics: ``pi<L>_width_ratio`` and ``pi<L>_coverage`` for the other matched levels L (25, 50, 75),
-    ``matched_target_coverage_<L>`` (SA's calibration coverage), ``matched_factor_<L>``,
-    ``matched_cal_coverage_<L>`` (achieved on the calibration part), ``w1_native_per_split`` (mean/std over splits
-    of per-split native W1), ``w1_scaled_pooled`` (pooled scaled PIT), ``coverage_95_native``,
-    ``coverage_95_scaled``, ``width_95_native``, ``width_95_scaled`` (mean/std over splits) and ``temperature``
-    (mean/std of the fitted T).
-    For ``sa`` the reported numbers are native whatever its ``scaled`` / ``matched`` blocks hold.
+    Attributes:
+        metric: the tidy ``metric`` shown.
+        title: markdown group title; column headers are ``"<title> <method label>"`` when the table shows more
+            than one group, the method labels alone otherwise.
+        latex_title: LaTeX group header (a ``\\multicolumn`` over the group's columns when it has several).
+        methods: fixed columns (shown even where a method has no row); None: every method with rows of ``metric``,
+            in :func:`method_order`.
+        short_labels: short (:data:`METHOD_LABELS`' second) or long method labels.
+        header / latex_header: the header of each column instead of ``"<title> <method>"`` / the method label
+            (a one-column group such as the master table's "Acc. RMSE/σ_y").
+        fmt: ``"fixed"``: ``decimals`` decimals; ``"adaptive"``: at least ``decimals``, more where the row's
+            largest |value| would show fewer than 2 significant digits; ``"significant"``: 3 significant digits,
+            none from 100 up (seconds, large ratios).
+        decimals: see ``fmt``.
+        show_std: cells ``mean±std`` (the std in the same format; LaTeX ``$m{\\pm}s$``), the mean alone where the
+            std is NaN (one split).
+        best: which cells are best: ``"min"``, ``"max"`` or ``"target"`` (closest to ``target``).
+        target: the target value of ``best="target"``.
+        bold: how many best cells of a row are bold (0: none); decided on the displayed (rounded) numbers, so
+            ties at the last bold place are all bold.
     """
-    runs = _check_runs(runs, ["native_nrmse", "native_width_95", "scaled_width_95", "pit_native"])
-    rows: list[dict[str, Any]] = []
-    for dataset in dataset_order(runs["dataset"]):
-        d = runs[runs["dataset"] == dataset]
-        methods = method_order(d["method"])
-        sa = d[d["method"] == "sa"]
-        if not sa.empty:
-            rows.append(_mean_row(dataset, "sa", "rmse_over_sigma", sa["native_nrmse"]))
-        for method in methods:
-            m = d[d["method"] == method]
-            pooled = np.concatenate(list(m["pit_native"]))
-            rows.append({"dataset": dataset, "method": method, "metric": "w1_native_pooled",
-                         "value": w1_uniform(pooled), "std": math.nan, "n": len(m)})
-        for key in _matched_levels(d):
-            rows += _matched_rows(dataset, d, methods, key)
-        for method in methods:
-            m = d[d["method"] == method]
-            rows.append(_mean_row(dataset, method, "w1_native_per_split", m["native_w1"]
-                                  if "native_w1" in m else np.full(len(m), np.nan)))
-            pooled_s = np.concatenate(list(m["pit_native" if method == "sa" else "pit_scaled"]))
-            rows.append({"dataset": dataset, "method": method, "metric": "w1_scaled_pooled",
-                         "value": w1_uniform(pooled_s), "std": math.nan, "n": len(m)})
-            for block in _SCALAR_BLOCKS:
-                src = "native" if method == "sa" else block
-                for key in ("coverage_95", "width_95"):
-                    col = f"{src}_{key}"
-                    vals = m[col] if col in m else np.full(len(m), np.nan)
-                    rows.append(_mean_row(dataset, method, f"{key}_{block}", vals))
-            rows.append(_mean_row(dataset, method, "temperature", m["temperature"]))
-    return _tidy(rows)
+
+    metric: str
+    title: str
+    latex_title: str
+    methods: tuple[str, ...] | None = None
+    short_labels: bool = True
+    header: str | None = None
+    latex_header: str | None = None
+    fmt: str = "fixed"
+    decimals: int = 3
+    show_std: bool = False
+    best: str = "min"
+    target: float | None = None
+    bold: int = 0
+
+    def __post_init__(self) -> None:
+        if self.fmt not in _FORMATS:
+            raise ValueError(f"ColumnGroup {self.metric!r}: fmt must be one of {_FORMATS}, got {self.fmt!r}")
+        if self.best not in _BEST:
+            raise ValueError(f"ColumnGroup {self.metric!r}: best must be one of {_BEST}, got {self.best!r}")
+        if self.best == "target" and self.target is None:
+            raise ValueError(f"ColumnGroup {self.metric!r}: best='target' needs target=")
+        if self.bold < 0 or self.decimals < 0:
+            raise ValueError(f"ColumnGroup {self.metric!r}: bold and decimals must be >= 0")
 
 
-def _column(frame: pd.DataFrame, name: str) -> pd.Series:
-    """``frame[name]``, or NaN of the same length where the column is absent."""
-    return frame[name] if name in frame else pd.Series(np.nan, index=frame.index, dtype=np.float64)
+@dataclass(frozen=True)
+class TableSpec:
+    """How one table is laid out and described; an experiment declares its tables as module-level constants.
 
-
-def _matched_levels(runs: pd.DataFrame) -> list[str]:
-    """Level keys of the matched block in ``runs`` ("95" first, then the others ascending)."""
-    keys = {c[len("matched_width_"):] for c in runs.columns if c.startswith("matched_width_")}
-    keys |= {"95"}
-    return ["95"] + sorted(keys - {"95"}, key=float)
-
-
-def _matched_rows(dataset: str, d: pd.DataFrame, methods: list[str], key: str) -> list[dict[str, Any]]:
-    """Width ratio to SA and achieved test coverage at matched coverage (level ``key``), and the audit rows."""
-    rows: list[dict[str, Any]] = []
-    col = _column
-    sa = d[d["method"] == "sa"]
-    sa_width = _mean(col(sa, f"native_width_{key}")) if not sa.empty else math.nan
-    sa_by_split = dict(zip(sa["split"], col(sa, f"native_width_{key}")))
-    for method in methods:
-        m = d[d["method"] == method]
-        is_sa = method == "sa"
-        width = col(m, f"native_width_{key}" if is_sa else f"matched_width_{key}")
-        cover = col(m, f"native_coverage_{key}" if is_sa else f"matched_coverage_{key}")
-        ratio = (1.0 if math.isfinite(sa_width) else math.nan) if is_sa else _mean(width) / sa_width
-        per_split = [w / sa_by_split[k] for k, w in zip(m["split"], width) if k in sa_by_split]
-        rows.append({"dataset": dataset, "method": method, "metric": f"pi{key}_width_ratio", "value": ratio,
-                     "std": _std(np.asarray(per_split)), "n": len(m)})
-        rows.append(_mean_row(dataset, method, f"pi{key}_coverage", cover))
-        for name in ("target_coverage", "factor", "cal_coverage"):
-            rows.append(_mean_row(dataset, method, f"matched_{name}_{key}", col(m, f"matched_{name}_{key}")))
-    return rows
-
-
-def uci_crps_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Tidy rows of the UCI CRPS table (paper ``tab:uci_crps``): metric ``crps`` per (dataset, method), the mean
-    over splits of the native mean CRPS, ``std`` over splits (ddof=1), ``n`` = number of splits."""
-    runs = _check_runs(runs, ["native_crps"])
-    rows = []
-    for dataset in dataset_order(runs["dataset"]):
-        d = runs[runs["dataset"] == dataset]
-        for method in method_order(d["method"]):
-            rows.append(_mean_row(dataset, method, "crps", d.loc[d["method"] == method, "native_crps"]))
-    return _tidy(rows)
-
-
-def uci_cost_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Tidy rows of wall-clock cost per (dataset, method), mean/std over splits.
-
-    Metrics: ``seconds_train``, ``seconds_calibrate``, ``seconds_predict``, ``seconds_total`` (their sum per
-    split), ``seconds_adaptation`` (train + calibrate per split: everything a method spends before it can
-    predict), and ``adaptation_over_sa_calibration`` = mean ``seconds_adaptation`` / SA's mean
-    ``seconds_calibrate`` (a ratio of means, ``std`` NaN; NaN without SA); ``nu`` (mean/std over splits) for the
-    methods that record one (``sa``: Algorithm 2's nu, ``sa_match``: the surrogate's scale-matching nu).
-    ``sa`` and ``sa_match`` share one calibration: each run's ``calibrate`` seconds are that calibration.
-
-    NOTE: the shared deterministic backbone (``backbone/meta.json``) is not in any method's seconds; SA and MC
-    Dropout run on it as a frozen model, so their ``train`` is what their ``meta.json`` recorded (normally 0).
+    Attributes:
+        name: the table's kind, recorded in the provenance (``extra.table_kind``).
+        groups: the column groups, left to right; a group without any method is left out.
+        description: the standard markdown description, put before the caller's caption.
+        latex_description: the same for LaTeX (LaTeX markup, not escaped).
+        label: the default LaTeX ``\\label``.
+        build: the function ``runs -> tidy`` of the table (the workflow's ``load_runs -> build -> write_table``);
+            None for a layout that only renders (e.g. another view of a table built elsewhere).
+        wide: LaTeX: the tabular inside ``\\resizebox{\\textwidth}{!}`` (needs graphicx).
     """
-    runs = _check_runs(runs, [f"seconds_{k}" for k in _SECONDS])
-    rows = []
-    for dataset in dataset_order(runs["dataset"]):
-        d = runs[runs["dataset"] == dataset]
-        sa = d[d["method"] == "sa"]
-        sa_cal = _mean(sa["seconds_calibrate"]) if not sa.empty else math.nan
-        for method in method_order(d["method"]):
-            m = d[d["method"] == method]
-            parts = {k: m[f"seconds_{k}"].to_numpy(dtype=np.float64) for k in _SECONDS}
-            for k in _SECONDS:
-                rows.append(_mean_row(dataset, method, f"seconds_{k}", parts[k]))
-            total = np.nan_to_num(parts["train"]) + np.nan_to_num(parts["calibrate"]) + np.nan_to_num(parts["predict"])
-            adapt = np.nan_to_num(parts["train"]) + np.nan_to_num(parts["calibrate"])
-            rows.append(_mean_row(dataset, method, "seconds_total", total))
-            rows.append(_mean_row(dataset, method, "seconds_adaptation", adapt))
-            ratio = _mean(adapt) / sa_cal if sa_cal and math.isfinite(sa_cal) and sa_cal > 0 else math.nan
-            rows.append({"dataset": dataset, "method": method, "metric": "adaptation_over_sa_calibration",
-                         "value": ratio, "std": math.nan, "n": len(m)})
-            if "nu" in m and np.isfinite(m["nu"].to_numpy(dtype=np.float64)).any():
-                rows.append(_mean_row(dataset, method, "nu", m["nu"]))
-    return _tidy(rows)
+
+    name: str
+    groups: tuple[ColumnGroup, ...]
+    description: str
+    latex_description: str
+    label: str
+    build: Callable[[pd.DataFrame], pd.DataFrame] | None = None
+    wide: bool = False
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -425,14 +374,12 @@ def uci_cost_table(runs: pd.DataFrame) -> pd.DataFrame:
 class _Cell:
     text: str  # plain text, "" for missing
     bold: bool = False
-    latex: str | None = None  # LaTeX body when it differs from text
+    latex: str | None = None  # LaTeX (math mode) body when it differs from text
 
 
 @dataclass
 class _Group:
-    title: str  # markdown title (plain)
-    latex_title: str
-    metric: str
+    spec: ColumnGroup
     methods: list[str]
     labels: list[str]
 
@@ -441,66 +388,6 @@ class _Group:
 class _Layout:
     groups: list[_Group]
     rows: list[tuple[str, list[list[_Cell]]]]  # (dataset label, cells per group)
-    description: str
-
-
-_DESCRIPTIONS = {
-    "master": (
-        "UCI regression across data sets. SA: nu at Algorithm 2's arg-min of the observed calibration loss (as in "
-        "the paper); SA-sm: the same calibration's BO-surrogate scale-matching nu (App. B). Acc.: SA's "
-        "deterministic-mean RMSE/sigma_y (mean over splits). Panel A: native pooled-PIT W1 (PIT values of all "
-        "splits pooled). Panel B: mean PI-95 test width normalized to SA's mean width (SA = 1.0, native); every "
-        "other method (baselines and SA-sm) conformally rescaled, with a factor fitted on the calibration split, to "
-        "SA's empirical PI-95 coverage on that calibration split. Cov.: each method's achieved PI-95 test coverage "
-        "at that scaling (SA native). Lower is better in Panels A and B; bold marks the best per row in each."
-    ),
-    "crps": (
-        "Ensemble CRPS on UCI regression (native predictions, mean±std over splits; the mean alone where one split "
-        "was run). SA: nu at Algorithm 2's "
-        "loss arg-min; SA (scale-match): the BO surrogate's scale-matching nu of the same calibration. "
-        "Lower is better; bold marks the two best per row."
-    ),
-    "cost": (
-        "Wall-clock cost on UCI (mean over splits). Total: train + calibrate + predict seconds. "
-        "Adapt./SA cal.: (train + calibrate) seconds over SA's calibration seconds. nu: mean calibrated nu over "
-        "splits (SA: Algorithm 2's loss arg-min; SA-sm: the surrogate's scale-matching point; one shared "
-        "calibration, whose seconds both count). Lower is better; bold marks the lowest per row in each seconds "
-        "panel."
-    ),
-    "coverage": (
-        "Empirical PI-95 test coverage on UCI (mean over splits): native; every method but SA temperature-scaled "
-        "(S-corrected Gaussian NLL on the calibration split); every method but SA conformally matched to SA's "
-        "calibration-split coverage. SA native in all panels."
-    ),
-}
-
-_LATEX_DESCRIPTIONS = {
-    "master": (
-        r"UCI regression across data sets. SA: $\nu$ at Algorithm~2's arg-min of the observed calibration loss; "
-        r"SA-sm: the same calibration's BO-surrogate scale-matching $\nu$ (App.~B). "
-        r"\textbf{Acc.}: SA's deterministic-mean RMSE/$\sigma_y$. "
-        r"\textbf{Panel~A}: native pooled-PIT $W_1$. \textbf{Panel~B}: mean PI-95 test width normalized to SA's "
-        r"per-dataset width (SA native); every other method (baselines and SA-sm) conformally rescaled on the "
-        r"calibration split to SA's empirical PI-95 coverage there. \textbf{Cov.}: achieved PI-95 test coverage "
-        r"at that scaling. Lower is better in Panels~A and~B."
-    ),
-    "crps": (
-        r"Ensemble CRPS on UCI regression (native predictions, mean$\pm$std over splits; the mean alone where one "
-        r"split was run). SA: $\nu$ at "
-        r"Algorithm~2's loss arg-min; SA (scale-match): the BO surrogate's scale-matching $\nu$. Lower is better; "
-        r"\textbf{bold} marks the two best per row."
-    ),
-    "cost": (
-        r"Wall-clock cost on UCI (mean over splits). \textbf{Total}: train + calibrate + predict seconds. "
-        r"\textbf{Adapt./SA cal.}: (train + calibrate) seconds over SA's calibration seconds. $\nu$: mean "
-        r"calibrated $\nu$ (SA: Algorithm~2's loss arg-min; SA-sm: scale-matching point; one shared calibration). "
-        r"Lower is better."
-    ),
-    "coverage": (
-        r"Empirical PI-95 test coverage on UCI (mean over splits): native; temperature-scaled; conformally matched "
-        r"to SA's calibration-split coverage (SA native in all panels)."
-    ),
-}
 
 
 def _lookup(tidy: pd.DataFrame) -> dict[tuple[str, str, str], tuple[float, float]]:
@@ -513,10 +400,10 @@ def _decimals_for(values: Iterable[float], base: int = 3) -> int:
     v = np.abs(np.asarray([x for x in values if math.isfinite(x) and x != 0.0], dtype=np.float64))
     if v.size == 0:
         return base
-    return max(base, 1 - int(math.floor(math.log10(float(v.max())))))
+    return max(base, 1 - math.floor(math.log10(float(v.max()))))
 
 
-def _fmt_auto(x: float) -> str:
+def _fmt_significant(x: float) -> str:
     """Seconds and large ratios: 0 decimals from 100 up, else 3 significant digits."""
     if not math.isfinite(x):
         return ""
@@ -525,100 +412,76 @@ def _fmt_auto(x: float) -> str:
     return f"{x:.3g}" if abs(x) >= 0.001 or x == 0 else f"{x:.2e}"
 
 
-def _best_mask(shown: list[float], k: int) -> list[bool]:
-    """Bold the ``k`` smallest of the displayed (rounded) values; ties at the k-th value are all bold."""
-    finite = sorted(v for v in shown if math.isfinite(v))
+def _best_mask(shown: list[float], g: ColumnGroup) -> list[bool]:
+    """Bold the ``g.bold`` best of the displayed (rounded) values; ties at the last bold value are all bold."""
+    if g.bold <= 0:
+        return [False] * len(shown)
+    if g.best == "min":
+        keys = list(shown)
+    elif g.best == "max":
+        keys = [-v for v in shown]
+    else:  # distance to the target, rounded so that equal displayed distances tie
+        keys = [round(abs(v - float(g.target)), 12) for v in shown]  # type: ignore[arg-type]
+    finite = sorted(k for k in keys if math.isfinite(k))
     if not finite:
         return [False] * len(shown)
-    threshold = finite[min(k, len(finite)) - 1]
-    return [math.isfinite(v) and v <= threshold for v in shown]
+    threshold = finite[min(g.bold, len(finite)) - 1]
+    return [math.isfinite(k) and k <= threshold for k in keys]
 
 
-def _layout(tidy: pd.DataFrame, kind: str) -> _Layout:
+def _cells(g: ColumnGroup, pairs: list[tuple[float, float]]) -> list[_Cell]:
+    """The cells of one row of group ``g`` from its (value, std) pairs."""
+    values = [v for v, _ in pairs]
+    if g.fmt == "significant":
+        fmt = _fmt_significant
+    else:
+        dec = _decimals_for(values, g.decimals) if g.fmt == "adaptive" else g.decimals
+
+        def fmt(x: float) -> str:
+            return f"{x:.{dec}f}" if math.isfinite(x) else ""
+
+    texts = [fmt(v) for v in values]
+    shown = [float(t) if t else math.nan for t in texts]
+    cells = []
+    for (v, s), text, bold in zip(pairs, texts, _best_mask(shown, g)):
+        latex = None
+        if g.show_std and text:
+            latex = text
+            if math.isfinite(s):  # one split: no spread to show
+                latex = f"{text}{{\\pm}}{fmt(s)}"
+                text = f"{text}±{fmt(s)}"
+        cells.append(_Cell(text, bold and bool(text), latex))
+    return cells
+
+
+def _layout(tidy: pd.DataFrame, spec: TableSpec) -> _Layout:
     if not isinstance(tidy, pd.DataFrame):
         raise TypeError(f"tidy must be a DataFrame, got {type(tidy).__name__}")
+    if not isinstance(spec, TableSpec):
+        raise TypeError(f"spec must be a TableSpec, got {type(spec).__name__}")
     missing = [c for c in TIDY_COLUMNS if c not in tidy.columns]
     if missing:
         raise ValueError(f"tidy lacks columns {missing}")
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     look = _lookup(tidy)
-    datasets = dataset_order(tidy["dataset"])
-
-    def methods_with(metric: str) -> list[str]:
-        return method_order(tidy.loc[tidy["metric"] == metric, "method"])
-
-    def group(title: str, latex_title: str, metric: str, methods: list[str], short: bool) -> _Group:
-        return _Group(title, latex_title, metric, methods, [method_label(m, short) for m in methods])
-
-    if kind == "master":
-        groups = [group("Acc.", r"\textbf{Acc.}", "rmse_over_sigma", ["sa"], True),
-                  group("W1", r"\textbf{Panel A: Native $W_1$ $\downarrow$}", "w1_native_pooled",
-                        methods_with("w1_native_pooled"), True),
-                  group("PI95/SA", r"\textbf{Panel B: Sharp/SA $\downarrow$ (SA\,${=}$\,1.0)}",
-                        "pi95_width_ratio", methods_with("pi95_width_ratio"), True),
-                  group("Cov.", r"\textbf{Cov.: PI-95 test coverage}", "pi95_coverage",
-                        methods_with("pi95_coverage"), True)]
-        bold_k = [0, 1, 1, 0]
-    elif kind == "crps":
-        groups = [group("CRPS", "CRPS", "crps", methods_with("crps"), False)]
-        bold_k = [2]
-    elif kind == "cost":
-        groups = [group("Total s", r"\textbf{Total seconds $\downarrow$}", "seconds_total",
-                        methods_with("seconds_total"), True),
-                  group("Adapt/SA-cal", r"\textbf{Adaptation / SA calibration $\downarrow$}",
-                        "adaptation_over_sa_calibration", methods_with("adaptation_over_sa_calibration"), True),
-                  group("nu", r"\textbf{$\nu$}", "nu", methods_with("nu"), True)]
-        bold_k = [1, 1, 0]
-    else:  # coverage
-        groups = [group("Native", r"\textbf{Native PI-95 coverage}", "coverage_95_native",
-                        methods_with("coverage_95_native"), True),
-                  group("Scaled", r"\textbf{Scaled PI-95 coverage (SA native)}", "coverage_95_scaled",
-                        methods_with("coverage_95_scaled"), True),
-                  group("Matched", r"\textbf{Matched PI-95 coverage (SA native)}", "pi95_coverage",
-                        methods_with("pi95_coverage"), True)]
-        bold_k = [0, 0, 0]
-    groups_k = [(g, k) for g, k in zip(groups, bold_k) if g.methods]
-    if not groups_k:
-        raise ValueError(f"tidy has none of the metrics a {kind!r} table shows")
-    groups = [g for g, _ in groups_k]
-
+    groups = []
+    for g in spec.groups:
+        methods = list(g.methods) if g.methods is not None else method_order(tidy.loc[tidy["metric"] == g.metric,
+                                                                                     "method"])
+        if methods:
+            groups.append(_Group(g, methods, [method_label(m, g.short_labels) for m in methods]))
+    if not groups:
+        raise ValueError(f"tidy has none of the metrics a {spec.name!r} table shows")
     rows = []
-    for dataset in datasets:
-        cells_per_group = []
-        for g, k in groups_k:
-            pairs = [look.get((dataset, m, g.metric), (math.nan, math.nan)) for m in g.methods]
-            values = [p[0] for p in pairs]
-            if kind in ("master", "coverage"):
-                dec = 3
-                shown = [round(v, dec) if math.isfinite(v) else math.nan for v in values]
-                texts = [f"{v:.{dec}f}" if math.isfinite(v) else "" for v in values]
-                latex = [None] * len(values)
-            elif kind == "crps":
-                dec = _decimals_for(values)
-                shown = [round(v, dec) if math.isfinite(v) else math.nan for v in values]
-                texts, latex = [], []
-                for v, s in pairs:
-                    if not math.isfinite(v):
-                        texts.append("")
-                        latex.append(None)
-                        continue
-                    if not math.isfinite(s):  # one split: no spread to show
-                        texts.append(f"{v:.{dec}f}")
-                        latex.append(f"{v:.{dec}f}")
-                        continue
-                    texts.append(f"{v:.{dec}f}±{s:.{dec}f}")
-                    latex.append(f"{v:.{dec}f}{{\\pm}}{s:.{dec}f}")
-            else:  # cost
-                texts = [_fmt_auto(v) for v in values]
-                shown = [float(t) if t else math.nan for t in texts]
-                latex = [None] * len(values)
-            bold = _best_mask(shown, k) if k > 0 else [False] * len(values)
-            cells_per_group.append([_Cell(t, b and bool(t), lt) for t, b, lt in zip(texts, bold, latex)])
-        rows.append((dataset_label(dataset), cells_per_group))
-    return _Layout(groups, rows, _DESCRIPTIONS[kind])
+    for dataset in dataset_order(tidy["dataset"]):
+        cells = [_cells(g.spec, [look.get((dataset, m, g.spec.metric), (math.nan, math.nan)) for m in g.methods])
+                 for g in groups]
+        rows.append((dataset_label(dataset), cells))
+    return _Layout(groups, rows)
 
 
+# --------------------------------------------------------------------------------------------------------------
+# rendering
+# --------------------------------------------------------------------------------------------------------------
 def _full_caption(caption: str | None, description: str, describe: bool) -> str:
     parts = [p.strip() for p in (description if describe else "", caption or "") if p and p.strip()]
     return " ".join(parts)
@@ -632,30 +495,29 @@ def _check_caption(caption: Any) -> str:
     return caption
 
 
-def to_markdown(tidy: pd.DataFrame, kind: str, caption: str | None = None, *, describe: bool = True) -> str:
-    """Render a tidy table as a GitHub/pandoc markdown table laid out like the paper.
+def to_markdown(tidy: pd.DataFrame, spec: TableSpec, caption: str | None = None, *, describe: bool = True) -> str:
+    """Render a tidy table as a GitHub/pandoc markdown table laid out by ``spec``.
 
-    Rows = data sets (registry order, display names), columns = methods (:data:`METHODS` order) in column groups
-    (``kind``: ``"master"`` Acc. | Panel A | Panel B, ``"crps"``, ``"cost"``, ``"coverage"``; see :data:`KINDS`).
-    Bold (``**x**``) follows the paper: master, lowest W1 and lowest
-    width ratio per row; CRPS, the two lowest per row; cost, the lowest per row and group; coverage, none. Bold is
-    decided on the displayed (rounded) numbers, so equal displayed values are bold together. Missing cells: "–".
+    Rows = data sets (:func:`dataset_order`, display labels), columns = methods (:func:`method_order`) in the
+    spec's column groups. Bold (``**x**``) as each :class:`ColumnGroup` says, decided on the displayed (rounded)
+    numbers. Missing cells: "–".
 
-    Column headers are ``"<group> <method>"`` (e.g. ``W1 SA``, ``PI95/SA MC``). The first line is
-    ``Table: <description> <caption>`` (pandoc caption syntax): the standard description of the kind (left out
-    with ``describe=False``), then ``caption``, which names the configuration.
+    Column headers are ``"<group> <method>"`` (e.g. ``W1 SA``, ``PI95/SA MC``) when several groups are shown, the
+    method labels alone for one group. The first line is ``Table: <description> <caption>`` (pandoc caption
+    syntax): the spec's description (left out with ``describe=False``), then ``caption``, which names the
+    configuration.
     """
     caption = _check_caption(caption)
-    lay = _layout(tidy, kind)
+    lay = _layout(tidy, spec)
     header = ["Dataset"]
     for g in lay.groups:
-        if g.metric == "rmse_over_sigma":
-            header.append("Acc. RMSE/σ_y")
+        if g.spec.header is not None:
+            header += [g.spec.header] * len(g.methods)
         elif len(lay.groups) > 1:
-            header += [f"{g.title} {lbl}" for lbl in g.labels]
+            header += [f"{g.spec.title} {lbl}" for lbl in g.labels]
         else:
             header += list(g.labels)
-    lines = [f"Table: {_full_caption(caption, lay.description, describe)}", ""]
+    lines = [f"Table: {_full_caption(caption, spec.description, describe)}", ""]
     lines.append("| " + " | ".join(header) + " |")
     lines.append("|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|")
     for label, groups in lay.rows:
@@ -680,28 +542,26 @@ def latex_escape(text: str) -> str:
 
 def to_latex(
     tidy: pd.DataFrame,
-    kind: str,
+    spec: TableSpec,
     caption: str | None = None,
     *,
     label: str | None = None,
     describe: bool = True,
     escape: bool = True,
 ) -> str:
-    """Render a tidy table as a LaTeX ``table*`` (booktabs; the master table in ``\\resizebox``, needs graphicx).
+    """Render a tidy table as a LaTeX ``table*`` (booktabs; in ``\\resizebox`` for a ``wide`` spec, needs graphicx).
 
-    Same layout and bold rule as :func:`to_markdown`, with the paper's column groups (``\\multicolumn`` headers,
-    ``\\cmidrule``, an empty spacer column between groups as in ``tab:uci_master``). CRPS cells are
-    ``$3.176{\\pm}0.311$``, bold ones ``$\\mathbf{...}$``. The caption is the standard (LaTeX) description of
-    the kind (unless ``describe=False``) followed by ``caption``, plain text escaped for LaTeX unless
-    ``escape=False``.
-    ``label`` defaults to ``tab:uci_<kind>``. Missing cells: ``--``.
+    Same layout and bold rule as :func:`to_markdown`; with several column groups, ``\\multicolumn`` group headers,
+    ``\\cmidrule`` and an empty spacer column between groups (as in the paper's ``tab:uci_master``). ``show_std``
+    cells are ``$3.176{\\pm}0.311$``, bold ones ``$\\mathbf{...}$``; other bold cells ``\\textbf{...}``. The
+    caption is the spec's LaTeX description (unless ``describe=False``) followed by ``caption``, plain text escaped
+    for LaTeX unless ``escape=False``. ``label`` defaults to ``spec.label``. Missing cells: ``--``.
     """
     caption = _check_caption(caption)
-    lay = _layout(tidy, kind)
-    cap = _full_caption(latex_escape(caption) if escape else caption, _LATEX_DESCRIPTIONS[kind], describe)
-    label = label or f"tab:uci_{kind}"
-    ngroups = len(lay.groups)
-    spacer = ngroups > 1
+    lay = _layout(tidy, spec)
+    cap = _full_caption(latex_escape(caption) if escape else caption, spec.latex_description, describe)
+    label = label or spec.label
+    spacer = len(lay.groups) > 1
     colspec = "l"
     for i, g in enumerate(lay.groups):
         if spacer and i > 0:
@@ -715,8 +575,7 @@ def to_latex(
         r"\centering",
         r"\setlength{\tabcolsep}{4pt}",
     ]
-    wide = kind == "master"
-    if wide:
+    if spec.wide:
         out.append(r"\resizebox{\textwidth}{!}{%")
     out.append(rf"\begin{{tabular}}{{@{{}}{colspec}@{{}}}}")
     out.append(r"\toprule")
@@ -727,7 +586,7 @@ def to_latex(
                 top.append("")
                 col += 1
             width = len(g.methods)
-            top.append(rf"\multicolumn{{{width}}}{{c}}{{{g.latex_title}}}" if width > 1 else g.latex_title)
+            top.append(rf"\multicolumn{{{width}}}{{c}}{{{g.spec.latex_title}}}" if width > 1 else g.spec.latex_title)
             rules.append(rf"\cmidrule(lr){{{col}-{col + width - 1}}}")
             col += width
         out.append(" & ".join(top) + r" \\")
@@ -736,8 +595,8 @@ def to_latex(
     for i, g in enumerate(lay.groups):
         if spacer and i > 0:
             header.append("")
-        if kind == "master" and g.metric == "rmse_over_sigma":
-            header.append(r"RMSE/$\sigma_y$")
+        if g.spec.latex_header is not None:
+            header += [g.spec.latex_header] * len(g.methods)
         else:
             header += [latex_escape(lbl) for lbl in g.labels]
     out.append(" & ".join(header) + r" \\")
@@ -756,8 +615,8 @@ def to_latex(
                     cells.append(rf"\textbf{{{c.text}}}" if c.bold else c.text)
         out.append(" & ".join(cells) + r" \\")
     out.append(r"\bottomrule")
-    out.append(r"\end{tabular}" + ("%" if wide else ""))
-    if wide:
+    out.append(r"\end{tabular}" + ("%" if spec.wide else ""))
+    if spec.wide:
         out.append("}")
     out.append(r"\end{table*}")
     return "\n".join(out) + "\n"
@@ -766,36 +625,28 @@ def to_latex(
 # --------------------------------------------------------------------------------------------------------------
 # writing
 # --------------------------------------------------------------------------------------------------------------
-def _infer_kind(tidy: pd.DataFrame) -> str:
-    metrics = set(tidy["metric"]) if "metric" in tidy.columns else set()
-    for kind, marker in (("master", "pi95_width_ratio"), ("master", "w1_native_pooled"), ("crps", "crps"),
-                         ("cost", "seconds_total")):
-        if marker in metrics:
-            return kind
-    raise ValueError(f"cannot infer the table kind from metrics {sorted(metrics)}; pass kind=")
-
-
 def write_table(
     tidy: pd.DataFrame,
     basename: str | os.PathLike,
     caption: str | None,
     provenance_kwargs: Mapping[str, Any],
     *,
-    kind: str | None = None,
+    spec: TableSpec,
     label: str | None = None,
 ) -> list[Path]:
     """Write ``<basename>.csv`` (tidy, columns :data:`TIDY_COLUMNS`), ``.md`` and ``.tex`` atomically, and a
     ``<file>.prov.json`` beside each.
 
     Args:
-        tidy: a tidy table from :func:`uci_master_table` / :func:`uci_crps_table` / :func:`uci_cost_table`.
+        tidy: a tidy table (e.g. ``spec.build(runs)``).
         basename: output path without suffix, e.g. ``results/tables/uci_master``.
         caption: plain-text caption naming the configuration (goes into the .md and .tex).
         provenance_kwargs: keyword arguments of :func:`stochattn.provenance.provenance_record` (``rule``,
             ``inputs``, ``config_subset``, ``seeds``; optionally ``started``/``finished``, ``extra``, ``repo_dir``).
-            ``outputs`` defaults to the three table files; ``started``/``finished`` to the time of this call.
-        kind: layout (:data:`KINDS`); inferred from the metrics when None.
-        label: LaTeX label (default ``tab:uci_<kind>``).
+            ``outputs`` defaults to the three table files; ``started``/``finished`` to the time of this call;
+            ``extra`` gains ``table_kind`` (``spec.name``) and ``caption``.
+        spec: the layout (:class:`TableSpec`).
+        label: LaTeX label (default ``spec.label``).
 
     Returns:
         ``[csv, md, tex, csv.prov.json, md.prov.json, tex.prov.json]``.
@@ -808,11 +659,10 @@ def write_table(
     missing = [k for k in ("rule", "inputs", "config_subset", "seeds") if k not in provenance_kwargs]
     if missing:
         raise ValueError(f"provenance_kwargs lacks {missing} (keyword arguments of provenance_record)")
-    kind = kind or _infer_kind(tidy)
     base = os.fspath(basename)
     csv_path, md_path, tex_path = Path(base + ".csv"), Path(base + ".md"), Path(base + ".tex")
-    md = to_markdown(tidy, kind, caption)
-    tex = to_latex(tidy, kind, caption, label=label)
+    md = to_markdown(tidy, spec, caption)
+    tex = to_latex(tidy, spec, caption, label=label)
     with atomic_path(csv_path) as tmp:
         tidy.to_csv(tmp, index=False)
     for path, text in ((md_path, md), (tex_path, tex)):
@@ -824,7 +674,7 @@ def write_table(
     kwargs.setdefault("started", started)
     kwargs.setdefault("finished", time.time())
     extra = dict(kwargs.get("extra") or {})
-    extra.setdefault("table_kind", kind)
+    extra.setdefault("table_kind", spec.name)
     extra.setdefault("caption", caption or "")
     kwargs["extra"] = extra
     record = provenance_record(**kwargs)

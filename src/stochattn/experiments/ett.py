@@ -147,7 +147,7 @@ def build_standin(model_cfg: Mapping[str, Any], seed: Optional[int] = None) -> t
     from ..backbones.timesfm import build_timesfm
 
     return build_timesfm(int(model_cfg["num_layers"]), int(model_cfg["model_dims"]), int(model_cfg["num_heads"]),
-                         seed=seed)  # fmt: skip
+                         seed=seed, output_quantile_len=int(model_cfg.get("output_quantile_len", 128)))  # fmt: skip
 
 
 def pretrain_standin(

@@ -1,0 +1,296 @@
+# The ETT experiment (paper §5.1, §6.1, App. C.1): TimesFM 2.5 + LoRA on ETTh1/h2/m1/m2 at horizons 96 and 192.
+# Library: stochattn.experiments.ett (stages), stochattn.experiments.ett_report (tables, figures). Every ETT rule
+# runs workflow_scripts/ett.py, which dispatches on the rule's name to one library call.
+#
+# Offline default (ett.backbone.source: standin): a reduced TimesFM 2.5 module pretrained here, per station, on the
+# OTHER station's training rows (ETTh1 is ETTm1 sampled hourly); on a cluster (source: checkpoint) the public
+# google/timesfm-2.5-200m-pytorch checkpoint, fetched once and verified.
+
+
+rule fetch_ett:
+    """One ETT-small CSV, verified against the SHA-256 table shipped with stochattn (mirrors first)."""
+    output:
+        "results/data/ett/{ett_dataset}.csv",
+    log:
+        "logs/data/fetch_ett_{ett_dataset}.log",
+    localrule: True
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=30,
+    script:
+        "../workflow_scripts/ett.py"
+
+
+rule ett_prepare:
+    """Windows of one (data set, horizon): adaptation (10 % rule), val / cal (alternate validation windows), test."""
+    input:
+        csv="results/data/ett/{ett_dataset}.csv",
+    output:
+        prepared=f"{ETT_CONFIG}/prepared.npz",
+        meta=f"{ETT_CONFIG}/prepared.json",
+    log:
+        "logs/ett/{ett_dataset}/H{horizon}/prepare.log",
+    benchmark:
+        benchmark_file("ett_prepare", "{ett_dataset}/H{horizon}")
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=10,
+    params:
+        context=ETT["context"],
+        adaptation_percent=ETT["adaptation_percent"],
+        max_series=ETT["max_series"],
+        code=code_for("stochattn.experiments.ett:prepare"),
+    script:
+        "../workflow_scripts/ett.py"
+
+
+rule ett_pretrain_standin:
+    """The offline stand-in backbone for one station, pretrained on the other station's training rows only (its
+    inputs are exactly those CSVs: the evaluated station's files are not among them)."""
+    input:
+        unpack(standin_sources),
+    output:
+        state="results/ett/backbone/station{station}.pt",
+        meta="results/ett/backbone/station{station}.json",
+    log:
+        "logs/ett/backbone/station{station}.log",
+    benchmark:
+        benchmark_file("ett_pretrain_standin", "station{station}")
+    wildcard_constraints:
+        station="1|2",
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=8000,
+        runtime=120,
+    params:
+        model=ETT["backbone"]["standin"]["model"],
+        pretrain=ETT["backbone"]["standin"]["pretrain"],
+        context=ETT["context"],
+        seed=lambda w: ett_seed("pretrain", None, int(w.station)),
+        code=code_for("stochattn.experiments.ett:pretrain_standin"),
+    script:
+        "../workflow_scripts/ett.py"
+
+
+rule ett_fetch_checkpoint:
+    """The public TimesFM 2.5 200M checkpoint (Hugging Face Hub, cached, SHA-256 recorded / verified)."""
+    output:
+        "results/ett/backbone/timesfm-2.5-200m.safetensors",
+    log:
+        "logs/ett/backbone/fetch_checkpoint.log",
+    localrule: True
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=60,
+    params:
+        checkpoint=ETT["backbone"]["checkpoint"],
+    script:
+        "../workflow_scripts/ett.py"
+
+
+rule ett_adapt:
+    """LoRA adapter of one configuration (best validation epoch, epoch 0 = the backbone included) and the
+    backbone's zero-shot test MAE next to the seasonal-naive and last-value forecasts."""
+    input:
+        prepared=f"{ETT_CONFIG}/prepared.npz",
+        backbone=ett_backbone,
+    output:
+        adapter=f"{ETT_CONFIG}/adapter.pt",
+        meta=f"{ETT_CONFIG}/adapter.json",
+    log:
+        "logs/ett/{ett_dataset}/H{horizon}/adapt.log",
+    benchmark:
+        benchmark_file("ett_adapt", "{ett_dataset}/H{horizon}")
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=8000,
+        runtime=120,
+    params:
+        lora=ETT["lora"],
+        train=ETT["train"],
+        seed=lambda w: ett_seed("adapt", w.ett_dataset, w.horizon),
+        code=code_for("stochattn.experiments.ett:adapt"),
+    script:
+        "../workflow_scripts/ett.py"
+
+
+rule ett_calibrate_sa:
+    """SA on the adapted model: nu by BO on the cal windows (Algorithms 2-3), samples at both operating points
+    (sa: Algorithm 2's nu; sa_match: the surrogate's scale-matching nu) and calibration.json."""
+    input:
+        prepared=f"{ETT_CONFIG}/prepared.npz",
+        backbone=ett_backbone,
+        adapter=f"{ETT_CONFIG}/adapter.pt",
+        adapter_meta=f"{ETT_CONFIG}/adapter.json",
+    output:
+        samples=f"{ETT_CONFIG}/sa/samples.npz",
+        meta=f"{ETT_CONFIG}/sa/meta.json",
+        calibration=f"{ETT_CONFIG}/sa/calibration.json",
+        match_samples=f"{ETT_CONFIG}/sa_match/samples.npz",
+        match_meta=f"{ETT_CONFIG}/sa_match/meta.json",
+    log:
+        "logs/ett/{ett_dataset}/H{horizon}/sa.log",
+    benchmark:
+        benchmark_file("ett_calibrate_sa", "{ett_dataset}/H{horizon}")
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=8000,
+        runtime=240,
+    params:
+        lora=ETT["lora"],
+        train=ETT["train"],
+        method="sa",
+        method_cfg=ett_method_cfg("sa"),
+        num_samples=config["num_samples"],
+        seed=lambda w: ett_seed("sa", w.ett_dataset, w.horizon),
+        code=code_for(
+            "stochattn.experiments.ett:run_method",
+            exclude=[f"stochattn.experiments.ett:_{m}" for m in ETT_METHOD_FUNCTIONS if m != "sa"],
+        ),
+    script:
+        "../workflow_scripts/ett.py"
+
+
+rule ett_method:
+    """One method on one configuration: S predictive samples on the test and cal windows (SA writes sa_match too)."""
+    input:
+        prepared=f"{ETT_CONFIG}/prepared.npz",
+        backbone=ett_backbone,
+        adapter=f"{ETT_CONFIG}/adapter.pt",
+        adapter_meta=f"{ETT_CONFIG}/adapter.json",
+    output:
+        samples=f"{ETT_CONFIG}/{{ett_method}}/samples.npz",
+        meta=f"{ETT_CONFIG}/{{ett_method}}/meta.json",
+    log:
+        "logs/ett/{ett_dataset}/H{horizon}/{ett_method}.log",
+    benchmark:
+        benchmark_file("ett_method", "{ett_dataset}/H{horizon}/{ett_method}")
+    wildcard_constraints:
+        ett_method="|".join(m for m in ETT["methods"] if m != "sa"),
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=8000,
+        runtime=240,
+    params:
+        lora=ETT["lora"],
+        train=ETT["train"],
+        method=lambda w: w.ett_method,
+        method_cfg=lambda w: ett_method_cfg(w.ett_method),
+        num_samples=config["num_samples"],
+        seed=lambda w: ett_seed(w.ett_method, w.ett_dataset, w.horizon),
+        code=lambda w: code_for(
+            "stochattn.experiments.ett:run_method",
+            exclude=[f"stochattn.experiments.ett:_{m}" for m in ETT_METHOD_FUNCTIONS if m != w.ett_method],
+        ),
+    script:
+        "../workflow_scripts/ett.py"
+
+
+rule ett_evaluate:
+    """metrics.json of every method of one configuration (series x steps pooled; SA the coverage reference)."""
+    input:
+        **{f"{m}_samples": f"{ETT_CONFIG}/{m}/samples.npz" for m in ETT_METHODS},
+        **{f"{m}_meta": f"{ETT_CONFIG}/{m}/meta.json" for m in ETT_METHODS},
+    output:
+        **{m: f"{ETT_CONFIG}/{m}/metrics.json" for m in ETT_METHODS},
+    log:
+        "logs/ett/{ett_dataset}/H{horizon}/evaluate.log",
+    benchmark:
+        benchmark_file("ett_evaluate", "{ett_dataset}/H{horizon}")
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=20,
+    params:
+        methods=ETT_METHODS,
+        levels=config["evaluate"]["levels"],
+        seed=lambda w: ett_seed("evaluate", w.ett_dataset, w.horizon),
+        code=code_for("stochattn.experiments.evaluate:evaluate_split"),
+    script:
+        "../workflow_scripts/ett.py"
+
+
+rule ett_table:
+    """results/tables/ett_<table>.{csv,md,tex}: sharpness at SA's coverage, pooled metrics, zero-shot MAE."""
+    input:
+        metrics=ett_metrics(),
+        adapters=ett_adapter_metas(),
+    output:
+        csv="results/tables/ett_{table}.csv",
+        md="results/tables/ett_{table}.md",
+        tex="results/tables/ett_{table}.tex",
+        csv_prov="results/tables/ett_{table}.csv.prov.json",
+        md_prov="results/tables/ett_{table}.md.prov.json",
+        tex_prov="results/tables/ett_{table}.tex.prov.json",
+    log:
+        "logs/report/ett_{table}.log",
+    wildcard_constraints:
+        table="|".join(ETT_TABLES),
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
+    params:
+        table=lambda w: f"stochattn.experiments.ett_report:{w.table.upper()}_TABLE",
+        caption=ett_caption(),
+        config_subset=ett_provenance_config(),
+        seeds={"evaluate": "ett_seed('evaluate', dataset, horizon)"},
+        code=lambda w: code_for(
+            "stochattn.experiments.ett_report:load_ett_runs",
+            f"stochattn.experiments.ett_report:{w.table}_table",
+            "stochattn.report:write_table",
+        ),
+    script:
+        "../workflow_scripts/ett.py"
+
+
+rule ett_figure:
+    """The coverage figure (one stated window, native intervals) and the same window with every method but SA
+    conformally rescaled to SA's coverage (factors fitted on the cal windows)."""
+    input:
+        unpack(ett_figure_inputs),
+    output:
+        png="results/figures/{ett_figure}.png",
+        pdf="results/figures/{ett_figure}.pdf",
+        png_prov="results/figures/{ett_figure}.png.prov.json",
+        pdf_prov="results/figures/{ett_figure}.pdf.prov.json",
+    log:
+        "logs/report/{ett_figure}.log",
+    wildcard_constraints:
+        ett_figure="|".join(ETT_FIGURES),
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
+    params:
+        figure="stochattn.experiments.ett_report:coverage_figure",
+        args=lambda w: ett_figure_args(w.ett_figure.endswith("matched")),
+        caption=ett_caption(),
+        config_subset=ett_provenance_config(),
+        seeds={},
+        code=code_for("stochattn.experiments.ett_report:coverage_figure", "stochattn.provenance:provenance_record"),
+    script:
+        "../workflow_scripts/figure.py"

@@ -1,0 +1,134 @@
+# Helpers of the ETT experiment's rules (rules/ett.smk): names, seeds, paths, per-method configuration, captions.
+# Kept apart from the rules (Snakemake's linter wants functions outside rule files); cheap imports only.
+
+from stochattn.data.ett import ETT_DATASETS, pretraining_sources
+
+ETT = config["ett"]
+ETT_DATASETS_RUN = list(ETT["datasets"])
+ETT_HORIZONS = [int(h) for h in ETT["horizons"]]
+ETT_METHODS = [r for m in ETT["methods"] for r in (m, *(d for d, src in DERIVED_METHODS.items() if src == m))]
+ETT_STANDIN = ETT["backbone"]["source"] == "standin"
+_unknown_ett = [d for d in ETT_DATASETS_RUN if d not in ETT_DATASETS]
+if _unknown_ett:
+    raise ValueError(f"config ett.datasets: unknown ETT data set(s) {_unknown_ett}; known: {', '.join(ETT_DATASETS)}")
+# the stage functions of stochattn.experiments.ett (one per method): a job's code version leaves out the others'
+ETT_METHOD_FUNCTIONS = ["sa", "swag", "multiswag", "ivon", "contextual_dropout", "hsa"]
+ETT_STAGES = ["prepare", "pretrain", "adapt", *ETT_METHOD_FUNCTIONS, "evaluate"]
+ETT_CONFIG = "results/ett/{ett_dataset}/H{horizon}"
+
+
+def ett_seed(stage, dataset=None, horizon=0):
+    """Seed of an ETT stage for one configuration: base + 10^7 x stage + 10^5 x data set + horizon."""
+    index = 0 if dataset is None else 1 + list(ETT_DATASETS).index(dataset)
+    return int(config["seed"]) + 10_000_000 * (1 + ETT_STAGES.index(stage)) + 100_000 * index + int(horizon)
+
+
+def ett_backbone(wildcards):
+    """The backbone file a configuration uses: its station's stand-in, or the public checkpoint."""
+    if ETT_STANDIN:
+        return f"results/ett/backbone/station{ETT_DATASETS[wildcards.ett_dataset].station}.pt"
+    return "results/ett/backbone/timesfm-2.5-200m.safetensors"
+
+
+def standin_sources(wildcards):
+    """{data set: CSV} the stand-in of a station is pretrained on: the other station's data sets only."""
+    evaluated = next(d for d in ETT_DATASETS.values() if d.station == int(wildcards.station))
+    return {name: f"results/data/ett/{name}.csv" for name in pretraining_sources(evaluated)}
+
+
+def ett_method_cfg(method):
+    """method_params[method] (shared with UCI) with ett.method_params[method] merged over it."""
+    return merged(config["method_params"].get(method, {}), ETT.get("method_params", {}).get(method))
+
+
+def ett_run(dataset, horizon, method, name):
+    return f"results/ett/{dataset}/H{horizon}/{method}/{name}"
+
+
+def ett_metrics():
+    return [ett_run(d, h, m, "metrics.json") for d in ETT_DATASETS_RUN for h in ETT_HORIZONS for m in ETT_METHODS]
+
+
+ETT_TABLES = ["sharpness", "pooled", "zero_shot"]
+ETT_FIGURES = ["ett_coverage", "ett_coverage_matched"]
+
+
+def ett_targets():
+    return [
+        *ett_metrics(),
+        *(f for t in ETT_TABLES for f in table_files(f"ett_{t}")),
+        *(f for name in ETT_FIGURES for f in figure_files(name)),
+    ]
+
+
+def ett_dataset_targets(dataset):
+    return [ett_run(dataset, h, m, "metrics.json") for h in ETT_HORIZONS for m in ETT_METHODS]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# tables and figures (stochattn.experiments.ett_report)
+# ---------------------------------------------------------------------------------------------------------------
+def ett_caption():
+    """Caption paragraph of every ETT table and figure: which backbone (a stand-in is named as such) and what the
+    run reduces from the paper's protocol (App. C.1)."""
+    parts = []
+    if ETT_STANDIN:
+        m = ETT["backbone"]["standin"]["model"]
+        parts.append(
+            f"STAND-IN BACKBONE, not the public TimesFM 2.5 200M checkpoint: a reduced TimesFM 2.5 module "
+            f"({m['num_layers']} layers, d {m['model_dims']}, {m['num_heads']} heads) pretrained offline, per "
+            f"station, on the other station's training rows ({ETT['backbone']['standin']['pretrain']['steps']} steps)."
+        )
+    else:
+        parts.append("Backbone: TimesFM 2.5 200M (public checkpoint).")
+    caps = {k: v for k, v in ETT["max_series"].items() if v is not None}
+    if caps:
+        parts.append("Windows subsampled (series per configuration, evenly spaced whole windows): "
+                     + ", ".join(f"{k} {v}" for k, v in caps.items()) + " (paper: every window).")  # fmt: skip
+    t = ETT["train"]
+    parts.append(f"LoRA r {ETT['lora']['r']}, alpha {ETT['lora']['alpha']}; adapters: AdamW lr {t['lr']}, batch "
+                 f"{t['batch_size']}, at most {t['max_epochs']} epochs (paper: 50), best validation epoch.")  # fmt: skip
+    parts.append(f"S = {config['num_samples']} samples per method; flip invariance and positivity clamp off; "
+                 "normalised units; coverage pooled over every column, window and step unless stated.")  # fmt: skip
+    if config["report"]["note"]:
+        parts.append(config["report"]["note"])
+    return " ".join(parts)
+
+
+def ett_adapter_metas():
+    return [f"results/ett/{d}/H{h}/adapter.json" for d in ETT_DATASETS_RUN for h in ETT_HORIZONS]
+
+
+def ett_provenance_config():
+    return {"seed": config["seed"], "num_samples": config["num_samples"], "ett": ETT, "evaluate": config["evaluate"]}
+
+
+def ett_figure_inputs(wildcards):
+    f = ETT["figure"]
+    run = f"results/ett/{f['dataset']}/H{f['horizon']}"
+    return {
+        "prepared": f"{run}/prepared.npz",
+        **{f"{m}_samples": f"{run}/{m}/samples.npz" for m in ETT_METHODS},
+        **{f"{m}_metrics": f"{run}/{m}/metrics.json" for m in ETT_METHODS},
+    }
+
+
+def ett_figure_args(matched):
+    f = ETT["figure"]
+    run = f"results/ett/{f['dataset']}/H{f['horizon']}"
+    which = (
+        "baselines conformally rescaled (factor fitted on the cal windows to SA's cal coverage)"
+        if matched
+        else ("native 95 % intervals")
+    )
+    return {
+        "runs": {m: f"{run}/{m}/samples.npz" for m in ETT_METHODS},
+        "metrics": {m: f"{run}/{m}/metrics.json" for m in ETT_METHODS},
+        "prepared_path": f"{run}/prepared.npz",
+        "column": f["column"],
+        "window": int(f["window"]),
+        "columns": ["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"],
+        "matched": matched,
+        "title": f"{f['dataset']} H={f['horizon']}, {f['column']}, test window {f['window']}: {which}. "
+        + ett_caption(),
+    }

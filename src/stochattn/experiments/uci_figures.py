@@ -1,0 +1,385 @@
+"""Figures of the paper's UCI results and the teaser's sinusoid panel, from per-run files (UCI contract).
+
+Drawn with the shared helpers of :mod:`stochattn.figures` (Agg figure, method colours, atomic PNG (dpi 150) + PDF);
+every writer returns the list of files it wrote. Provenance (``<file>.prov.json``) is written by the caller.
+
+    pit_histograms     native pooled PIT per method (small multiples, 10 bins, density, W1 in each title)
+    normalised_widths  per-point PI widths at matched coverage / SA's mean native width (sharpness figures' data)
+    sharpness_boxplot  those widths as a box plot; whiskers P5/P95, diamond = mean
+    yacht_appendix     (a) PIT histograms overlaid, (b) the sharpness box plot (paper fig. uci_yacht_appendix)
+    teaser_sinusoid    1-D toy data: observations, shared trend, each method's central PI as a band
+    cost_figure        horizontal bars of total seconds per method, log axis
+
+Input of the sharpness figures (``samples_and_metrics``): a mapping ``method -> runs`` with one entry per split,
+either a list of ``(samples.npz, metrics.json)`` pairs or ``{"samples": [...], "metrics": [...]}`` (aligned).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from stochattn.figures import (
+    PALETTE,
+    PathLike,
+    draw_pit_grid,
+    draw_pit_overlay,
+    draw_sharpness,
+    format_seconds,
+    method_color,
+    new_figure,
+    pooled_pit,
+    runs_frame,
+    save_figure,
+    subplot_grid,
+)
+from stochattn.io import load_json, load_npz
+from stochattn.metrics import _level_key, central_interval
+from stochattn.report import as_float, dataset_label, dataset_order, method_label, method_order
+from stochattn.scaling import apply_scale
+
+__all__ = [
+    "pit_histograms",
+    "normalised_widths",
+    "sharpness_boxplot",
+    "yacht_appendix",
+    "teaser_sinusoid",
+    "cost_figure",
+]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# PIT
+# --------------------------------------------------------------------------------------------------------------
+def pit_histograms(
+    runs: pd.DataFrame | Iterable[PathLike],
+    dataset: str,
+    out_base: PathLike,
+    *,
+    pit: str = "native",
+    bins: int = 10,
+) -> list[Path]:
+    """Small multiples of the pooled PIT histogram of each method on ``dataset``.
+
+    Args:
+        runs: DataFrame of :func:`stochattn.report.load_runs` (or the metrics.json paths to load).
+        dataset: data set name (``runs.dataset``).
+        out_base: output path without suffix.
+        pit: ``"native"`` (default, the paper's Panel A) or ``"scaled"`` (baselines temperature-scaled; SA native).
+        bins: number of equal bins on [0, 1].
+
+    Each panel: density histogram of the PIT values of all splits pooled, the uniform density (1) dashed, and
+    the pooled W1 (:func:`stochattn.metrics.w1_uniform`, the table's number) in its title.
+    Returns ``[png, pdf]``.
+    """
+    frame = runs_frame(runs)
+    pits = pooled_pit(frame, dataset, pit)
+    nrows, ncols = subplot_grid(len(pits))
+    fig = new_figure(3.0 * ncols, 2.4 * nrows)
+    draw_pit_grid(fig, pits, bins)
+    fig.suptitle(f"{dataset_label(dataset)}: {pit} PIT (pooled over splits)")
+    return save_figure(fig, out_base)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# sharpness
+# --------------------------------------------------------------------------------------------------------------
+def _pairs(entry: Any, method: str) -> list[tuple[Path, Path]]:
+    if isinstance(entry, Mapping):
+        if "samples" not in entry or "metrics" not in entry:
+            raise ValueError(f"samples_and_metrics[{method!r}] must have keys 'samples' and 'metrics'")
+        samples, metrics = entry["samples"], entry["metrics"]
+        if isinstance(samples, (str, os.PathLike)):
+            samples = [samples]
+        if isinstance(metrics, (str, os.PathLike)):
+            metrics = [metrics]
+        samples, metrics = list(samples), list(metrics)
+        if len(samples) != len(metrics):
+            raise ValueError(f"samples_and_metrics[{method!r}]: {len(samples)} samples paths but "
+                             f"{len(metrics)} metrics paths (one of each per split)")
+        pairs = list(zip(samples, metrics))
+    elif isinstance(entry, Sequence) and not isinstance(entry, (str, bytes)):
+        pairs = []
+        for item in entry:
+            if not (isinstance(item, Sequence) and not isinstance(item, (str, bytes)) and len(item) == 2):
+                raise ValueError(f"samples_and_metrics[{method!r}] must hold (samples.npz, metrics.json) pairs, "
+                                 f"got {item!r}")
+            pairs.append((item[0], item[1]))
+    else:
+        raise TypeError(f"samples_and_metrics[{method!r}] must be a list of (samples, metrics) pairs or a dict "
+                        f"with 'samples' and 'metrics', got {type(entry).__name__}")
+    if not pairs:
+        raise ValueError(f"samples_and_metrics[{method!r}] is empty")
+    return [(Path(s), Path(m)) for s, m in pairs]
+
+
+def normalised_widths(
+    samples_and_metrics: Mapping[str, Any],
+    level: float = 0.95,
+    *,
+    dataset: str | None = None,
+) -> dict[str, np.ndarray]:
+    """Per-point central-interval widths of every method at matched coverage, pooled over splits, divided by SA's
+    mean native width.
+
+    For each (samples.npz, metrics.json) pair: ``samples`` (S, n) and ``point`` (n,) of the test split; every
+    method but SA (baselines and ``sa_match``) is scaled with ``apply_scale(samples, point, c)``, c =
+    ``metrics["matched"]["factor_<level>"]``: the conformal factor fitted on the calibration split so that the
+    method covers SA's empirical coverage there (stochattn.experiments.evaluate.matched_block); SA stays native.
+    The widths ``hi - lo`` of :func:`central_interval` at ``level`` of all splits are concatenated; everything is
+    divided by the mean of SA's pooled native widths, so the mean of a method's array equals its pooled mean
+    matched width / SA's (the table's Panel B ratio when splits have equal size) and SA's mean is 1.
+
+    Returns ``{method: (sum of n over splits,) array}`` in :func:`stochattn.report.method_order`. Raises
+    ValueError without ``"sa"``, for a non-SA run whose metrics.json has no finite positive matched factor at
+    ``level``, or when a metrics.json names a data set other than ``dataset`` (if given).
+    """
+    if not isinstance(samples_and_metrics, Mapping) or not samples_and_metrics:
+        raise TypeError("samples_and_metrics must be a non-empty mapping method -> per-split files")
+    if "sa" not in samples_and_metrics:
+        raise ValueError("samples_and_metrics needs 'sa' (widths are normalised by SA's mean native width)")
+    order = method_order(samples_and_metrics)
+    raw: dict[str, np.ndarray] = {}
+    for method in order:
+        widths = []
+        for samples_path, metrics_path in _pairs(samples_and_metrics[method], method):
+            meta = load_json(metrics_path)
+            if dataset is not None and meta.get("dataset") not in (None, dataset):
+                raise ValueError(f"{metrics_path} is for dataset {meta.get('dataset')!r}, not {dataset!r}")
+            data = load_npz(samples_path)
+            for key in ("samples", "point"):
+                if key not in data:
+                    raise ValueError(f"{samples_path} has no {key!r} array")
+            samples = data["samples"]
+            if method != "sa":
+                key = f"factor_{_level_key(level)}"
+                factor = as_float((meta.get("matched") or {}).get(key))
+                if not (math.isfinite(factor) and factor > 0):
+                    raise ValueError(f"{metrics_path}: matched[{key!r}] must be a finite number > 0 (the conformal "
+                                     f"factor to SA's calibration coverage), got {factor!r}")
+                samples = apply_scale(samples, data["point"], factor)
+            lo, hi = central_interval(samples, level)
+            widths.append(np.asarray(hi - lo, dtype=np.float64).ravel())
+        raw[method] = np.concatenate(widths)
+    ref = float(np.mean(raw["sa"]))
+    if not (math.isfinite(ref) and ref > 0):
+        raise ValueError(f"SA's mean native width is {ref}; cannot normalise")
+    return {m: w / ref for m, w in raw.items()}
+
+
+def sharpness_boxplot(
+    samples_and_metrics: Mapping[str, Any],
+    dataset: str,
+    out_base: PathLike,
+    level: float = 0.95,
+) -> list[Path]:
+    """Box plot of per-point PI widths normalised by SA's mean native width (:func:`normalised_widths`).
+
+    Every method but SA conformally rescaled to SA's empirical coverage on the calibration split, SA native.
+    Boxes: quartiles; line: median; whiskers: P5 / P95 (no fliers); white diamond: mean (= the method's width
+    ratio); dashed line at 1 (SA's mean).
+    Returns ``[png, pdf]``.
+    """
+    widths = normalised_widths(samples_and_metrics, level, dataset=dataset)
+    fig = new_figure(1.0 + 0.9 * len(widths), 3.4)
+    ax = fig.add_subplot()
+    draw_sharpness(ax, widths, level)
+    ax.set_title(f"{dataset_label(dataset)}: PI-{round(level * 100):g} sharpness (SA = 1; others matched to "
+                 f"SA's calibration coverage)", fontsize=9)
+    return save_figure(fig, out_base)
+
+
+def yacht_appendix(
+    runs: pd.DataFrame | Iterable[PathLike],
+    samples_and_metrics: Mapping[str, Any],
+    dataset: str,
+    out_base: PathLike,
+    *,
+    level: float = 0.95,
+    bins: int = 10,
+) -> list[Path]:
+    """Two-panel per-dataset figure (paper fig. ``uci_yacht_appendix``; any data set).
+
+    (a) native pooled-PIT histograms of all methods overlaid as step lines (W1 in the legend), uniform dashed;
+    (b) the sharpness box plot of :func:`sharpness_boxplot`. Returns ``[png, pdf]``.
+    """
+    pits = pooled_pit(runs_frame(runs), dataset, "native")
+    widths = normalised_widths(samples_and_metrics, level, dataset=dataset)
+    fig = new_figure(10.0, 3.8)
+    ax_a, ax_b = fig.subplots(1, 2, width_ratios=[1.0, 1.1])
+    draw_pit_overlay(ax_a, pits, bins)
+    ax_a.set_title("(a) Native PIT (pooled over splits)", fontsize=10)
+    draw_sharpness(ax_b, widths, level)
+    ax_b.set_title(f"(b) PI-{round(level * 100):g} width / SA (others matched to SA's coverage)", fontsize=10)
+    fig.suptitle(f"UCI {dataset_label(dataset)}")
+    return save_figure(fig, out_base)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# teaser (c)
+# --------------------------------------------------------------------------------------------------------------
+def teaser_sinusoid(
+    samples_paths_by_method: Mapping[str, PathLike],
+    prepared_path: PathLike,
+    out_base: PathLike,
+    *,
+    level: float = 0.95,
+    trend_method: str | None = None,
+    max_trend_rmse: float | None = None,
+) -> list[Path]:
+    """Teaser panel (c): one 1-D toy data set, each method's trend and predictive interval (small multiples).
+
+    Args:
+        samples_paths_by_method: ``{method: samples.npz}`` of the toy's test split (keys ``y`` (n,), ``point``
+            (n,), ``samples`` (S, n), original units).
+        prepared_path: the prepared.npz of the toy (``x_test`` (n, 1) standardised, ``x_mean``, ``x_std``);
+            x is shown in original units ``x_test * x_std + x_mean``; rows align with the samples' n.
+        out_base: output path without suffix.
+        level: central interval level of the bands.
+        trend_method: the reference trend (default ``"sa"`` when present, else the first method): SA's point is
+            the deterministic backbone's prediction.
+        max_trend_rmse: the claim the figure makes, "every method recovers the trend": the RMSE between each
+            method's own point prediction and the reference trend over the test inputs must not exceed it
+            (original units), else ``ValueError`` naming the method. ``None`` checks nothing.
+
+    Each panel: test observations as dots, the reference trend (black, dashed), the method's own point prediction
+    (solid, the method's colour) and its central ``level`` interval (native samples) as a band; the title gives
+    the empirical coverage and the trend RMSE. Returns ``[png, pdf]``.
+    """
+    if not isinstance(samples_paths_by_method, Mapping) or not samples_paths_by_method:
+        raise TypeError("samples_paths_by_method must be a non-empty mapping method -> samples.npz")
+    prep = load_npz(prepared_path)
+    for key in ("x_test", "x_mean", "x_std"):
+        if key not in prep:
+            raise ValueError(f"{prepared_path} has no {key!r} array")
+    x_std_units = np.asarray(prep["x_test"], dtype=np.float64)
+    if x_std_units.ndim == 1:
+        x_std_units = x_std_units[:, None]
+    if x_std_units.ndim != 2:
+        raise ValueError(f"teaser_sinusoid needs x_test of shape (n, n_features); {prepared_path} has "
+                         f"{x_std_units.shape}")
+    # column 0 is the raw 1-D input (stochattn.experiments.uci.sinusoid_features adds derived features after it)
+    x = x_std_units[:, 0] * float(np.ravel(prep["x_std"])[0]) + float(np.ravel(prep["x_mean"])[0])
+    order = method_order(samples_paths_by_method)
+    data = {}
+    for method in order:
+        d = load_npz(samples_paths_by_method[method])
+        for key in ("y", "point", "samples"):
+            if key not in d:
+                raise ValueError(f"{samples_paths_by_method[method]} has no {key!r} array")
+        if d["y"].shape[0] != x.shape[0]:
+            raise ValueError(f"{samples_paths_by_method[method]} has {d['y'].shape[0]} test points but "
+                             f"{prepared_path} has {x.shape[0]}")
+        data[method] = d
+    trend_method = trend_method or ("sa" if "sa" in data else order[0])
+    if trend_method not in data:
+        raise ValueError(f"trend_method {trend_method!r} is not one of {order}")
+    idx = np.argsort(x, kind="stable")
+    xs = x[idx]
+    y = np.asarray(data[trend_method]["y"], dtype=np.float64)[idx]
+    trend = np.asarray(data[trend_method]["point"], dtype=np.float64)[idx]
+    points = {m: np.asarray(data[m]["point"], dtype=np.float64)[idx] for m in order}
+    trend_rmse = {m: float(np.sqrt(np.mean((points[m] - trend) ** 2))) for m in order}
+    if max_trend_rmse is not None:
+        off = {m: r for m, r in trend_rmse.items() if r > max_trend_rmse}
+        if off:
+            listed = ", ".join(f"{method_label(m)} {r:.3g}" for m, r in off.items())
+            raise ValueError(f"teaser: point predictions off the {method_label(trend_method)} trend by more than "
+                             f"RMSE {max_trend_rmse:g}: {listed}; the figure would not show 'same trend'")
+    nrows, ncols = subplot_grid(len(order))
+    fig = new_figure(3.2 * ncols, 2.5 * nrows)
+    axes = fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False).ravel()
+    pct = f"{round(level * 100):g}"
+    for ax, method in zip(axes, order):
+        lo, hi = central_interval(data[method]["samples"], level)
+        lo, hi = np.asarray(lo)[idx], np.asarray(hi)[idx]
+        cover = float(np.mean((lo <= y) & (y <= hi)))
+        ax.fill_between(xs, lo, hi, color=method_color(method), alpha=0.35, lw=0, label=f"{pct}% PI")
+        ax.plot(xs, points[method], color=method_color(method), lw=1.6, label="its point prediction")
+        ax.plot(xs, trend, color="black", lw=1.0, ls="--", label=f"{method_label(trend_method)} trend")
+        ax.scatter(xs, y, s=6, color="0.25", zorder=3, label="observations")
+        ax.set_title(f"{method_label(method)}: cov. {cover:.0%}, trend RMSE {trend_rmse[method]:.2f}", fontsize=9)
+    for ax in axes[len(order):]:
+        ax.set_visible(False)
+    for ax in axes[(nrows - 1) * ncols:]:
+        ax.set_xlabel("x")
+    for ax in axes[::ncols]:
+        ax.set_ylabel("y")
+    axes[0].legend(fontsize=7, frameon=False, loc="best")
+    claim = f" (every trend within RMSE {max_trend_rmse:g})" if max_trend_rmse is not None else ""
+    fig.suptitle(f"Same trend{claim}, different {pct}% predictive intervals")
+    return save_figure(fig, out_base)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# cost
+# --------------------------------------------------------------------------------------------------------------
+def cost_figure(
+    cost_tidy: pd.DataFrame | PathLike,
+    out_base: PathLike,
+    *,
+    metric: str = "seconds_total",
+    dataset: str | None = None,
+) -> list[Path]:
+    """Horizontal bars of wall-clock seconds per method on a log axis (paper fig. ``climax_cost`` style).
+
+    Args:
+        cost_tidy: tidy table of :func:`stochattn.experiments.uci_tables.uci_cost_table`, or its CSV file.
+        out_base: output path without suffix.
+        metric: which seconds to show (default ``seconds_total`` = train + calibrate + predict, mean over splits).
+        dataset: one data set; ``None`` shows every data set in the table, one bar per (method, data set)
+            grouped by method (with a legend) when there are several.
+
+    Non-positive values cannot sit on a log axis: they are left out and marked "0 s". Each bar is labelled with
+    its value. Returns ``[png, pdf]``.
+    """
+    if isinstance(cost_tidy, (str, os.PathLike)):
+        cost_tidy = pd.read_csv(cost_tidy)
+    if not isinstance(cost_tidy, pd.DataFrame):
+        raise TypeError(f"cost_tidy must be a DataFrame or a CSV path, got {type(cost_tidy).__name__}")
+    df = cost_tidy[cost_tidy["metric"] == metric]
+    if dataset is not None:
+        df = df[df["dataset"] == dataset]
+    if df.empty:
+        raise ValueError(f"cost_tidy has no rows with metric {metric!r}" + (f" for {dataset!r}" if dataset else ""))
+    methods = method_order(df["method"])
+    datasets = dataset_order(df["dataset"])
+    look = {(r.dataset, r.method): float(r.value) for r in df.itertuples(index=False)}
+    nd = len(datasets)
+    height = 0.8 / nd
+    fig = new_figure(6.0, 0.6 + (0.45 + 0.18 * (nd - 1)) * len(methods))
+    ax = fig.add_subplot()
+    positives = [v for v in look.values() if math.isfinite(v) and v > 0]
+    floor = min(positives) / 3 if positives else 1e-3
+    for j, ds in enumerate(datasets):
+        for i, method in enumerate(methods):
+            y = i + (j - (nd - 1) / 2) * height
+            value = look.get((ds, method), math.nan)
+            color = method_color(method) if nd == 1 else PALETTE[j % len(PALETTE)]
+            if math.isfinite(value) and value > 0:
+                ax.barh(y, value - floor, left=floor, height=height * 0.9, color=color,
+                        label=dataset_label(ds) if (nd > 1 and i == 0) else None)
+                if nd == 1:
+                    ax.text(value * 1.08, y, format_seconds(value), va="center", fontsize=8)
+            elif nd == 1:
+                ax.text(floor * 1.08, y, "0 s" if math.isfinite(value) else "n/a", va="center", fontsize=8)
+    ax.set_xscale("log")
+    ax.set_yticks(range(len(methods)))
+    ax.set_yticklabels([method_label(m) for m in methods])
+    ax.set_ylim(len(methods) - 0.5, -0.5)  # first method on top; fixed even when a bar is missing
+    if positives:
+        ax.set_xlim(floor, max(positives) * 4)
+    ax.set_xlabel(f"{metric.replace('_', ' ')} (log scale)")
+    title = "Total method cost" if metric == "seconds_total" else metric
+    ax.set_title(f"{title}: {dataset_label(datasets[0])}" if nd == 1 else f"{title} (UCI)", fontsize=10)
+    if nd > 1:
+        ax.legend(fontsize=7, frameon=False, loc="lower right")
+    return save_figure(fig, out_base)
+
+

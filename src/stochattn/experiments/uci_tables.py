@@ -1,0 +1,302 @@
+"""Tables of the paper's UCI results (paper Tables ``tab:uci_master``, ``tab:uci_crps`` and the cost comparison):
+the tidy-table builders and their :class:`stochattn.report.TableSpec` layouts.
+
+    uci_master_table   tidy rows for the master table (Acc, Panel A native pooled-PIT W1, Panel B PI-95 ratio)
+    uci_crps_table     tidy rows for the CRPS table (mean and std over splits)
+    uci_cost_table     tidy rows of wall-clock seconds per method and the adaptation-cost ratio to SA
+    MASTER_TABLE, CRPS_TABLE, COST_TABLE, COVERAGE_TABLE   their layouts (COVERAGE_TABLE: another view of the
+                       master table's tidy rows); UCI_TABLE_SPECS maps each ``name`` to its spec
+
+The workflow (rule ``uci_table``) runs ``load_runs -> spec.build -> write_table(spec=spec)`` for
+``stochattn.experiments.uci_tables:<TABLE>_TABLE``.
+
+Conventions chosen here (the contract leaves them open):
+    * Pooled-PIT W1 (``w1_native_pooled``) is one number per (dataset, method): ``std`` is NaN there. The spread
+      over splits of the per-split W1 is given by the separate audit metric ``w1_native_per_split``.
+    * ``pi95_width_ratio`` is a ratio of means (mean over splits of the method's coverage-matched test width /
+      mean over splits of SA's native width); its ``std`` is the std over the splits both methods share of the
+      per-split ratio. Matched: every method but SA rescaled by a split-conformal factor fitted on the calibration
+      part to SA's empirical coverage there (``metrics.json["matched"]``, stochattn.experiments.evaluate).
+    * Two SA runs share one calibration: ``sa`` at Algorithm 2's nu (loss arg-min; "SA", the reference) and
+      ``sa_match`` at the BO surrogate's scale-matching nu ("SA (scale-match)", short "SA-sm"), treated like a
+      baseline (temperature-scaled and coverage-matched).
+    * Each mean uses the splits present for that (dataset, method); ``n`` says how many.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from stochattn.metrics import w1_uniform
+from stochattn.report import (
+    SCALAR_BLOCKS,
+    SECONDS_KEYS,
+    ColumnGroup,
+    TableSpec,
+    check_runs,
+    column,
+    dataset_order,
+    finite_mean,
+    finite_std,
+    mean_row,
+    method_order,
+    tidy_frame,
+)
+
+__all__ = [
+    "uci_master_table",
+    "uci_crps_table",
+    "uci_cost_table",
+    "MASTER_TABLE",
+    "CRPS_TABLE",
+    "COST_TABLE",
+    "COVERAGE_TABLE",
+    "UCI_TABLE_SPECS",
+]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# tidy tables
+# --------------------------------------------------------------------------------------------------------------
+def uci_master_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Tidy rows of the master UCI table (paper ``tab:uci_master``) plus audit rows.
+
+    Metrics (per data set; ``n`` = number of splits):
+        ``rmse_over_sigma``  (method ``sa`` only) mean over splits of SA's native ``nrmse`` (RMSE/sigma_y of its
+                             point, the deterministic backbone prediction); std over splits.
+        ``w1_native_pooled`` per method: native PIT values of all splits concatenated, then ``w1_uniform``;
+                             ``std`` = NaN (one pooled number).
+        ``pi95_width_ratio`` per method: mean over splits of the method's coverage-matched test ``width_95``
+                             (``matched`` block: conformal factor fitted on the calibration part to SA's empirical
+                             PI-95 coverage there; SA's own is native) / SA's mean native ``width_95``; SA = 1.0
+                             exactly. ``std``: std over the shared splits of the per-split ratio. NaN without SA
+                             or without a matched block.
+        ``pi95_coverage``    per method: mean over splits of the achieved PI-95 TEST coverage at that scaling
+                             (SA: native), shown beside Panel B ("Cov.").
+    Audit metrics: ``pi<L>_width_ratio`` and ``pi<L>_coverage`` for the other matched levels L (25, 50, 75),
+    ``matched_target_coverage_<L>`` (SA's calibration coverage), ``matched_factor_<L>``,
+    ``matched_cal_coverage_<L>`` (achieved on the calibration part), ``w1_native_per_split`` (mean/std over splits
+    of per-split native W1), ``w1_scaled_pooled`` (pooled scaled PIT), ``coverage_95_native``,
+    ``coverage_95_scaled``, ``width_95_native``, ``width_95_scaled`` (mean/std over splits) and ``temperature``
+    (mean/std of the fitted T).
+    For ``sa`` the reported numbers are native whatever its ``scaled`` / ``matched`` blocks hold.
+    """
+    runs = check_runs(runs, ["native_nrmse", "native_width_95", "scaled_width_95", "pit_native"])
+    rows: list[dict[str, Any]] = []
+    for dataset in dataset_order(runs["dataset"]):
+        d = runs[runs["dataset"] == dataset]
+        methods = method_order(d["method"])
+        sa = d[d["method"] == "sa"]
+        if not sa.empty:
+            rows.append(mean_row(dataset, "sa", "rmse_over_sigma", sa["native_nrmse"]))
+        for method in methods:
+            m = d[d["method"] == method]
+            pooled = np.concatenate(list(m["pit_native"]))
+            rows.append({"dataset": dataset, "method": method, "metric": "w1_native_pooled",
+                         "value": w1_uniform(pooled), "std": math.nan, "n": len(m)})
+        for key in _matched_levels(d):
+            rows += _matched_rows(dataset, d, methods, key)
+        for method in methods:
+            m = d[d["method"] == method]
+            rows.append(mean_row(dataset, method, "w1_native_per_split", m["native_w1"]
+                                 if "native_w1" in m else np.full(len(m), np.nan)))
+            pooled_s = np.concatenate(list(m["pit_native" if method == "sa" else "pit_scaled"]))
+            rows.append({"dataset": dataset, "method": method, "metric": "w1_scaled_pooled",
+                         "value": w1_uniform(pooled_s), "std": math.nan, "n": len(m)})
+            for block in SCALAR_BLOCKS:
+                src = "native" if method == "sa" else block
+                for key in ("coverage_95", "width_95"):
+                    col = f"{src}_{key}"
+                    vals = m[col] if col in m else np.full(len(m), np.nan)
+                    rows.append(mean_row(dataset, method, f"{key}_{block}", vals))
+            rows.append(mean_row(dataset, method, "temperature", m["temperature"]))
+    return tidy_frame(rows)
+
+
+def _matched_levels(runs: pd.DataFrame) -> list[str]:
+    """Level keys of the matched block in ``runs`` ("95" first, then the others ascending)."""
+    keys = {c[len("matched_width_"):] for c in runs.columns if c.startswith("matched_width_")}
+    keys |= {"95"}
+    return ["95"] + sorted(keys - {"95"}, key=float)
+
+
+def _matched_rows(dataset: str, d: pd.DataFrame, methods: list[str], key: str) -> list[dict[str, Any]]:
+    """Width ratio to SA and achieved test coverage at matched coverage (level ``key``), and the audit rows."""
+    rows: list[dict[str, Any]] = []
+    col = column
+    sa = d[d["method"] == "sa"]
+    sa_width = finite_mean(col(sa, f"native_width_{key}")) if not sa.empty else math.nan
+    sa_by_split = dict(zip(sa["split"], col(sa, f"native_width_{key}")))
+    for method in methods:
+        m = d[d["method"] == method]
+        is_sa = method == "sa"
+        width = col(m, f"native_width_{key}" if is_sa else f"matched_width_{key}")
+        cover = col(m, f"native_coverage_{key}" if is_sa else f"matched_coverage_{key}")
+        ratio = (1.0 if math.isfinite(sa_width) else math.nan) if is_sa else finite_mean(width) / sa_width
+        per_split = [w / sa_by_split[k] for k, w in zip(m["split"], width) if k in sa_by_split]
+        rows.append({"dataset": dataset, "method": method, "metric": f"pi{key}_width_ratio", "value": ratio,
+                     "std": finite_std(np.asarray(per_split)), "n": len(m)})
+        rows.append(mean_row(dataset, method, f"pi{key}_coverage", cover))
+        for name in ("target_coverage", "factor", "cal_coverage"):
+            rows.append(mean_row(dataset, method, f"matched_{name}_{key}", col(m, f"matched_{name}_{key}")))
+    return rows
+
+
+def uci_crps_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Tidy rows of the UCI CRPS table (paper ``tab:uci_crps``): metric ``crps`` per (dataset, method), the mean
+    over splits of the native mean CRPS, ``std`` over splits (ddof=1), ``n`` = number of splits."""
+    runs = check_runs(runs, ["native_crps"])
+    rows = []
+    for dataset in dataset_order(runs["dataset"]):
+        d = runs[runs["dataset"] == dataset]
+        for method in method_order(d["method"]):
+            rows.append(mean_row(dataset, method, "crps", d.loc[d["method"] == method, "native_crps"]))
+    return tidy_frame(rows)
+
+
+def uci_cost_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Tidy rows of wall-clock cost per (dataset, method), mean/std over splits.
+
+    Metrics: ``seconds_train``, ``seconds_calibrate``, ``seconds_predict``, ``seconds_total`` (their sum per
+    split), ``seconds_adaptation`` (train + calibrate per split: everything a method spends before it can
+    predict), and ``adaptation_over_sa_calibration`` = mean ``seconds_adaptation`` / SA's mean
+    ``seconds_calibrate`` (a ratio of means, ``std`` NaN; NaN without SA); ``nu`` (mean/std over splits) for the
+    methods that record one (``sa``: Algorithm 2's nu, ``sa_match``: the surrogate's scale-matching nu).
+    ``sa`` and ``sa_match`` share one calibration: each run's ``calibrate`` seconds are that calibration.
+
+    NOTE: the shared deterministic backbone (``backbone/meta.json``) is not in any method's seconds; SA and MC
+    Dropout run on it as a frozen model, so their ``train`` is what their ``meta.json`` recorded (normally 0).
+    """
+    runs = check_runs(runs, [f"seconds_{k}" for k in SECONDS_KEYS])
+    rows = []
+    for dataset in dataset_order(runs["dataset"]):
+        d = runs[runs["dataset"] == dataset]
+        sa = d[d["method"] == "sa"]
+        sa_cal = finite_mean(sa["seconds_calibrate"]) if not sa.empty else math.nan
+        for method in method_order(d["method"]):
+            m = d[d["method"] == method]
+            parts = {k: m[f"seconds_{k}"].to_numpy(dtype=np.float64) for k in SECONDS_KEYS}
+            for k in SECONDS_KEYS:
+                rows.append(mean_row(dataset, method, f"seconds_{k}", parts[k]))
+            total = np.nan_to_num(parts["train"]) + np.nan_to_num(parts["calibrate"]) + np.nan_to_num(parts["predict"])
+            adapt = np.nan_to_num(parts["train"]) + np.nan_to_num(parts["calibrate"])
+            rows.append(mean_row(dataset, method, "seconds_total", total))
+            rows.append(mean_row(dataset, method, "seconds_adaptation", adapt))
+            ratio = finite_mean(adapt) / sa_cal if sa_cal and math.isfinite(sa_cal) and sa_cal > 0 else math.nan
+            rows.append({"dataset": dataset, "method": method, "metric": "adaptation_over_sa_calibration",
+                         "value": ratio, "std": math.nan, "n": len(m)})
+            if "nu" in m and np.isfinite(m["nu"].to_numpy(dtype=np.float64)).any():
+                rows.append(mean_row(dataset, method, "nu", m["nu"]))
+    return tidy_frame(rows)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# layouts
+# --------------------------------------------------------------------------------------------------------------
+MASTER_TABLE = TableSpec(
+    name="master",
+    label="tab:uci_master",
+    build=uci_master_table,
+    wide=True,
+    groups=(
+        ColumnGroup("rmse_over_sigma", "Acc.", r"\textbf{Acc.}", methods=("sa",), header="Acc. RMSE/σ_y",
+                    latex_header=r"RMSE/$\sigma_y$"),
+        ColumnGroup("w1_native_pooled", "W1", r"\textbf{Panel A: Native $W_1$ $\downarrow$}", bold=1),
+        ColumnGroup("pi95_width_ratio", "PI95/SA", r"\textbf{Panel B: Sharp/SA $\downarrow$ (SA\,${=}$\,1.0)}",
+                    bold=1),
+        ColumnGroup("pi95_coverage", "Cov.", r"\textbf{Cov.: PI-95 test coverage}"),
+    ),
+    description=(
+        "UCI regression across data sets. SA: nu at Algorithm 2's arg-min of the observed calibration loss (as in "
+        "the paper); SA-sm: the same calibration's BO-surrogate scale-matching nu (App. B). Acc.: SA's "
+        "deterministic-mean RMSE/sigma_y (mean over splits). Panel A: native pooled-PIT W1 (PIT values of all "
+        "splits pooled). Panel B: mean PI-95 test width normalized to SA's mean width (SA = 1.0, native); every "
+        "other method (baselines and SA-sm) conformally rescaled, with a factor fitted on the calibration split, to "
+        "SA's empirical PI-95 coverage on that calibration split. Cov.: each method's achieved PI-95 test coverage "
+        "at that scaling (SA native). Lower is better in Panels A and B; bold marks the best per row in each."
+    ),
+    latex_description=(
+        r"UCI regression across data sets. SA: $\nu$ at Algorithm~2's arg-min of the observed calibration loss; "
+        r"SA-sm: the same calibration's BO-surrogate scale-matching $\nu$ (App.~B). "
+        r"\textbf{Acc.}: SA's deterministic-mean RMSE/$\sigma_y$. "
+        r"\textbf{Panel~A}: native pooled-PIT $W_1$. \textbf{Panel~B}: mean PI-95 test width normalized to SA's "
+        r"per-dataset width (SA native); every other method (baselines and SA-sm) conformally rescaled on the "
+        r"calibration split to SA's empirical PI-95 coverage there. \textbf{Cov.}: achieved PI-95 test coverage "
+        r"at that scaling. Lower is better in Panels~A and~B."
+    ),
+)
+"""Paper ``tab:uci_master``: Acc. | Panel A (bold: lowest W1) | Panel B (bold: lowest ratio) | Cov. (no bold)."""
+
+CRPS_TABLE = TableSpec(
+    name="crps",
+    label="tab:uci_crps",
+    build=uci_crps_table,
+    groups=(ColumnGroup("crps", "CRPS", "CRPS", short_labels=False, fmt="adaptive", show_std=True, bold=2),),
+    description=(
+        "Ensemble CRPS on UCI regression (native predictions, mean±std over splits; the mean alone where one split "
+        "was run). SA: nu at Algorithm 2's "
+        "loss arg-min; SA (scale-match): the BO surrogate's scale-matching nu of the same calibration. "
+        "Lower is better; bold marks the two best per row."
+    ),
+    latex_description=(
+        r"Ensemble CRPS on UCI regression (native predictions, mean$\pm$std over splits; the mean alone where one "
+        r"split was run). SA: $\nu$ at "
+        r"Algorithm~2's loss arg-min; SA (scale-match): the BO surrogate's scale-matching $\nu$. Lower is better; "
+        r"\textbf{bold} marks the two best per row."
+    ),
+)
+"""Paper ``tab:uci_crps``: mean±std, long method labels, the two lowest per row bold."""
+
+COST_TABLE = TableSpec(
+    name="cost",
+    label="tab:uci_cost",
+    build=uci_cost_table,
+    groups=(
+        ColumnGroup("seconds_total", "Total s", r"\textbf{Total seconds $\downarrow$}", fmt="significant", bold=1),
+        ColumnGroup("adaptation_over_sa_calibration", "Adapt/SA-cal",
+                    r"\textbf{Adaptation / SA calibration $\downarrow$}", fmt="significant", bold=1),
+        ColumnGroup("nu", "nu", r"\textbf{$\nu$}", fmt="significant"),
+    ),
+    description=(
+        "Wall-clock cost on UCI (mean over splits). Total: train + calibrate + predict seconds. "
+        "Adapt./SA cal.: (train + calibrate) seconds over SA's calibration seconds. nu: mean calibrated nu over "
+        "splits (SA: Algorithm 2's loss arg-min; SA-sm: the surrogate's scale-matching point; one shared "
+        "calibration, whose seconds both count). Lower is better; bold marks the lowest per row in each seconds "
+        "panel."
+    ),
+    latex_description=(
+        r"Wall-clock cost on UCI (mean over splits). \textbf{Total}: train + calibrate + predict seconds. "
+        r"\textbf{Adapt./SA cal.}: (train + calibrate) seconds over SA's calibration seconds. $\nu$: mean "
+        r"calibrated $\nu$ (SA: Algorithm~2's loss arg-min; SA-sm: scale-matching point; one shared calibration). "
+        r"Lower is better."
+    ),
+)
+"""The cost comparison: total seconds and adaptation/SA-calibration (bold: lowest per row), nu."""
+
+COVERAGE_TABLE = TableSpec(
+    name="coverage",
+    label="tab:uci_coverage",
+    build=uci_master_table,
+    groups=(
+        ColumnGroup("coverage_95_native", "Native", r"\textbf{Native PI-95 coverage}"),
+        ColumnGroup("coverage_95_scaled", "Scaled", r"\textbf{Scaled PI-95 coverage (SA native)}"),
+        ColumnGroup("pi95_coverage", "Matched", r"\textbf{Matched PI-95 coverage (SA native)}"),
+    ),
+    description=(
+        "Empirical PI-95 test coverage on UCI (mean over splits): native; every method but SA temperature-scaled "
+        "(S-corrected Gaussian NLL on the calibration split); every method but SA conformally matched to SA's "
+        "calibration-split coverage. SA native in all panels."
+    ),
+    latex_description=(
+        r"Empirical PI-95 test coverage on UCI (mean over splits): native; temperature-scaled; conformally matched "
+        r"to SA's calibration-split coverage (SA native in all panels)."
+    ),
+)
+"""PI-95 coverage native / temperature-scaled / matched, from the master table's audit rows (no rule writes it)."""
+
+UCI_TABLE_SPECS: dict[str, TableSpec] = {s.name: s for s in (MASTER_TABLE, CRPS_TABLE, COST_TABLE, COVERAGE_TABLE)}
+"""Table name (the ``{table}`` of ``results/tables/uci_{table}``) -> its spec."""

@@ -1,0 +1,111 @@
+"""Every rule of rules/ett.smk: one call of stochattn.experiments.ett (or its data / checkpoint / evaluation
+helpers), chosen by the rule's name; the log file takes stdout and stderr."""
+
+import logging
+import sys
+
+sys.stderr = sys.stdout = open(snakemake.log[0], "w", buffering=1)  # noqa: F821 (snakemake is injected)
+logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+from pathlib import Path  # noqa: E402
+
+from stochattn.provenance import stage_provenance  # noqa: E402
+
+sm = snakemake  # noqa: F821
+p, w, rule = sm.params, sm.wildcards, sm.rule
+
+
+def provenance(inputs=None):
+    return stage_provenance(
+        rule=rule, inputs=list(sm.input) if inputs is None else inputs, code=p.get("code"),
+        params={k: v for k, v in p.items() if k != "code"},
+    )
+
+
+if rule == "fetch_ett":
+    from stochattn.data.ett import fetch_ett
+
+    data = sm.config["data"]
+    out = Path(sm.output[0])
+    path = fetch_ett(w.ett_dataset, out.parent, mirrors=data["mirrors"], allow_download=data["allow_download"])
+    print(f"{w.ett_dataset}: {path}", flush=True)
+elif rule == "ett_fetch_checkpoint":
+    import shutil
+
+    from stochattn.backbones.timesfm import fetch_timesfm_checkpoint
+    from stochattn.io import atomic_path
+
+    ckpt = p.checkpoint
+    local = fetch_timesfm_checkpoint(ckpt["cache"], repo_id=ckpt["repo_id"], revision=ckpt.get("revision"),
+                                     sha256=ckpt.get("sha256"))  # fmt: skip
+    with atomic_path(sm.output[0]) as tmp:
+        shutil.copyfile(local, tmp)
+    print(f"checkpoint: {local}", flush=True)
+elif rule == "ett_evaluate":
+    from stochattn.experiments.evaluate import REFERENCE, evaluate_split
+
+    methods = list(p.methods)
+    samples = {m: sm.input[f"{m}_samples"] for m in methods}
+
+    def inputs_of(method):
+        files = [samples[method], sm.input[f"{method}_meta"]]
+        return files + ([samples[REFERENCE]] if method != REFERENCE and REFERENCE in samples else [])
+
+    evaluate_split(
+        samples, {m: sm.output[m] for m in methods}, seed=p.seed, levels=tuple(p.levels),
+        dataset=f"{w.ett_dataset} H={w.horizon}", split=None,
+        provenance={m: provenance(inputs_of(m)) for m in methods},
+    )
+elif rule == "ett_table":
+    import os
+    import time
+    from pkgutil import resolve_name
+
+    from stochattn import report
+    from stochattn.experiments import ett_report
+
+    started = time.time()
+    spec = resolve_name(p.table)
+    if spec.build is None:  # the zero-shot table reads the adapters' meta files
+        tidy = ett_report.zero_shot_table(list(sm.input.adapters))
+    else:
+        tidy = spec.build(ett_report.load_ett_runs(list(sm.input.metrics)))
+    written = report.write_table(
+        tidy, os.path.splitext(sm.output.csv)[0], p.caption,
+        {"rule": rule, "inputs": list(sm.input), "config_subset": p.config_subset, "seeds": p.seeds,
+         "started": started, "extra": {"code": p.code}, "repo_dir": os.path.dirname(sm.scriptdir)},
+        spec=spec,
+    )
+    print("wrote", *map(str, written), sep="\n  ", flush=True)
+else:
+    import torch
+
+    from stochattn.experiments import ett
+    from stochattn.provenance import check_gpu_request
+
+    torch.set_num_threads(sm.threads)
+    check_gpu_request(sm.resources.get("gpu", 0), sm.config.get("require_gpu", True))
+    progress = sm.config["progress"]
+    if rule == "ett_prepare":
+        meta = ett.prepare(sm.input.csv, w.ett_dataset, int(w.horizon), sm.output.prepared, context=p.context,
+                           adaptation_percent=p.adaptation_percent, max_series=p.max_series)  # fmt: skip
+        print(f"windows: {meta['n_series']}", flush=True)
+    elif rule == "ett_pretrain_standin":
+        sources = {name: path for name, path in sm.input.items()}
+        meta = ett.pretrain_standin(sources, int(w.station), sm.output.state, model=p.model, pretrain=p.pretrain,
+                                    context=p.context, seed=p.seed, progress=progress,
+                                    provenance=provenance())  # fmt: skip
+        print(f"stand-in station {w.station}: best step {meta['best_step']}, {meta['seconds']:.1f} s", flush=True)
+    elif rule == "ett_adapt":
+        meta = ett.adapt(sm.input.prepared, sm.input.backbone, sm.output.adapter, dataset=w.ett_dataset,
+                         horizon=int(w.horizon), lora=p.lora, train=p.train, seed=p.seed, progress=progress,
+                         provenance=provenance())  # fmt: skip
+        print(f"LoRA: best epoch {meta['best_epoch']}, test MAE {meta['test_mae']}", flush=True)
+    elif rule in ("ett_method", "ett_calibrate_sa"):
+        meta = ett.run_method(p.method, sm.input.prepared, sm.input.backbone, sm.input.adapter,
+                              Path(sm.output.samples).parent, lora=p.lora, train=p.train, method_cfg=p.method_cfg,
+                              num_samples=p.num_samples, seed=p.seed, progress=progress,
+                              provenance=provenance())  # fmt: skip
+        print(f"{p.method}: seconds {meta['seconds']}", flush=True)
+    else:
+        raise ValueError(f"workflow_scripts/ett.py: no stage for rule {rule!r}")
