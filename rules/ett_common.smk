@@ -129,6 +129,10 @@ def ett_figure_args(matched):
         "window": int(f["window"]),
         "columns": ["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"],
         "matched": matched,
-        "title": f"{f['dataset']} H={f['horizon']}, {f['column']}, test window {f['window']}: {which}. "
-        + ett_caption(),
+        "title": f"{f['dataset']} H={f['horizon']}, {f['column']}, test window {f['window']}: {which}."
+        + (
+            " STAND-IN backbone (reduced TimesFM 2.5 pretrained offline, not the 200M checkpoint)."
+            if ETT_STANDIN
+            else ""
+        ),
     }

@@ -150,6 +150,16 @@ def test_dry_run_paper_protocol(tmp_path):
         "uci_yacht_appendix": 1,
         "uci_cost_figure": 1,
         "teaser_sinusoid": 1,
+        # the ETT slice (4 data sets x 2 horizons) on the public TimesFM 2.5 checkpoint: no stand-in pretraining
+        "fetch_ett": 4,
+        "ett_fetch_checkpoint": 1,
+        "ett_prepare": 8,
+        "ett_adapt": 8,
+        "ett_calibrate_sa": 8,
+        "ett_method": 8 * 5,
+        "ett_evaluate": 8,
+        "ett_table": 3,
+        "ett_figure": 2,
         "all": 1,
     }
     out = res.stdout
@@ -168,7 +178,8 @@ def test_dry_run_paper_protocol(tmp_path):
     targets = smk(tmp_path, "--list-target-rules")
     assert targets.returncode == 0, targets.stdout
     listed = set(targets.stdout.split())
-    assert {"all", "uci", "toy", *(f"uci_{d}" for d in ALL_DATASETS)} <= listed
+    assert {"all", "uci", "toy", "ett", *(f"uci_{d}" for d in ALL_DATASETS),
+            *(f"ett_{d}" for d in ("ETTh1", "ETTh2", "ETTm1", "ETTm2"))} <= listed  # fmt: skip
     rules = smk(tmp_path, "--list-rules")
     assert set(PIPELINE_RULES) <= set(rules.stdout.split())
 

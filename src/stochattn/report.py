@@ -81,6 +81,8 @@ SA's scale-matching run after SA). Long labels: CRPS table, figures; short: mast
 DATASET_LABELS: dict[str, str] = {
     **{name: spec.display_name for name, spec in UCI_DATASETS.items()},
     **{name: name for name in ("ETTh1", "ETTh2", "ETTm1", "ETTm2")},
+    # the ETT tables' rows are configurations (stochattn.experiments.ett_report.config_label)
+    **{f"{name} H={h}": f"{name} H={h}" for name in ("ETTh1", "ETTh2", "ETTm1", "ETTm2") for h in (96, 192)},
 }
 """Dataset -> display label; the order is the row order of every table (UCI: the paper's Table 3, then ETT)."""
 

@@ -623,7 +623,7 @@ def pretrain_timesfm(
         bar = show_progress(range(1, steps + 1), desc="pretrain", unit="step", disable=not progress)
         for step in bar:
             module.train()
-            idx = torch.randint(len(train_series), (batch_size,), generator=gen)
+            idx = torch.randint(len(train_series), (batch_size,), generator=gen).to(train_series.device)
             opt.zero_grad(set_to_none=True)
             loss = pretraining_loss(module, train_series[idx], context)
             if not torch.isfinite(loss):

@@ -32,7 +32,7 @@ import torch
 from ..data import ett as ett_data
 from ..io import atomic_path, load_json, load_npz, save_json, save_npz, sha256_file
 from ..provenance import device_info, package_versions
-from ..training import fit_regressor, predict
+from ..training import fit_regressor, predict, resolve_device
 from . import methods
 
 METHODS = ("sa", "sa_match", "swag", "multiswag", "ivon", "contextual_dropout", "hsa")
@@ -174,14 +174,16 @@ def pretrain_standin(
     x_train, x_val, record = pretraining_series(
         sources, station, context=context, stride=int(pretrain["stride"]), val_fraction=float(pretrain["val_fraction"])
     )
-    net = build_standin(model, seed)
+    dev = resolve_device(None)  # CUDA when present
+    net = build_standin(model, seed).to(dev)
     result = pretrain_timesfm(
-        net, torch.tensor(x_train, dtype=torch.float32), torch.tensor(x_val, dtype=torch.float32), context=context,
+        net, torch.tensor(x_train, dtype=torch.float32, device=dev), torch.tensor(x_val, dtype=torch.float32, device=dev),
+        context=context,
         steps=int(pretrain["steps"]), batch_size=int(pretrain["batch_size"]), lr=float(pretrain["lr"]), seed=seed,
         warmup=int(pretrain.get("warmup", 0)), eval_every=int(pretrain.get("eval_every", 100)), progress=progress,
     )
     with atomic_path(out_path) as tmp:
-        torch.save({"state_dict": net.state_dict(), "model": dict(model)}, tmp)
+        torch.save({"state_dict": {k: v.cpu() for k, v in net.state_dict().items()}, "model": dict(model)}, tmp)
     meta = {
         "stand_in": True, "station": station, "sources": record, "model": dict(model), "pretrain": dict(pretrain),
         "n_windows": {"train": len(x_train), "val": len(x_val)}, "best_step": result.best_step,
@@ -223,7 +225,7 @@ def lora_forecaster(backbone_path: str | Path, horizon: int, lora: Mapping[str, 
     backbone = load_backbone(backbone_path)
     with seeded(seed):
         add_lora(backbone, tuple(lora["targets"]), r=int(lora["r"]), alpha=float(lora["alpha"]))
-    return TimesFMForecaster(backbone, horizon).eval()
+    return TimesFMForecaster(backbone, horizon).to(resolve_device(None)).eval()  # CUDA when present
 
 
 def _mae(pred: np.ndarray, y: np.ndarray) -> float:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import textwrap
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -238,5 +239,5 @@ def coverage_figure(
         ax.tick_params(labelsize=7)
     for ax in axes[len(methods):]:
         ax.set_visible(False)
-    fig.suptitle(title, fontsize=8)
+    fig.suptitle(textwrap.fill(title, 40 * ncols), fontsize=8)
     return save_figure(fig, out_base)
