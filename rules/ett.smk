@@ -235,7 +235,12 @@ rule ett_table:
         metrics=ett_metrics(),
         adapters=ett_adapter_metas(),
     output:
-        csv="results/tables/ett_{table}.csv",
+        csv=report(
+            "results/tables/ett_{table}.csv",
+            caption="../report/ett_table.rst",
+            category="ETT tables",
+            labels={"table": "{table}"},
+        ),
         md="results/tables/ett_{table}.md",
         tex="results/tables/ett_{table}.tex",
         csv_prov="results/tables/ett_{table}.csv.prov.json",
@@ -271,7 +276,12 @@ rule ett_figure:
     input:
         unpack(ett_figure_inputs),
     output:
-        png="results/figures/{ett_figure}.png",
+        png=report(
+            "results/figures/{ett_figure}.png",
+            caption="../report/ett_coverage.rst",
+            category="ETT coverage",
+            labels={"figure": "{ett_figure}"},
+        ),
         pdf="results/figures/{ett_figure}.pdf",
         png_prov="results/figures/{ett_figure}.png.prov.json",
         pdf_prov="results/figures/{ett_figure}.pdf.prov.json",

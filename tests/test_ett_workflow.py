@@ -67,3 +67,11 @@ def test_unknown_ett_dataset_is_a_config_error(tmp_path):
     cfg = write_config(tmp_path / "bad.yaml", REPO / "config" / "test.yaml", ett={"datasets": ["ETTh3"]})
     res = smk(tmp_path / "work", "ett", "-n", configfile=cfg)
     assert res.returncode != 0 and "ETTh3" in res.stdout
+
+
+@pytest.mark.slow
+def test_ett_html_report_has_the_captions(ett_run):
+    res = smk(ett_run["work"], "ett", "--report", "report.html", configfile=ett_run["cfg"])
+    assert res.returncode == 0, res.stdout[-3000:]
+    html = (ett_run["work"] / "report.html").read_text(errors="replace")
+    assert "ETT coverage" in html and "STAND-IN" in html
