@@ -29,6 +29,7 @@ it to some of them with a mapping ``nu`` (:func:`climax_sa_nu` builds one, e.g. 
 
 from __future__ import annotations
 
+import fnmatch
 import math
 import os
 import pickle
@@ -339,9 +340,7 @@ class ClimaX(nn.Module):
         self.embed_dim = embed_dim
         self.grid_size = (img_size[0] // patch_size, img_size[1] // patch_size)
 
-        self.token_embeds = nn.ModuleList(
-            [ClimaXPatchEmbed(img_size, patch_size, embed_dim) for _ in default_vars]
-        )
+        self.token_embeds = nn.ModuleList([ClimaXPatchEmbed(img_size, patch_size, embed_dim) for _ in default_vars])
         self.num_patches = self.token_embeds[0].num_patches
         self.var_embed = nn.Parameter(torch.zeros(1, len(default_vars), embed_dim))
         self.var_query = nn.Parameter(torch.zeros(1, 1, embed_dim))
@@ -349,7 +348,8 @@ class ClimaX(nn.Module):
         self.pos_embed = nn.Parameter(torch.zeros(1, self.num_patches, embed_dim), requires_grad=pos_embed_trainable)
         self.lead_time_embed = nn.Linear(1, embed_dim)
         self.pos_drop = nn.Dropout(drop_rate)
-        rates = [drop_path * i / (depth - 1) if depth > 1 else 0.0 for i in range(depth)]  # ClimaX: linspace(0, dp, depth)
+        # stochastic-depth rates rising linearly from 0 to drop_path (ClimaX: torch.linspace(0, drop_path, depth))
+        rates = [drop_path * i / (depth - 1) if depth > 1 else 0.0 for i in range(depth)]
         self.blocks = nn.ModuleList(
             [ClimaXBlock(embed_dim, num_heads, mlp_ratio, drop=drop_rate, drop_path=r) for r in rates]
         )
@@ -522,8 +522,6 @@ def climax_sa_nu(nu: Any, sites: Sequence[str] = ("blocks", "var_agg")) -> Dict[
 
 def climax_sa_modules(model: nn.Module, sites: Sequence[str] = ("blocks", "var_agg")) -> List[str]:
     """Qualified names of the registered attention modules of ``model`` at ``sites`` (model order)."""
-    import fnmatch
-
     patterns = list(climax_sa_nu(None, sites))
     return [n for n in attention_modules(model) if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
 
@@ -658,7 +656,8 @@ def load_climax_checkpoint(
     if problems:
         raise CheckpointMismatchError(
             f"ClimaX checkpoint {str(file)!r} does not match the module ({len(model.default_vars)} variables, "
-            f"D {model.embed_dim}, {len(model.blocks)} blocks; {len(expected)} tensors): " + "; ".join(problems)
+            f"D {model.embed_dim}, {len(model.blocks)} blocks; {len(expected)} tensors): "
+            + "; ".join(problems)
             + ". The official 5.625deg.ckpt fits ClimaX() with the default configuration."
         )
     model.load_state_dict({k: v for k, v in tensors.items() if k in expected}, strict=strict)
