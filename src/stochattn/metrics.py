@@ -347,6 +347,17 @@ def lat_weighted_rmse(pred: Any, truth: Any, lat_deg: Any) -> float:
     return float(np.mean(per_field))
 
 
+def _anomalies(pred: Any, truth: Any, climatology: Any, lat_deg: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(pred - clim, truth - clim, latitude weights (n_lat, 1))`` of fields (..., n_lat, n_lon), checked."""
+    p, t, w = _check_field(pred, truth, lat_deg)
+    clim = as_array(climatology, "climatology")
+    try:
+        clim = np.broadcast_to(clim, t.shape)
+    except ValueError:
+        raise ValueError(f"climatology has shape {clim.shape}, not broadcastable to truth shape {t.shape}") from None
+    return p - clim, t - clim, w
+
+
 def lat_weighted_acc(pred: Any, truth: Any, climatology: Any, lat_deg: Any) -> float:
     """Latitude-weighted anomaly correlation coefficient for fields of shape (..., n_lat, n_lon).
 
@@ -365,14 +376,7 @@ def lat_weighted_acc(pred: Any, truth: Any, climatology: Any, lat_deg: Any) -> f
     # NOTE[DIFF]: ClimaX (src/climax/utils/metrics.py) demeans over the whole evaluation batch and sums over it,
     # so its value depends on the loader's batch size; we compute ACC per field (ClimaX with batch size 1) and
     # average over fields, the usual per-time-step ACC.
-    p, t, w = _check_field(pred, truth, lat_deg)
-    clim = as_array(climatology, "climatology")
-    try:
-        clim = np.broadcast_to(clim, t.shape)
-    except ValueError:
-        raise ValueError(f"climatology has shape {clim.shape}, not broadcastable to truth shape {t.shape}") from None
-    a = p - clim
-    b = t - clim
+    a, b, w = _anomalies(pred, truth, climatology, lat_deg)
     a = a - a.mean(axis=(-2, -1), keepdims=True)
     b = b - b.mean(axis=(-2, -1), keepdims=True)
     saa = np.sum(w * a * a, axis=(-2, -1))
@@ -464,16 +468,10 @@ def climax_lat_weighted_acc(pred: Any, truth: Any, climatology: Any, lat_deg: An
     with B = 1 it equals :func:`lat_weighted_acc` of that field. Use it to reproduce a ClimaX number; use
     :func:`lat_weighted_acc` (per field, averaged) otherwise.
     """
-    p, t, w = _check_field(pred, truth, lat_deg)
-    if p.ndim != 3:
-        raise ValueError(f"pred must have shape (B, n_lat, n_lon) (one variable of one batch), got shape {p.shape}")
-    clim = as_array(climatology, "climatology")
-    try:
-        clim = np.broadcast_to(clim, t.shape)
-    except ValueError:
-        raise ValueError(f"climatology has shape {clim.shape}, not broadcastable to truth shape {t.shape}") from None
-    a = p - clim
-    b = t - clim
+    if np.ndim(pred) != 3:
+        raise ValueError(f"pred must have shape (B, n_lat, n_lon) (one variable of one batch), got shape "
+                         f"{np.shape(pred)}")  # fmt: skip
+    a, b, w = _anomalies(pred, truth, climatology, lat_deg)
     a = a - a.mean()
     b = b - b.mean()
     saa, sbb = float(np.sum(w * a * a)), float(np.sum(w * b * b))

@@ -36,6 +36,7 @@ __all__ = [
     "as_tensor",
     "derive_seed",
     "eval_mode",
+    "attribute_set",
     "fit_regressor",
     "model_device",
     "parameter_groups",
@@ -127,6 +128,20 @@ def seeded(seed: int, device: torch.device | None = None) -> Iterator[None]:
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(int(seed))
         yield
+
+
+@contextlib.contextmanager
+def attribute_set(modules: Sequence[nn.Module], name: str, value: Any) -> Iterator[None]:
+    """Context in which attribute ``name`` of every module in ``modules`` is ``value`` (e.g. the generator an HSA
+    or Contextual Dropout module draws its noise from); the previous values are restored afterwards."""
+    previous = [getattr(m, name) for m in modules]
+    try:
+        for m in modules:
+            setattr(m, name, value)
+        yield
+    finally:
+        for m, old in zip(modules, previous):
+            setattr(m, name, old)
 
 
 @contextlib.contextmanager

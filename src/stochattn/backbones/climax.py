@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from stochattn.backbones.checkpoints import CheckpointMismatchError, state_dict_mismatch
 from stochattn.patch import SAState, attention_modules, register_attention
 from stochattn.training import seeded
 
@@ -529,10 +530,6 @@ def climax_sa_modules(model: nn.Module, sites: Sequence[str] = ("blocks", "var_a
 # ----------------------------------------------------------------------------------------------------------------
 # checkpoint
 # ----------------------------------------------------------------------------------------------------------------
-class CheckpointMismatchError(ValueError):
-    """A checkpoint's tensor names or shapes do not match the module."""
-
-
 class CheckpointPickleError(RuntimeError):
     """The file needs full unpickling (``weights_only=False``), which was not allowed."""
 
@@ -544,12 +541,6 @@ class LoadResult(NamedTuple):
 
 #: Old (pre-release ClimaX) names -> current ones; ClimaX's loader replaces "channel" by "var" in every key.
 _RENAMES = (("channel_embed", "var_embed"), ("channel_query", "var_query"), ("channel_agg.", "var_agg."))
-
-
-def _listing(names, limit: int = 12) -> str:
-    names = sorted(names)
-    shown = ", ".join(names[:limit])
-    return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
 
 
 def _read(file: Path, allow_pickle: bool) -> Any:
@@ -639,20 +630,7 @@ def load_climax_checkpoint(
             )
         tensors["pos_embed"] = resize_pos_embed(pe, (old_h, 2 * old_h), model.grid_size)
 
-    missing = set(expected) - set(tensors)
-    unexpected = set(tensors) - set(expected)
-    wrong_shape = [
-        f"{k} (checkpoint {tuple(tensors[k].shape)}, module {tuple(expected[k].shape)})"
-        for k in sorted(set(expected) & set(tensors))
-        if tensors[k].shape != expected[k].shape
-    ]
-    problems = []
-    if missing and strict:
-        problems.append(f"{len(missing)} missing key(s): {_listing(missing)}")
-    if unexpected and strict:
-        problems.append(f"{len(unexpected)} unexpected key(s): {_listing(unexpected)}")
-    if wrong_shape:
-        problems.append(f"{len(wrong_shape)} shape mismatch(es): {_listing(wrong_shape)}")
+    problems, missing, unexpected = state_dict_mismatch(expected, tensors, strict=strict)
     if problems:
         raise CheckpointMismatchError(
             f"ClimaX checkpoint {str(file)!r} does not match the module ({len(model.default_vars)} variables, "

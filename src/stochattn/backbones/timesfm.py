@@ -41,6 +41,7 @@ from timesfm.torch import transformer as tfm_transformer
 from timesfm.torch import util as tfm_util
 
 from stochattn.attention import Method, masked_attention_probs
+from stochattn.backbones.checkpoints import CheckpointMismatchError, state_dict_mismatch
 from stochattn.io import atomic_path, sha256_file
 from stochattn.patch import NuSpec, SAState, StochasticAttention, predictive_samples, register_attention
 from stochattn.progress import progress as show_progress
@@ -57,6 +58,7 @@ __all__ = [
     "build_timesfm",
     "build_timesfm_200m",
     "load_timesfm_checkpoint",
+    "module_of",
     "fetch_timesfm_checkpoint",
     "point_forecast",
     "sa_forecast_samples",
@@ -202,21 +204,11 @@ def build_timesfm_200m(checkpoint: Union[None, str, os.PathLike] = None) -> Time
 # --------------------------------------------------------------------------------------------------------------
 # checkpoint
 # --------------------------------------------------------------------------------------------------------------
-class CheckpointMismatchError(ValueError):
-    """A checkpoint's tensor names or shapes do not match the module."""
-
-
 class CheckpointUnavailableError(RuntimeError):
     """The public checkpoint can be neither found in the cache nor downloaded (offline, no access, ...)."""
 
 
-def _listing(names, limit: int = 12) -> str:
-    names = sorted(names)
-    shown = ", ".join(names[:limit])
-    return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
-
-
-def _module_of(model: Any) -> nn.Module:
+def module_of(model: Any) -> nn.Module:
     """The torch module of ``model`` (a module, or the ``timesfm.TimesFM_2p5_200M_torch`` wrapper)."""
     if isinstance(model, nn.Module):
         return model
@@ -241,7 +233,7 @@ def load_timesfm_checkpoint(model: Any, path: Union[str, os.PathLike]) -> nn.Mod
     loaded then). Returns the module (``model`` itself, or the wrapper's ``.model``) in eval mode; its device and
     dtype are kept.
     """
-    module = _module_of(model)
+    module = module_of(model)
     file = Path(path)
     if file.is_dir():
         file = file / TIMESFM_FILENAME
@@ -249,21 +241,8 @@ def load_timesfm_checkpoint(model: Any, path: Union[str, os.PathLike]) -> nn.Mod
         raise FileNotFoundError(f"TimesFM checkpoint {str(file)!r} does not exist")
     tensors = load_file(str(file))
     expected = module.state_dict()
-    missing = set(expected) - set(tensors)
-    unexpected = set(tensors) - set(expected)
-    wrong_shape = [
-        f"{k} (checkpoint {tuple(tensors[k].shape)}, module {tuple(expected[k].shape)})"
-        for k in sorted(set(expected) & set(tensors))
-        if tensors[k].shape != expected[k].shape
-    ]
-    if missing or unexpected or wrong_shape:
-        problems = []
-        if missing:
-            problems.append(f"{len(missing)} missing key(s): {_listing(missing)}")
-        if unexpected:
-            problems.append(f"{len(unexpected)} unexpected key(s): {_listing(unexpected)}")
-        if wrong_shape:
-            problems.append(f"{len(wrong_shape)} shape mismatch(es): {_listing(wrong_shape)}")
+    problems, _, _ = state_dict_mismatch(expected, tensors)
+    if problems:
         raise CheckpointMismatchError(
             f"TimesFM checkpoint {str(file)!r} does not match the module ({type(module).__name__}, "
             f"{len(expected)} tensors): " + "; ".join(problems) + ". The public google/timesfm-2.5-200m-pytorch "
@@ -395,6 +374,25 @@ def _timesfm_attention_forward(module, state: SAState, original, *args, **kwargs
 # --------------------------------------------------------------------------------------------------------------
 # point forecasts and SA predictive samples
 # --------------------------------------------------------------------------------------------------------------
+def _check_horizon(horizon: Any) -> None:
+    if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
+        raise ValueError(f"horizon must be a positive int, got {horizon!r}")
+
+
+def _left_pad(module: nn.Module, context: Tensor, mask: Optional[Tensor]) -> tuple[Tensor, Tensor]:
+    """(B, T) context and bool padding mask (True = padding), left-padded to a multiple of the patch length."""
+    if context.dim() != 2:
+        raise ValueError(f"context must have shape (B, T), got {tuple(context.shape)}")
+    context = context.float()
+    mask = torch.zeros_like(context, dtype=torch.bool) if mask is None else mask.to(torch.bool)
+    if mask.shape != context.shape:
+        raise ValueError(f"mask shape {tuple(mask.shape)} differs from context shape {tuple(context.shape)}")
+    if (pad := (-context.shape[1]) % module.p) != 0:
+        context = torch.nn.functional.pad(context, (pad, 0))
+        mask = torch.nn.functional.pad(mask, (pad, 0), value=True)
+    return context, mask
+
+
 @torch.no_grad()
 def point_forecast(model: Any, context: Tensor, mask: Optional[Tensor] = None, *, horizon: int) -> Tensor:
     """Point forecast (B, horizon) of the raw series ``context`` (B, T), through the module's ``decode`` (its
@@ -409,18 +407,9 @@ def point_forecast(model: Any, context: Tensor, mask: Optional[Tensor] = None, *
     (halving SA's variance), and the clamp at zero biases the SA ensemble. This equals ``compiled_decode`` with
     both off, ``normalize_inputs=False`` and ``use_continuous_quantile_head=False``.
     """
-    module = _module_of(model)
-    if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
-        raise ValueError(f"horizon must be a positive int, got {horizon!r}")
-    if context.dim() != 2:
-        raise ValueError(f"context must have shape (B, T), got {tuple(context.shape)}")
-    context = context.float()
-    mask = torch.zeros_like(context, dtype=torch.bool) if mask is None else mask.to(torch.bool)
-    if mask.shape != context.shape:
-        raise ValueError(f"mask shape {tuple(mask.shape)} differs from context shape {tuple(context.shape)}")
-    if (pad := (-context.shape[1]) % module.p) != 0:
-        context = torch.nn.functional.pad(context, (pad, 0))
-        mask = torch.nn.functional.pad(mask, (pad, 0), value=True)
+    module = module_of(model)
+    _check_horizon(horizon)
+    context, mask = _left_pad(module, context, mask)
     batch = context.shape[0]
     pf, _, ar = module.decode(horizon, context, mask)
     parts = [pf[:, -1, :, module.aridx]]
@@ -445,7 +434,7 @@ def sa_forecast_samples(
     and positivity clamp off, see its NOTE[DIFF]), with stochastic attention at ``nu`` in every attention module
     (any form :class:`~stochattn.patch.StochasticAttention` accepts); passes are folded into the batch by
     :func:`~stochattn.patch.predictive_samples`. The patch is removed afterwards."""
-    module = _module_of(model)
+    module = module_of(model)
     if mask is None:
         mask = torch.zeros_like(context, dtype=torch.bool)
     with StochasticAttention(module, nu, generator=generator, method=method):
@@ -461,20 +450,6 @@ def sa_forecast_samples(
 # --------------------------------------------------------------------------------------------------------------
 # differentiable forecasts (training, LoRA, weight-space baselines)
 # --------------------------------------------------------------------------------------------------------------
-def _left_pad(module: nn.Module, context: Tensor, mask: Optional[Tensor]) -> tuple[Tensor, Tensor]:
-    """(B, T) context and bool padding mask (True = padding), left-padded to a multiple of the patch length."""
-    if context.dim() != 2:
-        raise ValueError(f"context must have shape (B, T), got {tuple(context.shape)}")
-    context = context.float()
-    mask = torch.zeros_like(context, dtype=torch.bool) if mask is None else mask.to(torch.bool)
-    if mask.shape != context.shape:
-        raise ValueError(f"mask shape {tuple(mask.shape)} differs from context shape {tuple(context.shape)}")
-    if (pad := (-context.shape[1]) % module.p) != 0:
-        context = torch.nn.functional.pad(context, (pad, 0))
-        mask = torch.nn.functional.pad(mask, (pad, 0), value=True)
-    return context, mask
-
-
 def patch_outputs(model: Any, context: Tensor, mask: Optional[Tensor] = None) -> Tensor:
     """Renormalised outputs (B, N, 128, 10) of every input patch of ``context`` (B, T), with autograd.
 
@@ -483,7 +458,7 @@ def patch_outputs(model: Any, context: Tensor, mask: Optional[Tensor] = None) ->
     outputs de-normalised with the same statistics. Output patch i forecasts the 128 steps after input patch i;
     channel 0 is the mean, 1-9 the quantiles 0.1-0.9 (5: the median, the point forecast).
     """
-    module = _module_of(model)
+    module = module_of(model)
     context, mask = _left_pad(module, context, mask)
     batch = context.shape[0]
     patches = context.reshape(batch, -1, module.p)
@@ -505,9 +480,8 @@ def forecast(model: Any, context: Tensor, mask: Optional[Tensor] = None, *, hori
     output, then, beyond 128 steps, that forecast appended as context and the model run again (timesfm's
     autoregressive decode, recomputed without its cache: the same running statistics, positions and causal
     attention, so it equals :func:`point_forecast` up to round-off; tests check it)."""
-    module = _module_of(model)
-    if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
-        raise ValueError(f"horizon must be a positive int, got {horizon!r}")
+    module = module_of(model)
+    _check_horizon(horizon)
     context, mask = _left_pad(module, context, mask)
     parts: list[Tensor] = []
     while True:
@@ -529,8 +503,7 @@ class TimesFMForecaster(nn.Module):
 
     def __init__(self, backbone: nn.Module, horizon: int) -> None:
         super().__init__()
-        if isinstance(horizon, bool) or not isinstance(horizon, int) or horizon < 1:
-            raise ValueError(f"horizon must be a positive int, got {horizon!r}")
+        _check_horizon(horizon)
         self.backbone = backbone
         self.horizon = horizon
 
@@ -547,7 +520,7 @@ def pretraining_loss(model: Any, series: Tensor, context: int) -> Tensor:
     NOTE[DIFF]: TimesFM 2.5's own pretraining recipe (data mix, masking of context lengths, loss weights) is not
     public in timesfm 3.0.2; this objective trains the heads the forecasts read, on full-length contexts.
     """
-    module = _module_of(model)
+    module = module_of(model)
     if series.dim() != 2 or series.shape[1] != context + module.o:
         raise ValueError(f"series must have shape (B, context + {module.o}), got {tuple(series.shape)}")
     if context % module.p:

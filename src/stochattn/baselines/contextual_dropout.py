@@ -64,6 +64,7 @@ from stochattn.training import (
     FitResult,
     LossFn,
     StepFn,
+    attribute_set,
     eval_mode,
     fit_regressor,
     model_device,
@@ -329,15 +330,8 @@ def _modules_or_raise(model: nn.Module) -> list[ContextualDropout]:
 @contextlib.contextmanager
 def contextual_dropout_generator(model: nn.Module, generator: torch.Generator | None) -> Iterator[nn.Module]:
     """Context in which every :class:`ContextualDropout` of ``model`` draws its masks from ``generator``."""
-    modules = contextual_dropout_modules(model)
-    previous = [m.generator for m in modules]
-    try:
-        for m in modules:
-            m.generator = generator
+    with attribute_set(contextual_dropout_modules(model), "generator", generator):
         yield model
-    finally:
-        for m, g in zip(modules, previous, strict=True):
-            m.generator = g
 
 
 @contextlib.contextmanager
@@ -346,15 +340,8 @@ def mean_masks(model: nn.Module) -> Iterator[nn.Module]:
 
     Training-mode passes still sample. The modules' previous flags are restored afterwards.
     """
-    modules = contextual_dropout_modules(model)
-    previous = [m.sample_in_eval for m in modules]
-    try:
-        for m in modules:
-            m.sample_in_eval = False
+    with attribute_set(contextual_dropout_modules(model), "sample_in_eval", False):
         yield model
-    finally:
-        for m, flag in zip(modules, previous, strict=True):
-            m.sample_in_eval = flag
 
 
 def kl_divergence(model: nn.Module) -> Tensor:

@@ -43,7 +43,7 @@ from rtdl_revisiting_models import MultiheadAttention
 from torch import Tensor, nn
 
 from stochattn.patch import predictive_samples
-from stochattn.training import eval_mode, model_device
+from stochattn.training import attribute_set, eval_mode, model_device
 
 __all__ = [
     "HSAAttentionBase",
@@ -519,15 +519,8 @@ def _hsa_modules(model: nn.Module) -> list[HSAAttentionBase]:
 @contextlib.contextmanager
 def hsa_generator(model: nn.Module, generator: torch.Generator | None) -> Iterator[nn.Module]:
     """Context in which every HSA module of ``model`` draws its Gumbel noise from ``generator``."""
-    modules = _hsa_modules(model)
-    previous = [m.generator for m in modules]
-    try:
-        for m in modules:
-            m.generator = generator
+    with attribute_set(_hsa_modules(model), "generator", generator):
         yield model
-    finally:
-        for m, g in zip(modules, previous):
-            m.generator = g
 
 
 @torch.no_grad()

@@ -39,6 +39,7 @@ import torch
 from timesfm.torch import transformer as tfm_transformer
 from torch import Tensor, nn
 
+from stochattn.backbones.timesfm import module_of
 from stochattn.baselines.hsa import HSAAttentionBase
 
 __all__ = ["TimesFMHSAAttention", "add_hsa_to_timesfm", "remove_hsa_from_timesfm"]
@@ -135,16 +136,6 @@ class TimesFMHSAAttention(HSAAttentionBase):
         return out.permute(0, 2, 1, 3)
 
 
-def _root(model: Any) -> nn.Module:
-    """``model`` itself, or the module of a ``timesfm.TimesFM_2p5_200M_torch`` wrapper (attribute ``model``)."""
-    if isinstance(model, nn.Module):
-        return model
-    inner = getattr(model, "model", None)
-    if isinstance(inner, nn.Module):
-        return inner
-    raise TypeError(f"model must be an nn.Module (or timesfm's wrapper holding one), got {type(model).__name__}")
-
-
 def _attention_modules(model: nn.Module) -> list[tuple[str, tfm_transformer.MultiHeadAttention]]:
     found = [(n, m) for n, m in model.named_modules() if isinstance(m, tfm_transformer.MultiHeadAttention)]
     if not found:
@@ -177,7 +168,7 @@ def add_hsa_to_timesfm(
     Raises ``ValueError`` if ``model`` holds no timesfm attention module, if HSA is already installed in any of
     them, or if an attention function is itself an ``nn.Module`` (replacing it would drop its parameters).
     """
-    root = _root(model)
+    root = module_of(model)
     targets = _attention_modules(root)
     already = [n for n, m in targets if isinstance(m.attention_fn, TimesFMHSAAttention)]
     if already:
@@ -218,7 +209,7 @@ def remove_hsa_from_timesfm(model: Any) -> list[str]:
     """Restore the original attention function of every timesfm attention module of ``model`` that holds a
     :class:`TimesFMHSAAttention` (the centroids leave the model). Returns the names of the modules restored;
     raises ``ValueError`` if there is none."""
-    root = _root(model)
+    root = module_of(model)
     found = [(n, m) for n, m in _attention_modules(root) if isinstance(m.attention_fn, TimesFMHSAAttention)]
     if not found:
         raise ValueError(f"{type(root).__name__} has no HSA installed (see add_hsa_to_timesfm)")

@@ -239,35 +239,48 @@ def ivon_run(data, build: Callable[[int], torch.nn.Module], train_cfg, cfg, num_
             "extra": {"selection": sel.record}}
 
 
+def stochastic_net_run(method, data, train_net, sampler, keys, defaults, train_cfg, cfg, num_samples, seed,
+                       extra=None) -> Dict[str, Any]:  # fmt: skip
+    """A method whose trained network is itself stochastic at test time (HSA, Contextual Dropout).
+
+    Every candidate of ``cfg["grid"]`` (overrides of ``keys`` over ``defaults`` and the training schedule) is
+    trained by ``train_net(candidate, split)`` from the same seed and scored by the validation RMSE of the mean of
+    ``num_samples`` passes; the chosen network's ``sampler(net, x, num_samples, generator=...)`` passes on the test
+    and cal parts are the samples, their mean the point prediction."""
+    def draw(net, x, generator):
+        return sampler(net, torch.tensor(x, dtype=torch.float32), num_samples, generator=generator)
+
+    def fit(c, split):  # sees the ValidationSplit only (never ``data``)
+        net = train_net(c, split)
+        return CandidateFit(net, draw(net, split.x_val, seed + 2).mean(0))
+
+    defaults = dict(defaults, lr=train_cfg.get("lr", 1e-4), max_epochs=train_cfg.get("max_epochs", 500),
+                    patience=train_cfg.get("patience", 16))
+    t0 = time.perf_counter()
+    sel = select(method, data, candidates(cfg, keys, defaults), fit)
+    net = sel.result
+    t1 = time.perf_counter()
+    samples, cal_samples = draw(net, data["x_test"], seed), draw(net, data["x_cal"], seed + 1)
+    return {"point": samples.mean(0), "samples": samples, "cal_point": cal_samples.mean(0), "cal_samples": cal_samples,
+            "seconds": {"train": t1 - t0, "calibrate": 0.0, "predict": time.perf_counter() - t1},
+            "extra": {"selection": sel.record, **(extra or {})}}
+
+
 def hsa_run(data, build: Callable[[Mapping[str, Any], int], torch.nn.Module], train_cfg, cfg, num_samples, seed,
             progress) -> Dict[str, Any]:  # fmt: skip
     """HSA (Pei et al. 2022): ``build(candidate, seed)`` gives a network with HSA attention (its trainable
     parameters: everything when trained from scratch, centroids + LoRA on a frozen backbone), trained by AdamW with
-    its Gumbel sampling on; point = sample mean.
-
-    Candidates of ``cfg["grid"]`` (overrides of HSA_KEYS) are trained from the same seed and scored by the
-    validation RMSE of their point prediction (the mean of ``num_samples`` stochastic passes).
-    """
+    its Gumbel sampling on; point = sample mean (:func:`stochastic_net_run`)."""
     from ..baselines.hsa import hsa_samples
 
-    def fit(c, split):  # sees the ValidationSplit only (never ``data``)
+    def train_net(c, split):
         net = build(c, seed)
         fit_on(net, split, dict(train_cfg, lr=c["lr"], max_epochs=c["max_epochs"], patience=c["patience"]), seed,
-               progress, "hsa")
-        val = hsa_samples(net, torch.tensor(split.x_val, dtype=torch.float32), num_samples, generator=seed + 2)
-        return CandidateFit(net, val.mean(0))
+               progress, "hsa")  # fmt: skip
+        return net
 
-    defaults = dict(HSA_DEFAULTS, lr=train_cfg.get("lr", 1e-4), max_epochs=train_cfg.get("max_epochs", 500),
-                    patience=train_cfg.get("patience", 16))
-    t0 = time.perf_counter()
-    sel = select("hsa", data, candidates(cfg, HSA_KEYS, defaults), fit)
-    net = sel.result
-    t1 = time.perf_counter()
-    samples = hsa_samples(net, torch.as_tensor(data["x_test"], dtype=torch.float32), num_samples, generator=seed)
-    cal_samples = hsa_samples(net, torch.as_tensor(data["x_cal"], dtype=torch.float32), num_samples, generator=seed + 1)
-    return {"point": samples.mean(0), "samples": samples, "cal_point": cal_samples.mean(0), "cal_samples": cal_samples,
-            "seconds": {"train": t1 - t0, "calibrate": 0.0, "predict": time.perf_counter() - t1},
-            "extra": {"selection": sel.record}}
+    return stochastic_net_run("hsa", data, train_net, hsa_samples, HSA_KEYS, HSA_DEFAULTS, train_cfg, cfg,
+                              num_samples, seed)  # fmt: skip
 
 
 # Contextual Dropout settings a grid entry may override (AdamW on the trainable parameters, as the adapter's)
@@ -279,15 +292,16 @@ def contextual_dropout_run(data, build: Callable[[int], torch.nn.Module], sites:
                            train_cfg, cfg, num_samples, seed, progress) -> Dict[str, Any]:  # fmt: skip
     """Contextual Dropout (Fan et al. 2021, Gaussian variant, :mod:`stochattn.baselines.contextual_dropout`):
     ``build(seed)`` gives the network (its trainable parameters are trained with the dropout modules installed at
-    ``sites(net)``, the names of the ``nn.Linear`` layers whose inputs are masked); point = sample mean.
-
-    Candidates of ``cfg["grid"]`` (overrides of CD_KEYS) are scored by the validation RMSE of the mean of
-    ``num_samples`` stochastic passes, as HSA's."""
+    ``sites(net)``, the names of the ``nn.Linear`` layers whose inputs are masked); point = sample mean, candidates
+    chosen as HSA's (:func:`stochastic_net_run`)."""
     from ..baselines.contextual_dropout import add_contextual_dropout, contextual_dropout_samples, fit_contextual_dropout
 
-    def fit(c, split):  # sees the ValidationSplit only (never ``data``)
+    chosen_sites: list = []  # filled by train_net (the same names for every candidate), recorded in meta.json
+
+    def train_net(c, split):
         net = build(seed)
-        add_contextual_dropout(net, sites(net), gamma=int(c["gamma"]), init_rate=float(c["init_rate"]),
+        chosen_sites[:] = sites(net)
+        add_contextual_dropout(net, chosen_sites, gamma=int(c["gamma"]), init_rate=float(c["init_rate"]),
                                prior_rate=float(c["prior_rate"]), seed=seed)  # fmt: skip
         fit_contextual_dropout(
             net, split.x_fit, split.y_fit, split.x_val, split.y_val, seed=seed, lr=float(c["lr"]),
@@ -295,22 +309,11 @@ def contextual_dropout_run(data, build: Callable[[int], torch.nn.Module], sites:
             batch_size=train_cfg.get("batch_size", 256), max_epochs=int(c["max_epochs"]), patience=c["patience"],
             progress=progress, desc="contextual dropout",
         )
-        val = contextual_dropout_samples(net, torch.tensor(split.x_val, dtype=torch.float32), num_samples,
-                                         generator=seed + 2)  # fmt: skip
-        return CandidateFit(net, val.mean(0))
+        return net
 
-    defaults = dict(CD_DEFAULTS, lr=train_cfg.get("lr", 1e-4), max_epochs=train_cfg.get("max_epochs", 500),
-                    patience=train_cfg.get("patience", 16))
-    t0 = time.perf_counter()
-    sel = select("contextual_dropout", data, candidates(cfg, CD_KEYS, defaults), fit)
-    net = sel.result
-    t1 = time.perf_counter()
-    draw = lambda x, g: contextual_dropout_samples(net, torch.as_tensor(x, dtype=torch.float32), num_samples,  # noqa: E731
-                                                   generator=g)  # fmt: skip
-    samples, cal_samples = draw(data["x_test"], seed), draw(data["x_cal"], seed + 1)
-    return {"point": samples.mean(0), "samples": samples, "cal_point": cal_samples.mean(0), "cal_samples": cal_samples,
-            "seconds": {"train": t1 - t0, "calibrate": 0.0, "predict": time.perf_counter() - t1},
-            "extra": {"selection": sel.record, "variant": "gaussian", "sites": sites(net)}}
+    return stochastic_net_run("contextual_dropout", data, train_net, contextual_dropout_samples, CD_KEYS, CD_DEFAULTS,
+                              train_cfg, cfg, num_samples, seed,
+                              extra={"variant": "gaussian", "sites": chosen_sites})  # fmt: skip
 
 
 def multiswag_member(data, net, method_cfg, component: int, seed: int, progress: bool,
