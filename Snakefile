@@ -3,7 +3,8 @@
 #   snakemake --cores 2 --configfile=config/quick.yaml      # offline embedded default, 2 cores (`make run`)
 #   snakemake --profile slurm                               # the paper's protocol on a cluster (./slurm)
 #
-# Targets: all (default), uci, uci_<dataset> (e.g. uci_yacht), toy, ett, ett_<dataset> (e.g. ett_ETTh1), or any output path such as
+# Targets: all (default), uci, uci_<dataset> (e.g. uci_yacht), toy, ett, ett_<dataset> (e.g. ett_ETTh1), era5 (= climax),
+# or any output path such as
 # results/uci/yacht/split0/sa/metrics.json. Every output lives under results/, every log under logs/.
 # The logic lives in the stochattn package; workflow_scripts/ only adapt the snakemake object to one call.
 
@@ -44,16 +45,20 @@ include: "rules/evaluate.smk"
 include: "rules/report.smk"
 include: "rules/ett_common.smk"
 include: "rules/ett.smk"
+include: "rules/era5_common.smk"
+include: "rules/era5.smk"
 
 
 # Target rules and the fetch rule (which needs the network on a cluster's login node) run locally (localrule).
 rule all:
-    """Every table and figure of the UCI slice, the teaser's toy panel and (ett.enabled) the ETT slice."""
+    """Every table and figure of the UCI slice, the teaser's toy panel and (ett.enabled, era5.enabled) the ETT and ERA5
+    slices."""
     default_target: True
     input:
         uci_targets(),
         figure_files("teaser_sinusoid"),
         ett_targets() if ETT["enabled"] else [],
+        era5_targets() if ERA5["enabled"] else [],
     localrule: True
 
 
@@ -76,6 +81,18 @@ rule ett:
     input:
         ett_targets(),
     localrule: True
+
+
+rule era5:
+    """The ERA5 slice: every method's metrics, the ClimaX tables and figures, the teaser's panels (a) and (b)."""
+    input:
+        era5_targets(),
+    localrule: True
+
+
+use rule era5 as climax with:
+    input:
+        era5_targets(),
 
 
 # One target per configured data set: every run's metrics and the data set's own figures, e.g. `uci_yacht`.

@@ -160,7 +160,7 @@ rule ett_calibrate_sa:
         seed=lambda w: ett_seed("sa", w.ett_dataset, w.horizon),
         code=code_for(
             "stochattn.experiments.ett:run_method",
-            exclude=[f"stochattn.experiments.ett:_{m}" for m in ETT_METHOD_FUNCTIONS if m != "sa"],
+            exclude=[f"stochattn.experiments.adapters:_{m}" for m in ETT_METHOD_FUNCTIONS if m != "sa"],
         ),
     script:
         "../workflow_scripts/ett.py"
@@ -197,7 +197,7 @@ rule ett_method:
         seed=lambda w: ett_seed(w.ett_method, w.ett_dataset, w.horizon),
         code=lambda w: code_for(
             "stochattn.experiments.ett:run_method",
-            exclude=[f"stochattn.experiments.ett:_{m}" for m in ETT_METHOD_FUNCTIONS if m != w.ett_method],
+            exclude=[f"stochattn.experiments.adapters:_{m}" for m in ETT_METHOD_FUNCTIONS if m != w.ett_method],
         ),
     script:
         "../workflow_scripts/ett.py"

@@ -53,6 +53,7 @@ __all__ = [
     "ClimaX",
     "ClimaXAttention",
     "ClimaXBlock",
+    "ClimaXForecaster",
     "CheckpointMismatchError",
     "CheckpointPickleError",
     "LoadResult",
@@ -503,6 +504,46 @@ def build_climax(
         return ClimaX(**kwargs).eval()
 
 
+class ClimaXForecaster(nn.Module):
+    """``x (B, V_in * H * W) -> one field at a fixed lead (B, H * W)``: the flat form every training loop and
+    sampler of the library takes (``fit_regressor``, SWAG, IVON, HSA, Contextual Dropout, SA), as
+    :class:`stochattn.backbones.timesfm.TimesFMForecaster` is for TimesFM.
+
+    ``net``: a :class:`ClimaX` (LoRA layers may be injected into it); ``variables``: the V_in input variables, in the
+    order of x's channels (names of ``net.default_vars``); ``out_variable``: the forecast field (e.g. Z500);
+    ``lead_hours``: the fixed lead time (72 for the paper's task). Rows are fed to ``net`` in chunks of at most
+    ``chunk`` (memory: a ClimaX pass holds V_in x L tokens per row), which changes nothing in the result.
+    """
+
+    def __init__(
+        self, net: ClimaX, variables: Sequence[str], out_variable: str, lead_hours: float, chunk: int = 32
+    ) -> None:
+        super().__init__()
+        self.net = net
+        self.variables = tuple(variables)
+        net.var_ids(self.variables)  # unknown names fail here
+        net.var_ids([out_variable])
+        self.out_variable = out_variable
+        self.lead_hours = float(lead_hours)
+        self.chunk = int(chunk)
+
+    @property
+    def field_shape(self) -> Tuple[int, int]:
+        return tuple(self.net.img_size)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h, w = self.net.img_size
+        if x.dim() != 2 or x.shape[1] != len(self.variables) * h * w:
+            raise ValueError(f"x: expected (B, {len(self.variables)} * {h} * {w}), got {tuple(x.shape)}")
+        fields = x.reshape(x.shape[0], len(self.variables), h, w)
+        lead = self.lead_hours / LEAD_TIME_DIVISOR_HOURS
+        outs = [
+            self.net(part, lead, self.variables, [self.out_variable]).flatten(1)
+            for part in fields.split(self.chunk)
+        ]
+        return torch.cat(outs)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # stochastic-attention sites
 # ----------------------------------------------------------------------------------------------------------------
@@ -640,3 +681,23 @@ def load_climax_checkpoint(
         )
     model.load_state_dict({k: v for k, v in tensors.items() if k in expected}, strict=strict)
     return LoadResult(sorted(missing), sorted(unexpected))
+
+
+#: The official 5.625 deg checkpoint (microsoft/ClimaX README: "tungnd/climax" on the Hugging Face Hub); not
+#: reachable from the offline machines this was written on.
+CLIMAX_CHECKPOINT_URL = "https://huggingface.co/tungnd/climax/resolve/main/5.625deg.ckpt"
+
+
+def fetch_climax_checkpoint(
+    dest: Union[str, os.PathLike], *, url: str = CLIMAX_CHECKPOINT_URL, sha256: Optional[str] = None,
+    timeout: float = 600.0,
+) -> Dict[str, Any]:
+    """Download the ClimaX checkpoint to ``dest`` (atomically; kept when present and, with ``sha256``, matching)
+    and return {"url", "sha256"} (the digest of the file, to pin in the configuration after a first fetch)."""
+    from stochattn.data.uci import _download_verified
+    from stochattn.io import sha256_file
+
+    dest = Path(dest)
+    if not (dest.is_file() and (sha256 is None or sha256_file(dest) == sha256)):
+        _download_verified(url, dest, sha256, timeout)
+    return {"url": url, "sha256": sha256_file(dest)}

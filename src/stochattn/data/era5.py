@@ -876,3 +876,84 @@ def forecast_pairs(
         )
     return ForecastPairs(np.concatenate(xs), np.concatenate(ys), np.concatenate(sid), np.concatenate(tid),
                          ins, outs, int(lead_steps))  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# fetching the public files
+# ------------------------------------------------------------------------------------------------------------------
+def fetch_weatherbench(
+    root: str | os.PathLike,
+    folders: Sequence[str],
+    years: Iterable[int],
+    *,
+    mirrors: Iterable[str | os.PathLike] = (),
+    allow_download: bool = True,
+    url_template: str | None = None,
+    timeout: float = 600.0,
+) -> dict[str, Any]:
+    """Put the yearly files of every folder of ``folders`` (and ``constants``) for ``years`` under ``root`` in the
+    public layout, and return a record {folder: {"source": ..., "sha256": ...}}.
+
+    A folder whose files are all present already is kept. Else each mirror is tried (``<mirror>/weatherbench/
+    5.625deg/<folder>/<file>``, files copied), else, when ``allow_download``, the folder's zip is downloaded from
+    ``url_template`` (:data:`WEATHERBENCH_URL_TEMPLATE`), its SHA-256 recorded (WeatherBench publishes none), and the
+    needed members extracted. Every file is written atomically, and every written file is opened and checked by
+    :func:`open_weatherbench` (grid, variable, times), so a broken download fails here. Raises FileNotFoundError
+    naming the folder, mirrors and URL when no source has the files.
+    """
+    import shutil
+    import tempfile
+
+    from stochattn.data.uci import _download_verified
+    from stochattn.io import sha256_file
+
+    root = Path(root)
+    years = [int(y) for y in years]
+    record: dict[str, Any] = {}
+    mirror_dirs = [Path(m) for m in mirrors]
+    for folder in list(folders) + ["constants"]:
+        names = ([constants_path(root).name] if folder == "constants"
+                 else [weatherbench_path(root, folder, y).name for y in years])  # fmt: skip
+        if folder != "constants":
+            _variable(folder)
+        dest = root / folder
+        if all((dest / n).is_file() for n in names):
+            record[folder] = {"source": "present"}
+            continue
+        found = next((m / "weatherbench" / "5.625deg" / folder for m in mirror_dirs
+                      if all((m / "weatherbench" / "5.625deg" / folder / n).is_file() for n in names)), None)  # fmt: skip
+        if found is not None:
+            for n in names:
+                with atomic_path(dest / n) as tmp:
+                    shutil.copyfile(found / n, tmp)
+            record[folder] = {"source": str(found)}
+        elif allow_download:
+            url = WEATHERBENCH_CONSTANTS_URL if folder == "constants" else weatherbench_url(folder, url_template)
+            with tempfile.TemporaryDirectory(dir=root if root.is_dir() else None) as tmpdir:
+                download = Path(tmpdir) / ("constants.nc" if folder == "constants" else f"{folder}.zip")
+                _download_verified(url, download, None, timeout)
+                digest = sha256_file(download)
+                if folder == "constants":
+                    with atomic_path(dest / names[0]) as tmp:
+                        shutil.copyfile(download, tmp)
+                else:
+                    with zipfile.ZipFile(download) as archive:
+                        members = {Path(m).name: m for m in archive.namelist()}
+                        missing = [n for n in names if n not in members]
+                        if missing:
+                            raise WeatherBenchFormatError(f"{url}: the zip lacks {missing[:3]}")
+                        for n in names:
+                            with atomic_path(dest / n) as tmp, archive.open(members[n]) as src, open(tmp, "wb") as out:
+                                shutil.copyfileobj(src, out)
+            record[folder] = {"source": url, "sha256": digest}
+        else:
+            raise FileNotFoundError(
+                f"WeatherBench {folder!r}: files {names[:2]}... not under {dest}, in no mirror "
+                f"({[str(m) for m in mirror_dirs]}), and downloads are off (URL "
+                f"{WEATHERBENCH_CONSTANTS_URL if folder == 'constants' else weatherbench_url(folder, url_template)})"
+            )
+        if folder == "constants":
+            open_weatherbench_constants(root, CONSTANT_FIELDS)
+        else:
+            open_weatherbench(root, folder, years)
+    return record

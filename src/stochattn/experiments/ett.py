@@ -22,7 +22,6 @@ touched once, by the methods' sampling (and by the zero-shot report, which decid
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
@@ -32,13 +31,10 @@ import torch
 from ..data import ett as ett_data
 from ..io import atomic_path, load_json, load_npz, save_json, save_npz, sha256_file
 from ..provenance import device_info, package_versions
-from ..training import fit_regressor, predict, resolve_device
-from . import methods
+from ..training import predict, resolve_device
+from . import adapters, methods
+from .adapters import ADAPTED_METHODS, DERIVED_METHODS, METHODS, RUN_METHODS  # noqa: F401 (re-exported)
 
-METHODS = ("sa", "sa_match", "swag", "multiswag", "ivon", "contextual_dropout", "hsa")
-DERIVED_METHODS = {"sa_match": "sa"}
-RUN_METHODS = tuple(m for m in METHODS if m not in DERIVED_METHODS)
-ADAPTED_METHODS = ("sa", "swag")  # start from the configuration's adapted model; the others train fresh adapters
 PARTS = ("train", "val", "cal", "test")
 
 
@@ -264,28 +260,8 @@ def adapt(
     """
     data = load_windows(prepared_path)
     net = lora_forecaster(backbone_path, horizon, lora, seed)
-    names = [n for n, p in net.named_parameters() if p.requires_grad]
-    zero_val = predict(net, data["x_val"], 256).numpy()
-    zero_rmse = float(np.sqrt(np.mean((zero_val - data["y_val"]) ** 2)))
-    initial = {n: p.detach().clone() for n, p in net.named_parameters() if p.requires_grad}
-    t0 = time.perf_counter()
-    fit = fit_regressor(
-        net, data["x_train"], data["y_train"], data["x_val"], data["y_val"], seed=seed, lr=float(train["lr"]),
-        weight_decay=float(train.get("weight_decay", 0.0)), batch_size=int(train["batch_size"]),
-        max_epochs=int(train["max_epochs"]), patience=train.get("patience"), eval_batch_size=256, progress=progress,
-        desc=f"LoRA {dataset} H={horizon}",
-    )
-    best_epoch, best_rmse = fit.best_epoch, fit.best_val_rmse
-    if not best_rmse < zero_rmse:  # adaptation did not help on validation: keep the backbone (B = 0)
-        with torch.no_grad():
-            for n, p in net.named_parameters():
-                if n in initial:
-                    p.copy_(initial[n])
-        best_epoch, best_rmse = 0, zero_rmse
-    seconds = time.perf_counter() - t0
-    with atomic_path(out_path) as tmp:
-        torch.save({"adapter": {n: p.detach().cpu() for n, p in net.named_parameters() if n in initial},
-                    "lora": dict(lora), "horizon": horizon}, tmp)  # fmt: skip
+    record = adapters.fit_adapter(net, data, train, seed=seed, progress=progress, desc=f"LoRA {dataset} H={horizon}")
+    adapters.save_adapter(net, out_path, lora=dict(lora), horizon=horizon)
     test_point = predict(net, data["x_test"], 256).numpy()
     season = 24 if ett_data.resolve_ett(dataset).step_minutes == 60 else 96
     with torch.no_grad():
@@ -293,10 +269,7 @@ def adapt(
         zero_test = predict(backbone, data["x_test"], 256).numpy()
     naive = naive_forecasts(data["x_test"], horizon, season)
     meta = {
-        "dataset": dataset, "horizon": horizon, "lora": dict(lora), "train": dict(train), "seed": seed,
-        "trainable_parameters": int(sum(initial[n].numel() for n in names)), "best_epoch": best_epoch,
-        "epochs_run": fit.epochs_run, "val_rmse_zero_shot": zero_rmse, "val_rmse_adapted": best_rmse,
-        "history": fit.history, "seconds": seconds,
+        "dataset": dataset, "horizon": horizon, "lora": dict(lora), "train": dict(train), "seed": seed, **record,
         "test_mae": {"zero_shot_backbone": _mae(zero_test, data["y_test"]), "adapted": _mae(test_point, data["y_test"]),
                      **{k: _mae(v, data["y_test"]) for k, v in naive.items()}, "season": season,
                      "n_series": int(len(data["y_test"]))},  # fmt: skip
@@ -310,86 +283,34 @@ def adapt(
 
 def load_adapted(backbone_path: str | Path, adapter_path: str | Path) -> torch.nn.Module:
     """The adapted forecaster of a configuration (backbone + its LoRA adapter of :func:`adapt`)."""
-    ckpt = torch.load(adapter_path, map_location="cpu", weights_only=True)
-    net = lora_forecaster(backbone_path, int(ckpt["horizon"]), ckpt["lora"], seed=0)
-    missing = set(ckpt["adapter"]) - {n for n, _ in net.named_parameters()}
-    if missing:
-        raise ValueError(f"{adapter_path}: adapter tensors {sorted(missing)[:3]} do not fit the backbone")
-    net.load_state_dict(ckpt["adapter"], strict=False)
-    return net.eval()
+    ckpt = adapters.adapter_checkpoint(adapter_path)
+    return adapters.load_adapter(lora_forecaster(backbone_path, int(ckpt["horizon"]), ckpt["lora"], seed=0),
+                                 adapter_path)  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------------------
-# methods
+# methods (stochattn.experiments.adapters)
 # --------------------------------------------------------------------------------------------------------------
-def _fresh_adapter_fit(backbone_path, horizon, lora, train, data, seed, progress, desc):
-    """A fresh LoRA adapter trained like the configuration's (for MultiSWAG members)."""
-    from ..selection import ValidationSplit
-
-    net = lora_forecaster(backbone_path, horizon, lora, seed)
-    methods.fit_on(net, ValidationSplit.from_prepared(data), train, seed, progress, desc)
-    return net
-
-
-def _sa(data, ctx, cfg, num_samples, seed, progress):
-    return methods.sa_runs(data, load_adapted(ctx["backbone"], ctx["adapter"]), cfg, num_samples, seed, progress)
-
-
-def _swag(data, ctx, cfg, num_samples, seed, progress):
-    """SWAG-LoRA: SWAG over the adapter parameters, from the adapted model (the backbone frozen)."""
-    return methods.swag_run(data, load_adapted(ctx["backbone"], ctx["adapter"]), cfg, num_samples, seed, progress)
-
-
-def _multiswag(data, ctx, cfg, num_samples, seed, progress):
-    """MultiSWAG-LoRA: L adapters from their own initialisations, each with its own SWAG phase over the adapter.
-
-    NOTE[DIFF]: the members are trained in this job one after the other (UCI runs one job per member); a member
-    here is a LoRA fit, not a full network."""
-    t0 = time.perf_counter()
-    members, first = [], None
-    for c in range(int(cfg["components"])):
-        member_seed = methods.component_seed(seed, c)
-        net = _fresh_adapter_fit(ctx["backbone"], ctx["horizon"], ctx["lora"], ctx["train"], data, member_seed,
-                                 progress, f"multiswag {c + 1}/{cfg['components']}")  # fmt: skip
-        member, swag, candidate, selection = methods.multiswag_member(data, net, cfg, c, member_seed, progress, first)
-        if first is None:
-            first, first_selection = candidate, selection
-        members.append((member, swag))
-    return methods.multiswag_run(data, members, first, first_selection, time.perf_counter() - t0, num_samples, seed)
-
-
-def _ivon(data, ctx, cfg, num_samples, seed, progress):
-    """IVON-LoRA: a fresh adapter trained by IVON (posterior over the adapter parameters only)."""
-    build = lambda s: lora_forecaster(ctx["backbone"], ctx["horizon"], ctx["lora"], s)  # noqa: E731
-    return methods.ivon_run(data, build, ctx["train"], cfg, num_samples, seed, progress)
-
-
-def _hsa(data, ctx, cfg, num_samples, seed, progress):
-    """HSA put into the pretrained attention (centroids per layer) and trained with a fresh adapter."""
+def _add_hsa(net: torch.nn.Module, c: Mapping[str, Any], seed: int) -> None:
+    """HSA put into the pretrained attention (centroids per layer)."""
     from ..baselines.hsa_timesfm import add_hsa_to_timesfm
 
-    def build(c, s):
-        net = lora_forecaster(ctx["backbone"], ctx["horizon"], ctx["lora"], s)
-        add_hsa_to_timesfm(net, n_centroids=int(c["n_centroids"]), tau1=c["tau1"], tau2=c["tau2"], seed=s)
-        for name, p in net.named_parameters():
-            if name.endswith("centroids"):
-                p.requires_grad_(True)
-        return net
-
-    return methods.hsa_run(data, build, ctx["train"], cfg, num_samples, seed, progress)
-
-
-def _contextual_dropout(data, ctx, cfg, num_samples, seed, progress):
-    """Contextual Dropout (Fan et al. 2021) at the FFN hidden layer and the attention output of every block,
-    trained with a fresh adapter; masks sampled at test time."""
-    build = lambda s: lora_forecaster(ctx["backbone"], ctx["horizon"], ctx["lora"], s)  # noqa: E731
-    return methods.contextual_dropout_run(data, build, _dropout_sites, ctx["train"], cfg, num_samples, seed, progress)
+    add_hsa_to_timesfm(net, n_centroids=int(c["n_centroids"]), tau1=c["tau1"], tau2=c["tau2"], seed=seed)
 
 
 def _dropout_sites(net: torch.nn.Module) -> list:
     """Contextual Dropout sites of a TimesFM forecaster: the inputs of every block's attention output projection
     (the attention output) and second FFN linear (the FFN hidden layer)."""
     return [n for n, _ in net.named_modules() if n.endswith((".attn.out", ".ff1"))]
+
+
+def setup(backbone_path: str | Path, adapter_path: str | Path, horizon: int, lora: Mapping[str, Any],
+          train: Mapping[str, Any]) -> adapters.AdapterSetup:  # fmt: skip
+    """The :class:`~stochattn.experiments.adapters.AdapterSetup` of one ETT configuration."""
+    return adapters.AdapterSetup(
+        fresh=lambda s: lora_forecaster(backbone_path, horizon, lora, s), add_hsa=_add_hsa,
+        dropout_sites=_dropout_sites, train=train, adapter_path=adapter_path,
+    )
 
 
 def run_method(
@@ -409,20 +330,11 @@ def run_method(
 ) -> Dict[str, Any]:
     """One method on one configuration: ``samples.npz`` (series flattened by the evaluation; arrays (S, n, H))
     and ``meta.json`` in ``out_dir`` (SA: also ``sa_match`` beside it and ``calibration.json``)."""
-    if method in DERIVED_METHODS:
-        raise ValueError(f"{method!r} is written by run_method({DERIVED_METHODS[method]!r}, ...), not run on its own")
-    if method not in RUN_METHODS:
-        raise ValueError(f"unknown ETT method {method!r}; known: {', '.join(RUN_METHODS)}")
-    if not isinstance(num_samples, int) or num_samples < 2:
-        raise ValueError(f"num_samples must be an integer >= 2, got {num_samples!r}")
+    adapters.check_method(method, num_samples)
     data = load_windows(prepared_path)
     adapter_meta = load_json(Path(adapter_path).with_suffix(".json"))
-    ctx = {"backbone": backbone_path, "adapter": adapter_path, "horizon": int(adapter_meta["horizon"]),
-           "lora": lora, "train": train}  # fmt: skip
-    torch.manual_seed(seed)
-    stage = {"sa": _sa, "swag": _swag, "multiswag": _multiswag, "ivon": _ivon,
-             "contextual_dropout": _contextual_dropout, "hsa": _hsa}[method]  # fmt: skip
-    run = stage(data, ctx, method_cfg, num_samples, seed, progress)
+    ctx = setup(backbone_path, adapter_path, int(adapter_meta["horizon"]), lora, train)
+    run = adapters.method_run(method, data, ctx, method_cfg, num_samples, seed, progress)
     run["seconds"]["backbone_train"] = adapter_meta["seconds"] if method in ADAPTED_METHODS else 0.0
     model = {"backbone": str(backbone_path), "adapter": str(adapter_path) if method in ADAPTED_METHODS else None}
     return methods.write_runs(method, out_dir, run, data, method_cfg, model, train, num_samples, seed, provenance)

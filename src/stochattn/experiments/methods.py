@@ -37,13 +37,15 @@ def check_finite(name: str, method: str, values: np.ndarray) -> None:
         raise ValueError(f"{method}: {bad} NaN/inf values in the {name}; refusing to write samples")
 
 
-def sa_runs(data, net, cfg, num_samples, seed, progress) -> Dict[str, Any]:
+def sa_runs(data, net, cfg, num_samples, seed, progress, nu_template=None) -> Dict[str, Any]:
     """SA: calibrate nu once on the calibration split (Algorithms 2-3), then sample at both operating points.
 
     Returns the ``sa`` run at Algorithm 2's nu* (the arg-min of the observed loss, paper-faithful) with the
     ``sa_match`` run at the surrogate's scale-matching nu (App. B's nu_opt) under ``"variants"``. Both share the
     calibration: its seconds count as each run's ``calibrate``; ``predict`` is each run's own sampling.
     ``cfg["operating_point"]`` (optional) only documents the ``sa`` label and must be ``"loss_argmin"``.
+    ``nu_template`` (optional): nu -> the nu spec set in the model (e.g. some attention sites only, see
+    :class:`stochattn.calibrate.SASampler`); default the same nu everywhere.
     """
     if cfg.get("operating_point", "loss_argmin") != "loss_argmin":
         raise ValueError(f"method_params.sa.operating_point documents the 'sa' run, which uses Algorithm 2's nu: "
@@ -56,7 +58,8 @@ def sa_runs(data, net, cfg, num_samples, seed, progress) -> Dict[str, Any]:
     gen = torch.Generator().manual_seed(seed)
     t0 = time.perf_counter()
     runs: Dict[str, Dict[str, Any]] = {}
-    with SASampler(net, generator=gen, max_rows=cfg.get("max_rows", "auto")) as sampler:
+    template = {} if nu_template is None else {"nu_template": nu_template}
+    with SASampler(net, generator=gen, max_rows=cfg.get("max_rows", "auto"), **template) as sampler:
         evaluate = lambda nu: eval_stats(  # noqa: E731
             nu, sampler, x_cal, y_cal, point_cal, batch_size=cfg["batch_size"], num_batches=cfg["num_batches"],
             num_passes=cfg["num_passes"], generator=gen,
@@ -160,22 +163,26 @@ def swag_select(method, data, net, cfg, seed, progress):
     return select(method, data, grid, swag_fit(net, seed, progress), reference={"start_val_rmse": start})
 
 
-def swag_run(data, net, cfg, num_samples, seed, progress) -> Dict[str, Any]:
+def swag_run(data, net, cfg, num_samples, seed, progress, on_fitted=None) -> Dict[str, Any]:
     """SWAG (diagonal + low-rank, Maddox et al. 2019) from the pretrained backbone; point = SWA weights.
 
-    ``train`` seconds include every grid candidate's SWAG phase."""
+    ``train`` seconds include every grid candidate's SWAG phase. ``on_fitted(member, swag)`` (optional) is called
+    with the chosen posterior before sampling (e.g. a variance-scale sweep); its time is not counted."""
     from ..baselines.swag import swag_samples
 
     t0 = time.perf_counter()
     sel = swag_select("swag", data, net, cfg, seed, progress)
     member, swag = sel.result
+    train_seconds = time.perf_counter() - t0
+    if on_fitted is not None:
+        on_fitted(member, swag)
     t1 = time.perf_counter()
     scale = sel.candidate["scale"]
     samples = swag_samples(member, swag, data["x_test"], num_samples, seed, scale=scale)
     cal_samples = swag_samples(member, swag, data["x_cal"], num_samples, seed + 1, scale=scale)
     point, cal_point = swa_point(member, swag, data["x_test"]), swa_point(member, swag, data["x_cal"])
     return {"point": point, "samples": samples, "cal_point": cal_point, "cal_samples": cal_samples,
-            "seconds": {"train": t1 - t0, "calibrate": 0.0, "predict": time.perf_counter() - t1},
+            "seconds": {"train": train_seconds, "calibrate": 0.0, "predict": time.perf_counter() - t1},
             "extra": {"selection": sel.record}}
 
 

@@ -1,0 +1,411 @@
+# The ERA5 experiment (paper §6.2, §7, App. C.2, App. "Additional ClimaX Results"): ClimaX + LoRA, 72 h Z500.
+# Library: stochattn.experiments.era5 (stages), stochattn.experiments.era5_report (tables, figures), stochattn.data
+# .era5 (WeatherBench files, ClimaX preprocessing) and stochattn.data.aquaplanet (the offline stand-in). Every ERA5
+# rule but the figures runs workflow_scripts/era5.py, which dispatches on the rule's name to one library call.
+#
+# Offline default (era5.source: standin): two Held-Suarez climates generated here in WeatherBench's layout; the
+# backbone is a reduced ClimaX pretrained on one, fine-tuned and tested on the other. On a cluster (weatherbench):
+# the public files and the official 5.625deg.ckpt.
+
+
+if ERA5_STANDIN:
+
+    rule era5_standin:
+        """One stand-in climate: a Held-Suarez run of dinosaur written as WeatherBench netCDF (standin.json last)."""
+        output:
+            directory(f"{ERA5_DIR}/data/{{climate}}"),
+        log:
+            "logs/era5/standin_{climate}.log",
+        benchmark:
+            benchmark_file("era5_standin", "{climate}")
+        wildcard_constraints:
+            climate="pretrain|finetune",
+        conda:
+            CONDA_ENV
+        threads: 1
+        resources:
+            mem_mb=4000,
+            runtime=60,
+        params:
+            standin=ERA5["standin"],
+            climate=lambda w: ERA5["standin"]["climates"][w.climate],
+            code=code_for("stochattn.data.aquaplanet:generate_held_suarez"),
+        script:
+            "../workflow_scripts/era5.py"
+
+else:
+
+    rule era5_fetch:
+        """The WeatherBench 5.625 deg files of ClimaX's variables and years (mirrors first, else downloaded)."""
+        output:
+            directory(f"{ERA5_DIR}/data/finetune"),
+        log:
+            "logs/era5/fetch.log",
+        localrule: True
+        conda:
+            CONDA_ENV
+        threads: 1
+        resources:
+            mem_mb=4000,
+            runtime=600,
+        params:
+            weatherbench=ERA5["weatherbench"],
+        script:
+            "../workflow_scripts/era5.py"
+
+    rule era5_fetch_checkpoint:
+        """The official ClimaX 5.625deg.ckpt (SHA-256 recorded / verified)."""
+        output:
+            f"{ERA5_DIR}/backbone/5.625deg.ckpt",
+        log:
+            "logs/era5/fetch_checkpoint.log",
+        localrule: True
+        conda:
+            CONDA_ENV
+        threads: 1
+        resources:
+            mem_mb=4000,
+            runtime=60,
+        params:
+            checkpoint=ERA5["backbone"]["checkpoint"],
+        script:
+            "../workflow_scripts/era5.py"
+
+
+rule era5_preprocess:
+    """ClimaX's preprocessing of one climate's netCDF files: shards, normalisation, climatology."""
+    input:
+        f"{ERA5_DIR}/data/{{climate}}",
+    output:
+        directory(f"{ERA5_DIR}/processed/{{climate}}"),
+    log:
+        "logs/era5/preprocess_{climate}.log",
+    benchmark:
+        benchmark_file("era5_preprocess", "{climate}")
+    wildcard_constraints:
+        climate="pretrain|finetune",
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=16000,
+        runtime=240,
+    params:
+        variables=lambda w: ERA5["standin"]["variables"] if ERA5_STANDIN else ERA5["weatherbench"]["folders"],
+        levels=lambda w: ERA5["standin"]["levels"] if ERA5_STANDIN else ERA5["weatherbench"]["levels"],
+        years=lambda w: era5_years(w.climate),
+        num_shards=ERA5["standin"]["num_shards"] if ERA5_STANDIN else ERA5["weatherbench"]["num_shards"],
+        constants={} if ERA5_STANDIN else None,
+        code=code_for("stochattn.data.era5:preprocess_climax"),
+    script:
+        "../workflow_scripts/era5.py"
+
+
+rule era5_pretrain_standin:
+    """The offline stand-in backbone: a reduced ClimaX pretrained on the pretraining climate only."""
+    input:
+        f"{ERA5_DIR}/processed/pretrain",
+    output:
+        state=f"{ERA5_DIR}/backbone/standin.pt",
+        meta=f"{ERA5_DIR}/backbone/standin.json",
+    log:
+        "logs/era5/pretrain_standin.log",
+    benchmark:
+        benchmark_file("era5_pretrain_standin", "standin")
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=8000,
+        runtime=120,
+    params:
+        model=ERA5["backbone"]["standin"]["model"] if ERA5_STANDIN_BACKBONE else None,
+        pretrain=ERA5["backbone"]["standin"]["pretrain"] if ERA5_STANDIN_BACKBONE else None,
+        seed=era5_seed("pretrain"),
+        code=code_for("stochattn.experiments.era5:pretrain_standin"),
+    script:
+        "../workflow_scripts/era5.py"
+
+
+rule era5_prepare:
+    """(input, 72 h Z500) pairs of the fine-tuning data: train / val / cal (alternate validation pairs) / test."""
+    input:
+        f"{ERA5_DIR}/processed/finetune",
+    output:
+        prepared=f"{ERA5_DIR}/pairs.npz",
+        meta=f"{ERA5_DIR}/pairs.json",
+    log:
+        "logs/era5/prepare.log",
+    benchmark:
+        benchmark_file("era5_prepare", "pairs")
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=16000,
+        runtime=60,
+    params:
+        variables=era5_variables(),
+        lead_hours=ERA5["lead_hours"],
+        max_pairs=ERA5["max_pairs"],
+        code=code_for("stochattn.experiments.era5:prepare"),
+    script:
+        "../workflow_scripts/era5.py"
+
+
+rule era5_adapt:
+    """The LoRA adapter for 72 h Z500 (best validation epoch; the backbone competes as epoch 0) and the test skill
+    of the backbone, the adapter, persistence and climatology."""
+    input:
+        prepared=f"{ERA5_DIR}/pairs.npz",
+        backbone=era5_backbone(),
+    output:
+        adapter=f"{ERA5_DIR}/adapter.pt",
+        meta=f"{ERA5_DIR}/adapter.json",
+    log:
+        "logs/era5/adapt.log",
+    benchmark:
+        benchmark_file("era5_adapt", "adapter")
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=16000,
+        runtime=240,
+    params:
+        lora=ERA5["lora"],
+        train=ERA5["train"],
+        allow_pickle=ERA5["backbone"]["checkpoint"].get("allow_pickle", False),
+        seed=era5_seed("adapt"),
+        code=code_for("stochattn.experiments.era5:adapt"),
+    script:
+        "../workflow_scripts/era5.py"
+
+
+rule era5_method:
+    """One method (SA writes sa_match and calibration.json too; SWAG its variance-scale sweep): S samples on the
+    test and cal pairs."""
+    input:
+        prepared=f"{ERA5_DIR}/pairs.npz",
+        backbone=era5_backbone(),
+        adapter=f"{ERA5_DIR}/adapter.pt",
+        adapter_meta=f"{ERA5_DIR}/adapter.json",
+    output:
+        samples=f"{ERA5_DIR}/runs/{{era5_method}}/samples.npz",
+        meta=f"{ERA5_DIR}/runs/{{era5_method}}/meta.json",
+    log:
+        "logs/era5/{era5_method}.log",
+    benchmark:
+        benchmark_file("era5_method", "{era5_method}")
+    wildcard_constraints:
+        era5_method="|".join(ERA5_RUN_METHODS),
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=16000,
+        runtime=480,
+    params:
+        lora=ERA5["lora"],
+        train=ERA5["train"],
+        method=lambda w: w.era5_method,
+        method_cfg=lambda w: era5_method_cfg(w.era5_method),
+        num_samples=config["num_samples"],
+        sa_sites=ERA5["sa_sites"],
+        swag_scales=[],
+        allow_pickle=ERA5["backbone"]["checkpoint"].get("allow_pickle", False),
+        seed=lambda w: era5_seed(w.era5_method),
+        code=lambda w: code_for(
+            "stochattn.experiments.era5:run_method",
+            exclude=[f"stochattn.experiments.adapters:_{m}" for m in ERA5_METHOD_FUNCTIONS if m != w.era5_method],
+        ),
+    script:
+        "../workflow_scripts/era5.py"
+
+
+use rule era5_method as era5_calibrate_sa with:
+    output:
+        samples=era5_run("sa", "samples.npz"),
+        meta=era5_run("sa", "meta.json"),
+        calibration=era5_run("sa", "calibration.json"),
+        match_samples=era5_run("sa_match", "samples.npz"),
+        match_meta=era5_run("sa_match", "meta.json"),
+    log:
+        "logs/era5/sa.log",
+    benchmark:
+        benchmark_file("era5_method", "sa")
+    params:
+        lora=ERA5["lora"],
+        train=ERA5["train"],
+        method="sa",
+        method_cfg=era5_method_cfg("sa"),
+        num_samples=config["num_samples"],
+        sa_sites=ERA5["sa_sites"],
+        swag_scales=[],
+        allow_pickle=ERA5["backbone"]["checkpoint"].get("allow_pickle", False),
+        seed=era5_seed("sa"),
+        code=code_for(
+            "stochattn.experiments.era5:run_method",
+            exclude=[f"stochattn.experiments.adapters:_{m}" for m in ERA5_METHOD_FUNCTIONS if m != "sa"],
+        ),
+
+
+use rule era5_method as era5_swag with:
+    output:
+        samples=era5_run("swag", "samples.npz"),
+        meta=era5_run("swag", "meta.json"),
+        sweep=era5_run("swag", "scale_sweep.json"),
+    log:
+        "logs/era5/swag.log",
+    benchmark:
+        benchmark_file("era5_method", "swag")
+    params:
+        lora=ERA5["lora"],
+        train=ERA5["train"],
+        method="swag",
+        method_cfg=era5_method_cfg("swag"),
+        num_samples=config["num_samples"],
+        sa_sites=ERA5["sa_sites"],
+        swag_scales=ERA5["swag_scales"],
+        allow_pickle=ERA5["backbone"]["checkpoint"].get("allow_pickle", False),
+        seed=era5_seed("swag"),
+        code=code_for(
+            "stochattn.experiments.era5:run_method",
+            "stochattn.experiments.era5:swag_scale_sweep",
+            exclude=[f"stochattn.experiments.adapters:_{m}" for m in ERA5_METHOD_FUNCTIONS if m != "swag"],
+        ),
+
+
+rule era5_analyses:
+    """SA's operating-point analyses: score-oriented nu sweep, BO over several seeds, per-pass latency vs nu."""
+    input:
+        prepared=f"{ERA5_DIR}/pairs.npz",
+        backbone=era5_backbone(),
+        adapter=f"{ERA5_DIR}/adapter.pt",
+        calibration=era5_run("sa", "calibration.json"),
+    output:
+        f"{ERA5_DIR}/analyses.json",
+    log:
+        "logs/era5/analyses.log",
+    benchmark:
+        benchmark_file("era5_analyses", "analyses")
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=16000,
+        runtime=240,
+    params:
+        lora=ERA5["lora"],
+        sa_cfg=era5_method_cfg("sa"),
+        analyses=ERA5["analyses"],
+        num_samples=config["num_samples"],
+        sa_sites=ERA5["sa_sites"],
+        allow_pickle=ERA5["backbone"]["checkpoint"].get("allow_pickle", False),
+        seed=era5_seed("analyses"),
+        code=code_for("stochattn.experiments.era5:sa_analyses"),
+    script:
+        "../workflow_scripts/era5.py"
+
+
+rule era5_evaluate:
+    """metrics.json (pooled over cells and forecasts; SA the coverage reference) and spatial.json (field scores) of
+    every method."""
+    input:
+        prepared=f"{ERA5_DIR}/pairs.npz",
+        **{f"{m}_samples": era5_run(m, "samples.npz") for m in ERA5_METHODS},
+        **{f"{m}_meta": era5_run(m, "meta.json") for m in ERA5_METHODS},
+    output:
+        **{m: era5_run(m, "metrics.json") for m in ERA5_METHODS},
+        **{f"{m}_spatial": era5_run(m, "spatial.json") for m in ERA5_METHODS},
+    log:
+        "logs/era5/evaluate.log",
+    benchmark:
+        benchmark_file("era5_evaluate", "evaluate")
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=16000,
+        runtime=60,
+    params:
+        methods=ERA5_METHODS,
+        levels=config["evaluate"]["levels"],
+        seed=era5_seed("evaluate"),
+        code=code_for("stochattn.experiments.evaluate:evaluate_split", "stochattn.experiments.era5:evaluate_spatial"),
+    script:
+        "../workflow_scripts/era5.py"
+
+
+rule era5_table:
+    """results/tables/<table>.{csv,md,tex}: the ClimaX tables."""
+    input:
+        metrics=list(era5_run_files("metrics.json").values()),
+        spatial=list(era5_run_files("spatial.json").values()),
+        sweep=era5_run("swag", "scale_sweep.json"),
+        adapter=f"{ERA5_DIR}/adapter.json",
+        analyses=f"{ERA5_DIR}/analyses.json",
+    output:
+        csv=report(
+            "results/tables/{era5_table}.csv",
+            caption="../report/era5_table.rst",
+            category="ERA5 tables",
+            labels={"table": "{era5_table}"},
+        ),
+        md="results/tables/{era5_table}.md",
+        tex="results/tables/{era5_table}.tex",
+        csv_prov="results/tables/{era5_table}.csv.prov.json",
+        md_prov="results/tables/{era5_table}.md.prov.json",
+        tex_prov="results/tables/{era5_table}.tex.prov.json",
+    log:
+        "logs/report/{era5_table}.log",
+    wildcard_constraints:
+        era5_table="|".join(ERA5_TABLES),
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
+    params:
+        caption=era5_caption(),
+        config_subset=era5_provenance_config(),
+        seeds={"evaluate": era5_seed("evaluate")},
+        code=code_for("stochattn.experiments.era5_report:build_table", "stochattn.report:write_table"),
+    script:
+        "../workflow_scripts/era5.py"
+
+
+rule era5_figure:
+    """results/figures/<figure>.{png,pdf}: the ClimaX figures and the teaser's panels (a) and (b)."""
+    input:
+        era5_figure_inputs,
+    output:
+        png=report(
+            "results/figures/{era5_figure}.png",
+            caption="../report/era5_figure.rst",
+            category="ERA5 figures",
+            labels={"figure": "{era5_figure}"},
+        ),
+        pdf="results/figures/{era5_figure}.pdf",
+        png_prov="results/figures/{era5_figure}.png.prov.json",
+        pdf_prov="results/figures/{era5_figure}.pdf.prov.json",
+    log:
+        "logs/report/{era5_figure}.log",
+    wildcard_constraints:
+        era5_figure="|".join(ERA5_FIGURES),
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=4000,
+        runtime=15,
+    params:
+        figure=lambda w: f"stochattn.experiments.era5_report:{ERA5_FIGURES[w.era5_figure]}",
+        args=lambda w: era5_figure_args(w.era5_figure),
+        caption=era5_caption(),
+        config_subset=era5_provenance_config(),
+        seeds={},
+        code=lambda w: code_for(f"stochattn.experiments.era5_report:{ERA5_FIGURES[w.era5_figure]}"),
+    script:
+        "../workflow_scripts/figure.py"

@@ -1,0 +1,188 @@
+"""The six methods on a frozen foundation model with LoRA adapters, shared by the ETT (TimesFM) and ERA5 (ClimaX)
+experiments: the configuration's adapter (best validation epoch, the backbone itself competing as epoch 0), and
+SA / SWAG-LoRA / MultiSWAG-LoRA / IVON-LoRA / Contextual Dropout / HSA runs built from the stages of
+:mod:`stochattn.experiments.methods`.
+
+An experiment describes its model by an :class:`AdapterSetup`: ``fresh(seed)`` (the backbone with fresh LoRA
+adapters, B = 0, wrapped as ``x (B, F) -> y (B, d)``; only the adapters trainable), ``add_hsa`` (HSA put into its
+attention), ``dropout_sites`` (Contextual Dropout's sites) and optionally ``nu_template`` (where SA draws).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, Mapping, Optional
+
+import numpy as np
+import torch
+
+from ..io import atomic_path
+from ..training import fit_regressor, predict
+from . import methods
+
+RUN_METHODS = ("sa", "swag", "multiswag", "ivon", "contextual_dropout", "hsa")
+DERIVED_METHODS = {"sa_match": "sa"}
+METHODS = ("sa", "sa_match", "swag", "multiswag", "ivon", "contextual_dropout", "hsa")
+ADAPTED_METHODS = ("sa", "swag")  # start from the configuration's adapted model; the others train fresh adapters
+
+
+@dataclass
+class AdapterSetup:
+    """How an experiment builds its networks (see the module docstring).
+
+    fresh: seed -> fresh LoRA forecaster. add_hsa: (net, candidate settings, seed) -> None, installs HSA in place.
+    dropout_sites: net -> names of the ``nn.Linear`` layers whose inputs Contextual Dropout masks. train: the
+    adapter's training settings (lr, weight_decay, batch_size, max_epochs, patience). nu_template: nu -> the nu
+    spec SA sets (default: the same nu in every registered attention module).
+    """
+
+    fresh: Callable[[int], torch.nn.Module]
+    add_hsa: Callable[[torch.nn.Module, Mapping[str, Any], int], None]
+    dropout_sites: Callable[[torch.nn.Module], list]
+    train: Mapping[str, Any]
+    nu_template: Optional[Callable[[int], Any]] = None
+    adapter_path: Optional[str | Path] = None
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    def adapted(self) -> torch.nn.Module:
+        """The configuration's adapted forecaster (a fresh one with the adapter of :func:`fit_adapter` loaded)."""
+        if self.adapter_path is None:
+            raise ValueError("AdapterSetup.adapter_path is not set")
+        return load_adapter(self.fresh(0), self.adapter_path)
+
+
+def fit_adapter(net: torch.nn.Module, data: Mapping[str, Any], train: Mapping[str, Any], *, seed: int, progress: bool,
+                desc: str) -> Dict[str, Any]:  # fmt: skip
+    """Train ``net``'s adapters (AdamW, MSE, early stopping on the ``val`` part); the best validation epoch is kept,
+    and epoch 0 (the backbone, LoRA B = 0) competes: when no epoch beats it, the adapters are put back to their
+    initial values. Returns the training record (best_epoch 0 = the backbone kept)."""
+    names = [n for n, p in net.named_parameters() if p.requires_grad]
+    zero_val = predict(net, data["x_val"], 256).numpy()
+    zero_rmse = float(np.sqrt(np.mean((zero_val - data["y_val"]) ** 2)))
+    initial = {n: p.detach().clone() for n, p in net.named_parameters() if p.requires_grad}
+    t0 = time.perf_counter()
+    fit = fit_regressor(
+        net, data["x_train"], data["y_train"], data["x_val"], data["y_val"], seed=seed, lr=float(train["lr"]),
+        weight_decay=float(train.get("weight_decay", 0.0)), batch_size=int(train["batch_size"]),
+        max_epochs=int(train["max_epochs"]), patience=train.get("patience"), eval_batch_size=256, progress=progress,
+        desc=desc,
+    )
+    best_epoch, best_rmse = fit.best_epoch, fit.best_val_rmse
+    if not best_rmse < zero_rmse:  # adaptation did not help on validation: keep the backbone (B = 0)
+        with torch.no_grad():
+            for n, p in net.named_parameters():
+                if n in initial:
+                    p.copy_(initial[n])
+        best_epoch, best_rmse = 0, zero_rmse
+    return {
+        "trainable_parameters": int(sum(initial[n].numel() for n in names)), "best_epoch": best_epoch,
+        "epochs_run": fit.epochs_run, "val_rmse_zero_shot": zero_rmse, "val_rmse_adapted": best_rmse,
+        "history": fit.history, "seconds": time.perf_counter() - t0,
+    }
+
+
+def save_adapter(net: torch.nn.Module, path: str | Path, **extra: Any) -> None:
+    """The trainable (adapter) tensors of ``net`` and ``extra`` -> ``path`` (torch file, atomic)."""
+    with atomic_path(path) as tmp:
+        torch.save({"adapter": {n: p.detach().cpu() for n, p in net.named_parameters() if p.requires_grad},
+                    **extra}, tmp)  # fmt: skip
+
+
+def load_adapter(net: torch.nn.Module, path: str | Path) -> torch.nn.Module:
+    """Load the adapter of :func:`save_adapter` into a fresh forecaster ``net``; eval mode."""
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    missing = set(ckpt["adapter"]) - {n for n, _ in net.named_parameters()}
+    if missing:
+        raise ValueError(f"{path}: adapter tensors {sorted(missing)[:3]} do not fit the backbone")
+    net.load_state_dict(ckpt["adapter"], strict=False)
+    return net.eval()
+
+
+def adapter_checkpoint(path: str | Path) -> Dict[str, Any]:
+    """The extra entries :func:`save_adapter` stored with the adapter (e.g. LoRA settings, horizon)."""
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    return {k: v for k, v in ckpt.items() if k != "adapter"}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# methods
+# --------------------------------------------------------------------------------------------------------------
+def _sa(data, setup, cfg, num_samples, seed, progress):
+    return methods.sa_runs(data, setup.adapted(), cfg, num_samples, seed, progress, nu_template=setup.nu_template)
+
+
+def _swag(data, setup, cfg, num_samples, seed, progress):
+    """SWAG-LoRA: SWAG over the adapter parameters, from the adapted model (the backbone frozen)."""
+    return methods.swag_run(data, setup.adapted(), cfg, num_samples, seed, progress,
+                            on_fitted=setup.extra.get("on_swag_fitted"))  # fmt: skip
+
+
+def _multiswag(data, setup, cfg, num_samples, seed, progress):
+    """MultiSWAG-LoRA: L adapters from their own initialisations, each with its own SWAG phase over the adapter.
+
+    NOTE[DIFF]: the members are trained in this job one after the other (UCI runs one job per member); a member
+    here is a LoRA fit, not a full network."""
+    from ..selection import ValidationSplit
+
+    t0 = time.perf_counter()
+    members, first, first_selection = [], None, None
+    for c in range(int(cfg["components"])):
+        member_seed = methods.component_seed(seed, c)
+        net = setup.fresh(member_seed)
+        methods.fit_on(net, ValidationSplit.from_prepared(data), setup.train, member_seed, progress,
+                       f"multiswag {c + 1}/{cfg['components']}")  # fmt: skip
+        member, swag, candidate, selection = methods.multiswag_member(data, net, cfg, c, member_seed, progress, first)
+        if first is None:
+            first, first_selection = candidate, selection
+        members.append((member, swag))
+    return methods.multiswag_run(data, members, first, first_selection, time.perf_counter() - t0, num_samples, seed)
+
+
+def _ivon(data, setup, cfg, num_samples, seed, progress):
+    """IVON-LoRA: a fresh adapter trained by IVON (posterior over the adapter parameters only)."""
+    return methods.ivon_run(data, setup.fresh, setup.train, cfg, num_samples, seed, progress)
+
+
+def _hsa(data, setup, cfg, num_samples, seed, progress):
+    """HSA put into the pretrained attention and trained (centroids + a fresh adapter)."""
+
+    def build(c, s):
+        net = setup.fresh(s)
+        setup.add_hsa(net, c, s)
+        for name, p in net.named_parameters():
+            if name.endswith("centroids"):
+                p.requires_grad_(True)
+        return net
+
+    return methods.hsa_run(data, build, setup.train, cfg, num_samples, seed, progress)
+
+
+def _contextual_dropout(data, setup, cfg, num_samples, seed, progress):
+    """Contextual Dropout (Fan et al. 2021) at the sites of ``setup.dropout_sites``, trained with a fresh adapter;
+    masks sampled at test time."""
+    return methods.contextual_dropout_run(data, setup.fresh, setup.dropout_sites, setup.train, cfg, num_samples,
+                                          seed, progress)  # fmt: skip
+
+
+_STAGES = {"sa": _sa, "swag": _swag, "multiswag": _multiswag, "ivon": _ivon, "contextual_dropout": _contextual_dropout,
+           "hsa": _hsa}  # fmt: skip
+
+
+def check_method(method: str, num_samples: int) -> None:
+    """ValueError for a method that is not run on its own or unknown, or fewer than 2 samples."""
+    if method in DERIVED_METHODS:
+        raise ValueError(f"{method!r} is written by the {DERIVED_METHODS[method]!r} run, not run on its own")
+    if method not in _STAGES:
+        raise ValueError(f"unknown method {method!r}; known: {', '.join(RUN_METHODS)}")
+    if not isinstance(num_samples, int) or num_samples < 2:
+        raise ValueError(f"num_samples must be an integer >= 2, got {num_samples!r}")
+
+
+def method_run(method: str, data: Mapping[str, Any], setup: AdapterSetup, cfg: Mapping[str, Any], num_samples: int,
+               seed: int, progress: bool) -> Dict[str, Any]:  # fmt: skip
+    """One method's run (arrays and seconds; :func:`stochattn.experiments.methods.write_runs` writes it)."""
+    check_method(method, num_samples)
+    torch.manual_seed(seed)
+    return _STAGES[method](data, setup, cfg, num_samples, seed, progress)

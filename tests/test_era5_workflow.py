@@ -1,0 +1,72 @@
+"""The ERA5 slice of the workflow end to end: config/test.yaml's tiny ERA5 configuration (two stand-in climates of a
+few days, a 1-block ClimaX pretrained for 4 steps, every method, every table and figure) run with target ``era5`` in
+a temporary directory."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from test_workflow import REPO, _prov_ok, job_stats, smk, write_config
+
+RUNS = ["sa", "sa_match", "swag", "multiswag", "ivon", "contextual_dropout", "hsa"]
+
+
+@pytest.fixture(scope="module")
+def era5_run(tmp_path_factory):
+    pytest.importorskip("dinosaur")
+    root = tmp_path_factory.mktemp("era5")
+    cfg = root / "test.yaml"
+    shutil.copy(REPO / "config" / "test.yaml", cfg)
+    work = root / "work"
+    res = smk(work, "era5", configfile=cfg, timeout=900)
+    assert res.returncode == 0, res.stdout[-6000:]
+    return {"work": work, "cfg": cfg, "output": res.stdout}
+
+
+@pytest.mark.slow
+def test_era5_run_writes_every_output_with_provenance(era5_run):
+    work = era5_run["work"]
+    stats = job_stats(era5_run["output"])
+    assert stats["era5_standin"] == 2 and stats["era5_preprocess"] == 2 and stats["era5_method"] == 4
+    runs = work / "results" / "era5" / "runs"
+    for m in RUNS:
+        metrics = json.loads((runs / m / "metrics.json").read_text())
+        assert metrics["n_test"] == 3 * 32 * 64 and np.isfinite(metrics["native"]["crps"])
+        assert metrics["provenance"]["code"], m
+        spatial = json.loads((runs / m / "spatial.json").read_text())
+        assert spatial["crps"] == pytest.approx(spatial["crps_error"] - spatial["crps_spread"], rel=1e-6)
+    # the backbone was pretrained on the pretraining climate only (its input is that climate's folder)
+    backbone = json.loads((work / "results" / "era5" / "backbone" / "standin.json").read_text())
+    assert backbone["source"]["source_root"].endswith("data/pretrain")
+    assert json.loads((runs / "sa" / "meta.json").read_text())["sa_sites"] == ["blocks", "var_agg"]
+    sweep = json.loads((runs / "swag" / "scale_sweep.json").read_text())
+    assert [r["scale"] for r in sweep["rows"]] == [1.0, 4.0]
+    analyses = json.loads((work / "results" / "era5" / "analyses.json").read_text())
+    assert [r["nu"] for r in analyses["score_sweep"]["grid"]] == [1, 8] and len(analyses["bo_seeds"]) == 1
+    for name in ("climax_summary", "climax_crps_decomp", "swag_sweep_val", "swag_sweep_test", "climax_skill"):
+        for ext in ("csv", "md", "tex"):
+            _prov_ok(work / "results" / "tables" / f"{name}.{ext}", work)
+        assert "AQUAPLANET STAND-IN" in (work / "results" / "tables" / f"{name}.md").read_text()
+    figures = ["climax_pit_combined", "climax_cost", "climax_sharpness", "climax_sharp25", "latency_appendix",
+               "bo_sensitivity", "bo_beta_hist", "nu_ablation", "teaser_climax_maps", "teaser_axes"]
+    for name in figures:
+        for ext in ("png", "pdf"):
+            path = work / "results" / "figures" / f"{name}.{ext}"
+            assert path.stat().st_size > 1000
+            assert "AQUAPLANET STAND-IN" in _prov_ok(path, work)["extra"]["caption"]
+
+
+@pytest.mark.slow
+def test_era5_second_invocation_does_nothing(era5_run):
+    res = smk(era5_run["work"], "era5", "-n", configfile=era5_run["cfg"])
+    assert res.returncode == 0 and "Nothing to be done" in res.stdout, res.stdout[-3000:]
+
+
+def test_unknown_sa_site_is_a_config_error(tmp_path):
+    cfg = write_config(tmp_path / "bad.yaml", REPO / "config" / "test.yaml", era5={"sa_sites": ["heads"]})
+    res = smk(tmp_path / "work", "era5", "-n", configfile=cfg)
+    assert res.returncode != 0 and "heads" in res.stdout

@@ -1,0 +1,128 @@
+"""Every rule of rules/era5.smk but the figures: one call of stochattn.experiments.era5 (or its data / checkpoint /
+evaluation / report helpers), chosen by the rule's name; the log file takes stdout and stderr."""
+
+import logging
+import sys
+
+sys.stderr = sys.stdout = open(snakemake.log[0], "w", buffering=1)  # noqa: F821 (snakemake is injected)
+logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+from pathlib import Path  # noqa: E402
+
+from stochattn.provenance import stage_provenance  # noqa: E402
+
+sm = snakemake  # noqa: F821
+p, w, rule = sm.params, sm.wildcards, sm.rule
+
+
+def provenance(inputs=None):
+    return stage_provenance(
+        rule=rule, inputs=list(sm.input) if inputs is None else inputs, code=p.get("code"),
+        params={k: v for k, v in p.items() if k != "code"},
+    )
+
+
+if rule == "era5_standin":
+    from stochattn.data.aquaplanet import generate_held_suarez
+
+    s, c = p.standin, p.climate
+    segments = {int(y): int(d) for part in ("train", "val", "test") for y, d in c["years"].get(part, {}).items()}
+    manifest = generate_held_suarez(
+        sm.output[0], segments=segments, variables=s["variables"], levels=s["levels"],
+        spin_up_days=s["spin_up_days"], delta_t_y=c["delta_t_y"], delta_theta_z=c["delta_theta_z"],
+        resolution=s["resolution"], dt_minutes=s["dt_minutes"], output_hours=s["output_hours"], seed=c["seed"],
+        progress=sm.config["progress"],
+    )
+    print(f"stand-in {w.climate}: {manifest.get('seconds')}", flush=True)
+elif rule == "era5_fetch":
+    from stochattn.data.era5 import fetch_weatherbench
+    from stochattn.io import save_json
+
+    wb, data = p.weatherbench, sm.config["data"]
+    years = sorted({y for ys in wb["years"].values() for y in ys})
+    record = fetch_weatherbench(sm.output[0], wb["folders"], years, mirrors=data["mirrors"],
+                                allow_download=data["allow_download"], url_template=wb.get("url_template"))  # fmt: skip
+    save_json(Path(sm.output[0]) / "fetch.json", record)
+elif rule == "era5_fetch_checkpoint":
+    from stochattn.backbones.climax import fetch_climax_checkpoint
+
+    ckpt = p.checkpoint
+    print(fetch_climax_checkpoint(sm.output[0], url=ckpt["url"], sha256=ckpt.get("sha256")), flush=True)
+elif rule == "era5_preprocess":
+    from stochattn.data.era5 import preprocess_climax
+
+    manifest = preprocess_climax(sm.input[0], sm.output[0], p.variables, p.years, num_shards=p.num_shards,
+                                 levels=p.levels, constants=p.constants)  # fmt: skip
+    print(f"keys: {manifest['keys']}", flush=True)
+elif rule == "era5_evaluate":
+    from stochattn.experiments.era5 import evaluate_spatial
+    from stochattn.experiments.evaluate import REFERENCE, evaluate_split
+
+    methods = list(p.methods)
+    samples = {m: sm.input[f"{m}_samples"] for m in methods}
+
+    def inputs_of(method):
+        files = [samples[method], sm.input[f"{method}_meta"]]
+        return files + ([samples[REFERENCE]] if method != REFERENCE and REFERENCE in samples else [])
+
+    evaluate_split(samples, {m: sm.output[m] for m in methods}, seed=p.seed, levels=tuple(p.levels),
+                   dataset="ERA5 Z500 72 h", split=None,
+                   provenance={m: provenance(inputs_of(m)) for m in methods})  # fmt: skip
+    evaluate_spatial(samples, {m: sm.output[m] for m in methods}, sm.input.prepared,
+                     {m: sm.output[f"{m}_spatial"] for m in methods})  # fmt: skip
+elif rule == "era5_table":
+    import os
+    import time
+
+    from stochattn import report
+    from stochattn.experiments import era5_report
+
+    started = time.time()
+    spec, tidy = era5_report.build_table(w.era5_table, list(sm.input.metrics), list(sm.input.spatial),
+                                         sm.input.sweep, sm.input.adapter, sm.input.analyses)  # fmt: skip
+    written = report.write_table(
+        tidy, os.path.splitext(sm.output.csv)[0], p.caption,
+        {"rule": rule, "inputs": list(sm.input), "config_subset": p.config_subset, "seeds": p.seeds,
+         "started": started, "extra": {"code": p.code}, "repo_dir": os.path.dirname(sm.scriptdir)},
+        spec=spec,
+    )
+    print("wrote", *map(str, written), sep="\n  ", flush=True)
+else:
+    import torch
+
+    from stochattn.experiments import era5
+    from stochattn.provenance import check_gpu_request
+
+    torch.set_num_threads(sm.threads)
+    check_gpu_request(sm.resources.get("gpu", 0), sm.config.get("require_gpu", True))
+    progress = sm.config["progress"]
+    if rule == "era5_pretrain_standin":
+        meta = era5.pretrain_standin(sm.input[0], sm.output.state, model=p.model, pretrain=p.pretrain, seed=p.seed,
+                                     progress=progress, provenance=provenance())  # fmt: skip
+        print(f"stand-in: best step {meta['best_step']}, {meta['seconds']:.1f} s", flush=True)
+    elif rule == "era5_prepare":
+        meta = era5.prepare(sm.input[0], sm.output.prepared, variables=p.variables, lead_hours=p.lead_hours,
+                            max_pairs=p.max_pairs)  # fmt: skip
+        print(f"pairs: {meta['n_pairs']}", flush=True)
+    elif rule == "era5_adapt":
+        meta = era5.adapt(sm.input.prepared, sm.input.backbone, sm.output.adapter, lora=p.lora, train=p.train,
+                          seed=p.seed, allow_pickle=p.allow_pickle, progress=progress,
+                          provenance=provenance())  # fmt: skip
+        print(f"LoRA: best epoch {meta['best_epoch']}, test skill {meta['test_skill']}", flush=True)
+    elif rule in ("era5_method", "era5_calibrate_sa", "era5_swag"):
+        meta = era5.run_method(p.method, sm.input.prepared, sm.input.backbone, sm.input.adapter,
+                               Path(sm.output.samples).parent, lora=p.lora, train=p.train, method_cfg=p.method_cfg,
+                               num_samples=p.num_samples, seed=p.seed, sa_sites=p.sa_sites,
+                               swag_scales=p.swag_scales, allow_pickle=p.allow_pickle, progress=progress,
+                               provenance=provenance())  # fmt: skip
+        print(f"{p.method}: seconds {meta['seconds']}", flush=True)
+    elif rule == "era5_analyses":
+        a = p.analyses
+        era5.sa_analyses(sm.input.prepared, sm.input.backbone, sm.input.adapter, sm.input.calibration, sm.output[0],
+                         lora=p.lora, sa_cfg=p.sa_cfg, nu_grid=a["nu_grid"], bo_seeds=a["bo_seeds"],
+                         latency_nu=a["latency_nu"], latency_batch=a["latency_batch"],
+                         latency_repeats=a["latency_repeats"], num_samples=p.num_samples, seed=p.seed,
+                         sa_sites=p.sa_sites, allow_pickle=p.allow_pickle, progress=progress,
+                         provenance=provenance())  # fmt: skip
+    else:
+        raise ValueError(f"workflow_scripts/era5.py: no stage for rule {rule!r}")
