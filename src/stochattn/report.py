@@ -358,6 +358,9 @@ class TableSpec:
         build: the function ``runs -> tidy`` of the table (the workflow's ``load_runs -> build -> write_table``);
             None for a layout that only renders (e.g. another view of a table built elsewhere).
         wide: LaTeX: the tabular inside ``\\resizebox{\\textwidth}{!}`` (needs graphicx).
+        rows: ``"datasets"`` (one row per data set, one column per method in each group) or ``"methods"`` (a table
+            of ONE data set: one row per method, one column per group, bold decided down each column, as the
+            paper's ClimaX tables).
     """
 
     name: str
@@ -367,6 +370,11 @@ class TableSpec:
     label: str
     build: Callable[[pd.DataFrame], pd.DataFrame] | None = None
     wide: bool = False
+    rows: str = "datasets"
+
+    def __post_init__(self) -> None:
+        if self.rows not in ("datasets", "methods"):
+            raise ValueError(f"TableSpec {self.name!r}: rows must be 'datasets' or 'methods', got {self.rows!r}")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -389,7 +397,8 @@ class _Group:
 @dataclass
 class _Layout:
     groups: list[_Group]
-    rows: list[tuple[str, list[list[_Cell]]]]  # (dataset label, cells per group)
+    rows: list[tuple[str, list[list[_Cell]]]]  # (row label, cells per group)
+    by_method: bool = False  # rows are methods, one column per group (TableSpec.rows == "methods")
 
 
 def _lookup(tidy: pd.DataFrame) -> dict[tuple[str, str, str], tuple[float, float]]:
@@ -465,6 +474,8 @@ def _layout(tidy: pd.DataFrame, spec: TableSpec) -> _Layout:
     if missing:
         raise ValueError(f"tidy lacks columns {missing}")
     look = _lookup(tidy)
+    if spec.rows == "methods":
+        return _method_rows_layout(tidy, spec, look)
     groups = []
     for g in spec.groups:
         methods = list(g.methods) if g.methods is not None else method_order(tidy.loc[tidy["metric"] == g.metric,
@@ -479,6 +490,22 @@ def _layout(tidy: pd.DataFrame, spec: TableSpec) -> _Layout:
                  for g in groups]
         rows.append((dataset_label(dataset), cells))
     return _Layout(groups, rows)
+
+
+def _method_rows_layout(tidy: pd.DataFrame, spec: TableSpec, look: dict) -> _Layout:
+    """Rows = methods of the table's one data set, one column per group; bold down each column."""
+    datasets = dataset_order(tidy["dataset"])
+    if len(datasets) != 1:
+        raise ValueError(f"a {spec.name!r} table (rows = methods) shows one data set, got {datasets}")
+    shown = [g for g in spec.groups if (tidy["metric"] == g.metric).any()]
+    if not shown:
+        raise ValueError(f"tidy has none of the metrics a {spec.name!r} table shows")
+    fixed = next((g.methods for g in shown if g.methods is not None), None)
+    methods = list(fixed) if fixed is not None else method_order(tidy.loc[tidy["metric"].isin([g.metric for g in
+                                                                                               shown]), "method"])
+    columns = [_cells(g, [look.get((datasets[0], m, g.metric), (math.nan, math.nan)) for m in methods]) for g in shown]
+    rows = [(method_label(m, False), [[col[i]] for col in columns]) for i, m in enumerate(methods)]
+    return _Layout([_Group(g, [""], [g.title]) for g in shown], rows, by_method=True)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -511,9 +538,11 @@ def to_markdown(tidy: pd.DataFrame, spec: TableSpec, caption: str | None = None,
     """
     caption = _check_caption(caption)
     lay = _layout(tidy, spec)
-    header = ["Dataset"]
+    header = ["Method" if lay.by_method else "Dataset"]
     for g in lay.groups:
-        if g.spec.header is not None:
+        if lay.by_method:
+            header.append(g.spec.title)
+        elif g.spec.header is not None:
             header += [g.spec.header] * len(g.methods)
         elif len(lay.groups) > 1:
             header += [f"{g.spec.title} {lbl}" for lbl in g.labels]
@@ -563,7 +592,7 @@ def to_latex(
     lay = _layout(tidy, spec)
     cap = _full_caption(latex_escape(caption) if escape else caption, spec.latex_description, describe)
     label = label or spec.label
-    spacer = len(lay.groups) > 1
+    spacer = len(lay.groups) > 1 and not lay.by_method
     colspec = "l"
     for i, g in enumerate(lay.groups):
         if spacer and i > 0:
@@ -593,11 +622,13 @@ def to_latex(
             col += width
         out.append(" & ".join(top) + r" \\")
         out.append(" ".join(rules))
-    header = ["Dataset"]
+    header = ["Method" if lay.by_method else "Dataset"]
     for i, g in enumerate(lay.groups):
         if spacer and i > 0:
             header.append("")
-        if g.spec.latex_header is not None:
+        if lay.by_method:
+            header.append(g.spec.latex_title)
+        elif g.spec.latex_header is not None:
             header += [g.spec.latex_header] * len(g.methods)
         else:
             header += [latex_escape(lbl) for lbl in g.labels]

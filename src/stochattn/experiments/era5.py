@@ -587,8 +587,10 @@ def sa_analyses(
         for name, nu in points.items():
             draws = physical(sampler(nu, x_test, num_samples).numpy())
             flat = draws.reshape(num_samples, -1)
+            dec = metrics.crps_decomposition(draws, y_test_phys)
             test[name] = {"nu": nu, "pit": metrics.pit(flat, y_test_phys.reshape(-1), seed).tolist(),
-                          "crps": float(metrics.crps(draws, y_test_phys).mean()),
+                          "crps": float(dec["crps"].mean()), "crps_error": float(dec["error"].mean()),
+                          "crps_spread": float(dec["spread"].mean()),
                           "energy": float(metrics.normalised_energy_score(draws, y_test_phys).mean()),
                           **_calibration_summary(y_test_phys, draws, draws.mean(0), seed)}  # fmt: skip
         out["score_sweep"] = {"grid": rows, "nu_score": int(nu_score), "test": test}

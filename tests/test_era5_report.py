@@ -1,0 +1,279 @@
+"""Tests for stochattn.experiments.era5_report: the ClimaX tables hold the numbers of the stage files with the
+paper's bold rule, and every figure writer makes a PNG and a PDF, from small synthetic runs scored by the real
+evaluate / spatial_metrics code."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from stochattn import report as R
+from stochattn.calibrate import EvalResult, IntegerDomain, bo_calibrate
+from stochattn.experiments import era5_report as E
+from stochattn.experiments.era5 import spatial_metrics
+from stochattn.experiments.evaluate import evaluate_split
+from stochattn.io import load_json, load_npz, save_json, save_npz
+from stochattn.metrics import central_interval
+from stochattn.scaling import apply_scale
+from test_figures import assert_figure_files  # PNG + PDF written, non-empty, something drawn
+
+S, N, N_CAL = 5, 3, 4
+LAT = np.arange(-87.1875, 90.0, 5.625)
+LON = np.arange(0.0, 360.0, 5.625)
+D = LAT.size * LON.size
+# method -> (spread of the samples around the point, point error scale); swag under-dispersed, hsa inaccurate
+SPREADS = {"sa": (300.0, 1.0), "swag": (30.0, 1.0), "hsa": (400.0, 2.0), "ivon": (150.0, 1.2)}
+CAPTION = "AQUAPLANET STAND-IN, not ERA5: synthetic test inputs"
+
+
+def _fields(rng: np.random.Generator, clim: np.ndarray, n: int) -> np.ndarray:
+    return clim + 600.0 * rng.standard_normal((n, D))
+
+
+def _bo_run(seed: int) -> dict:
+    """A real bo_calibrate record on a synthetic EvalStats: s(nu) = 2 nu^-1/2 (noisy), s0 = 1, so nu* ~ 4."""
+    rng = np.random.default_rng(100 + seed)
+
+    def evaluate(nu: int) -> EvalResult:
+        scale = 2.0 * nu**-0.5 * math.exp(0.02 * rng.standard_normal())
+        return EvalResult(nu=nu, loss=(scale - 1.0) ** 2 + 0.5, scale=scale)
+
+    res = bo_calibrate(evaluate, 1.0, domain=IntegerDomain(1, 512), budget=6, initial_design=3, seed=seed,
+                       num_posterior_draws=200).to_dict()  # fmt: skip
+    return res
+
+
+@pytest.fixture(scope="module")
+def era5(tmp_path_factory):
+    """Synthetic stage outputs: pairs.npz, runs/<method>/{samples.npz, meta.json, metrics.json, spatial.json},
+    an.json, scale_sweep.json, adapter.json."""
+    root = tmp_path_factory.mktemp("era5")
+    rng = np.random.default_rng(0)
+    clim = 54000.0 + 800.0 * np.cos(np.deg2rad(LAT))[:, None].repeat(LON.size, 1).ravel()
+    y_mean, y_std = 54000.0, 900.0
+    y_test, y_cal = _fields(rng, clim, N), _fields(rng, clim, N_CAL)
+    save_npz(root / "pairs.npz", lat=LAT, lon=LON, climatology=clim, y_mean=np.float64(y_mean),
+             y_std=np.float64(y_std), y_test=((y_test - y_mean) / y_std).astype(np.float32))  # fmt: skip
+    samples, metas = {}, {}
+    for i, (method, (spread, err)) in enumerate(SPREADS.items()):
+        run_dir = root / "runs" / method
+        point = y_test + 200.0 * err * rng.standard_normal(y_test.shape)
+        cal_point = y_cal + 200.0 * err * rng.standard_normal(y_cal.shape)
+        save_npz(run_dir / "samples.npz", y=y_test, point=point, cal_y=y_cal, cal_point=cal_point,
+                 samples=point + spread * rng.standard_normal((S, *point.shape)),
+                 cal_samples=cal_point + spread * rng.standard_normal((S, *cal_point.shape)),
+                 sigma_y=np.float64(y_std))  # fmt: skip
+        seconds = {"train": 10.0 * i, "calibrate": 2.0 if method == "sa" else 0.0, "predict": 1.0 + i,
+                   "backbone_train": 5.0 if method in ("sa", "swag") else 0.0}  # fmt: skip
+        save_json(run_dir / "meta.json", {"method": method, "seconds": seconds, "nu": 4 if method == "sa" else None})
+        samples[method], metas[method] = run_dir / "samples.npz", run_dir / "meta.json"
+    metrics = {m: samples[m].with_name("metrics.json") for m in SPREADS}
+    evaluate_split(samples, metrics, seed=0)
+    spatial = {m: samples[m].with_name("spatial.json") for m in SPREADS}
+    for m in SPREADS:
+        temperature = load_json(metrics[m])["temperature"]
+        save_json(spatial[m], dict(spatial_metrics(samples[m], root / "pairs.npz", temperature), method=m))
+    pit = lambda a: rng.beta(a, a, size=N * D).tolist()  # noqa: E731
+    analyses = {
+        "score_sweep": {
+            "grid": [{"nu": nu, "crps": 200.0 + (np.log2(nu) - 4.6) ** 2, "energy": 300.0 + (np.log2(nu) - 4.6) ** 2,
+                      "w1": 0.05, "coverage_95": 0.9, "width_95": 1000.0 / nu**0.5} for nu in (1, 4, 16, 25, 64)],
+            "nu_score": 25,
+            "test": {"calibration_first": {"nu": 4, "pit": pit(1.0), "crps": 221.7, "energy": 310.0, "w1": 0.05},
+                     "score_oriented": {"nu": 25, "pit": pit(0.7), "crps": 135.4, "energy": 209.7, "w1": 0.08}},
+        },
+        "bo_seeds": [_bo_run(seed) for seed in (0, 1, 2)],
+        "latency": {"batch": 4, "deterministic": 0.42, "threads": 2, "device": {"device": "cpu", "torch_threads": 2},
+                    "sa": [{"nu": nu, "seconds": 0.45 + 0.01 * np.log2(nu)} for nu in (1, 2, 4, 8, 64, 512)]},
+    }  # fmt: skip
+    save_json(root / "an.json", analyses)
+    sweep = {"rows": [{"scale": s, "val": {"rmse": 265.0 - 0.1 * s + 0.004 * s**2, "w1": 0.22 - 0.0016 * s,
+                                           "coverage_95": 0.08 + 0.008 * s, "width_95": 47.0 + 5.0 * s},
+                       "test": {"rmse": 264.0 + s / 100, "w1": 0.2 - s / 1000, "coverage_95": 0.1 + s / 200,
+                                "width_95": 50.0 + 4.0 * s}} for s in (1.0, 2.0, 16.0, 64.0)],
+             "selected_w1": 64.0, "selected_rmse": 16.0, "num_samples": S}  # fmt: skip
+    save_json(root / "scale_sweep.json", sweep)
+    skill = {"backbone": {"rmse": 420.0, "acc": 0.91}, "adapted": {"rmse": 300.0, "acc": 0.95},
+             "persistence": {"rmse": 900.0, "acc": 0.5}, "climatology": {"rmse": 1000.0, "acc": 0.0}}  # fmt: skip
+    save_json(root / "adapter.json", {"test_skill": skill, "persistence_over_climatology_rmse": 0.9})
+    return {"root": root, "samples": samples, "metas": metas, "metrics": metrics, "spatial": spatial,
+            "an": root / "an.json", "sweep": root / "scale_sweep.json", "adapter": root / "adapter.json",
+            "pairs": root / "pairs.npz"}  # fmt: skip
+
+
+def runs_of(era5):
+    return {m: (era5["metrics"][m], era5["spatial"][m]) for m in SPREADS}
+
+
+def value(tidy, method, metric):
+    row = tidy[(tidy["method"] == method) & (tidy["metric"] == metric)]
+    assert len(row) == 1, (method, metric)
+    return float(row["value"].iloc[0])
+
+
+def bold_columns(tidy, spec, title):
+    """Row labels (methods) of the bold cells in column ``title`` of the markdown of ``tidy`` (rows = methods)."""
+    lines = [ln for ln in R.to_markdown(tidy, spec).splitlines() if ln.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    col = header.index(title)
+    rows = [[c.strip() for c in ln.strip("|").split("|")] for ln in lines[2:]]
+    return {r[0] for r in rows if r[col].startswith("**")}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# tables
+# --------------------------------------------------------------------------------------------------------------
+def test_summary_table_holds_the_run_numbers(era5):
+    tidy = E.CLIMAX_SUMMARY.build(runs_of(era5))
+    assert list(tidy.columns) == list(R.TIDY_COLUMNS)
+    for m in SPREADS:
+        met, sp = load_json(era5["metrics"][m]), load_json(era5["spatial"][m])
+        assert value(tidy, m, "acc_ensemble_mean") == sp["acc_ensemble_mean"]
+        assert value(tidy, m, "acc_single_sample") == sp["acc_single_sample"]
+        assert value(tidy, m, "rmse_ensemble_mean") == sp["rmse_ensemble_mean"]
+        assert value(tidy, m, "w1_native") == met["native"]["w1"]
+        assert value(tidy, m, "coverage_95_native") == met["native"]["coverage_95"]
+        if m == "sa":
+            assert value(tidy, m, "w1_scaled") == met["native"]["w1"]
+            assert value(tidy, m, "width_95_matched") == met["native"]["width_95"]
+        else:
+            assert value(tidy, m, "w1_scaled") == met["scaled"]["w1"] != met["native"]["w1"]
+            assert value(tidy, m, "width_95_matched") == met["matched"]["width_95"]
+    assert set(tidy["n"]) == {1}
+
+
+def test_summary_bold_marks_follow_the_paper(era5):
+    tidy = E.CLIMAX_SUMMARY.build(runs_of(era5))
+    short = {m: R.method_label(m) for m in SPREADS}
+    for metric, title, pick in (("acc_ensemble_mean", "ACC ens.", max), ("w1_native", "W1 native", min),
+                                ("w1_scaled", "W1 scaled", min), ("width_95_matched", "PI-95", min)):  # fmt: skip
+        best = pick(SPREADS, key=lambda m: value(tidy, m, metric))
+        assert short[best] in bold_columns(tidy, E.CLIMAX_SUMMARY, title), metric
+    closest = min(SPREADS, key=lambda m: abs(value(tidy, m, "coverage_95_native") - 0.95))
+    assert short[closest] in bold_columns(tidy, E.CLIMAX_SUMMARY, "Cov95")
+
+
+def test_crps_decomposition_and_score_oriented_row(era5):
+    tidy = E.CLIMAX_CRPS_DECOMP.build(runs_of(era5), era5["an"])
+    for m in SPREADS:
+        sp = load_json(era5["spatial"][m])
+        for key in ("crps", "crps_error", "crps_spread", "energy"):
+            assert value(tidy, m, key) == sp[key]
+        assert value(tidy, m, "crps") == pytest.approx(sp["crps_error"] - sp["crps_spread"])
+    assert value(tidy, "SA (score-oriented nu=25)", "crps") == 135.4
+    assert value(tidy, "SA (score-oriented nu=25)", "energy") == 209.7
+    widest = max(SPREADS, key=lambda m: value(tidy, m, "crps_spread"))
+    assert widest == "hsa"
+    assert bold_columns(tidy, E.CLIMAX_CRPS_DECOMP, "Spread") == {R.method_label("hsa")}
+    assert bold_columns(tidy, E.CLIMAX_CRPS_DECOMP, "CRPS") == {"SA (score-oriented nu=25)"}
+    assert len(E.CLIMAX_CRPS_DECOMP.build(runs_of(era5))) == 4 * len(SPREADS)  # without an.json: no extra row
+
+
+def test_swag_sweep_tables(era5):
+    sweep = load_json(era5["sweep"])
+    val = E.SWAG_SWEEP_VAL.build(era5["sweep"])
+    assert R.method_order(val["method"]) == ["scale  1", "scale  2", "scale 16", "scale 64"]  # numeric order
+    for row in sweep["rows"]:
+        for key in ("rmse", "w1", "coverage_95", "width_95"):
+            assert value(val, f"scale {row['scale']:>2g}", key) == row["val"][key]
+    assert bold_columns(val, E.SWAG_SWEEP_VAL, "W1") == {"scale 64"}
+    assert bold_columns(val, E.SWAG_SWEEP_VAL, "Cov@95") == {"scale 64"}  # closest to 0.95
+    assert bold_columns(val, E.SWAG_SWEEP_VAL, "Sharp@95") == {"scale  1"}
+    assert bold_columns(val, E.SWAG_SWEEP_VAL, "RMSE") == {"scale 16"}
+    test = E.SWAG_SWEEP_TEST.build(era5["sweep"])
+    by_scale = {r["scale"]: r["test"] for r in sweep["rows"]}
+    assert R.method_order(test["method"]) == ["compromise (scale 16)", "val.-selected (scale 64)"]
+    for label, scale in (("compromise (scale 16)", 16.0), ("val.-selected (scale 64)", 64.0)):
+        for key in ("rmse", "w1", "coverage_95", "width_95"):
+            assert value(test, label, key) == by_scale[scale][key]
+
+
+def test_scale_labels_sort_numerically():
+    labels = E._scale_labels([64, 0.5, 2, 16])
+    assert sorted(labels.values()) == [labels[s] for s in sorted(labels)]
+
+
+def test_skill_table(era5):
+    tidy = E.CLIMAX_SKILL.build(era5["adapter"])
+    skill = load_json(era5["adapter"])["test_skill"]
+    for key, column in E.SKILL_COLUMNS.items():
+        assert value(tidy, column, "rmse") == skill[key]["rmse"]
+        assert value(tidy, column, "acc") == skill[key]["acc"]
+    assert value(tidy, "persistence", "rmse_over_climatology") == pytest.approx(0.9)
+    assert bold_columns(tidy, E.CLIMAX_SKILL, "RMSE") == {"LoRA-adapted"}
+
+
+def test_every_table_writes(era5, tmp_path):
+    tidies = {
+        "climax_summary": E.CLIMAX_SUMMARY.build(runs_of(era5)),
+        "climax_crps_decomp": E.CLIMAX_CRPS_DECOMP.build(runs_of(era5), era5["an"]),
+        "swag_sweep_val": E.SWAG_SWEEP_VAL.build(era5["sweep"]),
+        "swag_sweep_test": E.SWAG_SWEEP_TEST.build(era5["sweep"]),
+        "climax_skill": E.CLIMAX_SKILL.build(era5["adapter"]),
+    }
+    assert set(tidies) == set(E.ERA5_TABLE_SPECS)
+    prov = {"rule": "test", "inputs": [], "config_subset": {}, "seeds": {}}
+    for name, tidy in tidies.items():
+        written = R.write_table(tidy, tmp_path / name, CAPTION, prov, spec=E.ERA5_TABLE_SPECS[name])
+        assert all(p.stat().st_size > 0 for p in written)
+        assert CAPTION in (tmp_path / f"{name}.md").read_text()
+
+
+# --------------------------------------------------------------------------------------------------------------
+# figures
+# --------------------------------------------------------------------------------------------------------------
+def test_sharpness_ratios_are_cellwise_and_sa_is_one(era5):
+    samples, metrics = era5["samples"], era5["metrics"]
+    ratios, dropped = E.cellwise_width_ratios(samples, metrics, 0.95)
+    assert dropped == []
+    assert np.all(ratios["sa"] == 1.0)
+    sa, sw = load_npz(samples["sa"]), load_npz(samples["swag"])
+    factor = load_json(metrics["swag"])["matched"]["factor_95"]
+    w_sa = np.subtract(*central_interval(sa["samples"], 0.95)[::-1]).ravel()
+    w_sw = np.subtract(*central_interval(apply_scale(sw["samples"], sw["point"], factor), 0.95)[::-1]).ravel()
+    np.testing.assert_allclose(ratios["swag"], w_sw / w_sa, rtol=1e-10)
+
+
+def test_beta_star_is_ln_nu_cont(era5):
+    an = load_json(era5["an"])
+    betas = E.beta_star(era5["an"])
+    assert list(betas) == ["seed 0", "seed 1", "seed 2"]
+    for run, beta in zip(an["bo_seeds"], betas.values()):
+        np.testing.assert_array_equal(beta, np.log(run["posterior_draws"]["nu_cont"]))
+    pooled = np.concatenate(list(betas.values()))
+    assert abs(np.median(pooled) - np.log(4.0)) < 0.5  # the synthetic optimum nu* = 4
+
+
+def test_total_seconds_sums_every_component(era5):
+    assert E.total_seconds(era5["metas"]["sa"]) == 0.0 + 2.0 + 1.0 + 5.0
+
+
+def test_every_figure_writes_png_and_pdf(era5, tmp_path):
+    out = tmp_path
+    m, sp, me, sm = era5["metrics"], era5["spatial"], era5["metas"], era5["samples"]
+    calls = {
+        "pit": lambda b: E.pit_combined(m, out_base=b, title=CAPTION),
+        "cost": lambda b: E.cost_figure(me, out_base=b, title=CAPTION),
+        "sharp95": lambda b: E.sharpness_figure(sm, m, 0.95, out_base=b, title=CAPTION),
+        "sharp25": lambda b: E.sharpness_figure(sm, m, 25, out_base=b, title=CAPTION),
+        "latency": lambda b: E.latency_figure(era5["an"], out_base=b, title=CAPTION),
+        "bo": lambda b: E.bo_sensitivity(era5["an"], out_base=b, title=CAPTION),
+        "beta": lambda b: E.bo_beta_hist(era5["an"], out_base=b, title=CAPTION),
+        "nu": lambda b: E.nu_ablation(era5["an"], out_base=b, title=CAPTION),
+        "maps": lambda b: E.teaser_maps(sm["sa"], era5["pairs"], out_base=b, title=CAPTION, index=1),
+        "axes": lambda b: E.teaser_axes(m, sp, me, out_base=b, title=CAPTION),
+    }
+    for name, call in calls.items():
+        assert_figure_files(call(out / name), out / name)
+
+
+def test_teaser_maps_refuses_samples_of_another_file(era5, tmp_path):
+    with pytest.raises(ValueError, match="index 7"):
+        E.teaser_maps(era5["samples"]["sa"], era5["pairs"], tmp_path / "x", CAPTION, index=7)
+    other = tmp_path / "pairs.npz"
+    prep = load_npz(era5["pairs"])
+    save_npz(other, **dict(prep, y_test=prep["y_test"][::-1].copy()))
+    with pytest.raises(ValueError, match="not the truth"):
+        E.teaser_maps(era5["samples"]["sa"], other, tmp_path / "x", CAPTION, index=0)
