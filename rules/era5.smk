@@ -214,6 +214,7 @@ rule era5_method:
         sa_sites=ERA5["sa_sites"],
         swag_scales=[],
         allow_pickle=ERA5["backbone"]["checkpoint"].get("allow_pickle", False),
+        require_skill=ERA5["require_skill"],
         seed=lambda w: era5_seed(w.era5_method),
         code=lambda w: code_for(
             "stochattn.experiments.era5:run_method",
@@ -243,6 +244,7 @@ use rule era5_method as era5_calibrate_sa with:
         sa_sites=ERA5["sa_sites"],
         swag_scales=[],
         allow_pickle=ERA5["backbone"]["checkpoint"].get("allow_pickle", False),
+        require_skill=ERA5["require_skill"],
         seed=era5_seed("sa"),
         code=code_for(
             "stochattn.experiments.era5:run_method",
@@ -268,6 +270,7 @@ use rule era5_method as era5_swag with:
         sa_sites=ERA5["sa_sites"],
         swag_scales=ERA5["swag_scales"],
         allow_pickle=ERA5["backbone"]["checkpoint"].get("allow_pickle", False),
+        require_skill=ERA5["require_skill"],
         seed=era5_seed("swag"),
         code=code_for(
             "stochattn.experiments.era5:run_method",

@@ -159,3 +159,13 @@ def test_baseline_worse_than_the_mean_is_an_error_of_the_run(workdir):
         uci.run_method("hsa", workdir / "prepared.npz", workdir / "bad", model=MODEL, train=TRAIN, method_cfg=cfg,
                        num_samples=S, seed=1, progress=False)
     assert not (workdir / "bad" / "samples.npz").exists()
+
+
+def test_require_skill_false_keeps_a_skill_less_candidate_and_records_it():
+    x = np.zeros((6, 1))
+    split = ValidationSplit(x, np.array([0.0, 2.0, 0.0, 2.0, 0.0, 2.0]), x[:2], np.array([1.0, 1.0]))
+    fit = lambda c, s: CandidateFit(c["v"], np.full(2, c["v"]))  # noqa: E731
+    with pytest.raises(SelectionError, match="no candidate beats"):
+        select_on_validation("m", [{"v": 3.0}], fit, split)
+    sel = select_on_validation("m", [{"v": 3.0}], fit, split, require_skill=False)
+    assert sel.result == 3.0 and sel.record["beats_mean_predictor"] is False

@@ -113,7 +113,8 @@ else:
         meta = era5.run_method(p.method, sm.input.prepared, sm.input.backbone, sm.input.adapter,
                                Path(sm.output.samples).parent, lora=p.lora, train=p.train, method_cfg=p.method_cfg,
                                num_samples=p.num_samples, seed=p.seed, sa_sites=p.sa_sites,
-                               swag_scales=p.swag_scales, allow_pickle=p.allow_pickle, progress=progress,
+                               swag_scales=p.swag_scales, allow_pickle=p.allow_pickle,
+                               require_skill=p.require_skill, progress=progress,
                                provenance=provenance())  # fmt: skip
         print(f"{p.method}: seconds {meta['seconds']}", flush=True)
     elif rule == "era5_analyses":

@@ -113,6 +113,7 @@ def select_on_validation(
     *,
     reference: Optional[Mapping[str, float]] = None,
     label: str = "",
+    require_skill: bool = True,
 ) -> Selection[T]:
     """Fit every candidate with ``fit(candidate, split)`` and keep the one with the lowest validation RMSE.
 
@@ -125,9 +126,12 @@ def select_on_validation(
     "reference": {...}}`` (scores in standardised target units, ``None`` for a failed candidate; seconds of each
     candidate's fit).
 
+    ``require_skill=False`` keeps the best candidate even when it does not beat the mean predictor (the record's
+    ``beats_mean_predictor`` says so): for smoke runs whose models are too small to have skill.
+
     Raises:
-        SelectionError: when the best score is not below the mean predictor's validation RMSE, or no candidate
-            produced a finite score; the message names the method, the scores and the grid.
+        SelectionError: when no candidate produced a finite score, or (``require_skill``) the best score is not
+            below the mean predictor's validation RMSE; the message names the method, the scores and the grid.
     """
     grid = [dict(c) for c in candidates]
     if not grid:
@@ -155,7 +159,7 @@ def select_on_validation(
             best, best_index = out, i
     mean_rmse = split.mean_predictor_rmse()
     shown = [None if not math.isfinite(s) else round(s, 4) for s in scores]
-    if best is None or not scores[best_index] < mean_rmse:
+    if best is None or (require_skill and not scores[best_index] < mean_rmse):
         where = f" on {label}" if label else ""
         raise SelectionError(
             f"{method}{where}: no candidate beats predicting the training mean on the validation part (validation "
@@ -170,6 +174,7 @@ def select_on_validation(
         "chosen": {"index": best_index, "candidate": grid[best_index]},
         "seconds": seconds,
         "mean_predictor_rmse": mean_rmse,
+        "beats_mean_predictor": bool(scores[best_index] < mean_rmse),
         "errors": errors,
         "reference": dict(reference or {}),
     }

@@ -401,14 +401,17 @@ def run_method(
     sa_sites: Sequence[str] = ("blocks", "var_agg"),
     swag_scales: Sequence[float] = (),
     allow_pickle: bool = False,
+    require_skill: bool = True,
     progress: bool = True,
     provenance: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
     """One method: ``samples.npz`` (y (n, 2048), point, samples (S, n, 2048) and the cal part, m^2 s^-2) and
     ``meta.json`` in ``out_dir`` (SA: also ``sa_match`` and ``calibration.json``; SWAG with ``swag_scales``: also
-    ``scale_sweep.json``, :func:`swag_scale_sweep`)."""
+    ``scale_sweep.json``, :func:`swag_scale_sweep`). ``require_skill=False`` lets the baselines' selection keep
+    a candidate that does not beat the training climatology (smoke runs; recorded in meta.json)."""
     adapters.check_method(method, num_samples)
     data = load_pairs(prepared_path)
+    data["require_skill"] = bool(require_skill)
     adapter_meta = load_json(Path(adapter_path).with_suffix(".json"))
     ctx = setup(backbone_path, adapter_path, lora, train, sa_sites=sa_sites, allow_pickle=allow_pickle)
     if method == "swag" and swag_scales:  # the sweep samples the very SWAG posterior of the run

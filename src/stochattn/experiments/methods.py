@@ -101,8 +101,9 @@ def select(method, data, grid, fit, reference=None):
     from ..selection import ValidationSplit, select_on_validation
 
     # only the fitting and validation arrays go in: the test and calibration parts cannot reach the choice
+    # ``data["require_skill"]`` (default True) False: keep a candidate that does not beat the training mean
     return select_on_validation(method, grid, fit, ValidationSplit.from_prepared(data), reference=reference,
-                                label=str(data.get("source", "")))
+                                label=str(data.get("source", "")), require_skill=bool(data.get("require_skill", True)))
 
 
 def fit_on(model, split, train: Mapping[str, Any], seed: int, progress: bool, desc: str):
