@@ -90,9 +90,11 @@ rule era5:
     localrule: True
 
 
-use rule era5 as climax with:
+rule climax:
+    """The same as era5: the ClimaX tables and figures."""
     input:
         era5_targets(),
+    localrule: True
 
 
 # One target per configured data set: every run's metrics and the data set's own figures, e.g. `uci_yacht`.

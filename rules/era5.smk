@@ -315,9 +315,9 @@ rule era5_evaluate:
     """metrics.json (pooled over cells and forecasts; SA the coverage reference) and spatial.json (field scores) of
     every method."""
     input:
-        prepared=f"{ERA5_DIR}/pairs.npz",
         **{f"{m}_samples": era5_run(m, "samples.npz") for m in ERA5_METHODS},
         **{f"{m}_meta": era5_run(m, "meta.json") for m in ERA5_METHODS},
+        prepared=f"{ERA5_DIR}/pairs.npz",
     output:
         **{m: era5_run(m, "metrics.json") for m in ERA5_METHODS},
         **{f"{m}_spatial": era5_run(m, "spatial.json") for m in ERA5_METHODS},

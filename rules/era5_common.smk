@@ -93,7 +93,8 @@ def era5_caption():
         parts.append("ERA5 (WeatherBench 5.625 deg), ClimaX 5.625deg.ckpt.")
     caps = {k: v for k, v in ERA5["max_pairs"].items() if v is not None}
     if caps:
-        parts.append("Forecasts subsampled (evenly spaced): " + ", ".join(f"{k} {v}" for k, v in caps.items()) + ".")
+        listed = ", ".join(f"{k} {v}" for k, v in caps.items())
+        parts.append(f"Forecasts subsampled (evenly spaced): {listed}.")
     parts.append(f"{ERA5['lead_hours']} h Z500, m^2 s^-2; S = {config['num_samples']} samples per method; SA sites "
                  f"{'+'.join(ERA5['sa_sites'])}; LoRA r {ERA5['lora']['r']}, alpha {ERA5['lora']['alpha']}.")  # fmt: skip
     if config["report"]["note"]:
@@ -111,7 +112,7 @@ def era5_run_files(name, methods=None):
 
 def era5_figure_args(name):
     """Arguments of the figure writer of ``name`` (stochattn.experiments.era5_report)."""
-    title = f"{name}: " + era5_caption()
+    title = f"{name}: {era5_caption()}"
     analyses = f"{ERA5_DIR}/analyses.json"
     if name == "climax_pit_combined":
         return {"metrics": era5_run_files("metrics.json"), "title": title}

@@ -351,3 +351,16 @@ def test_sa_mean_and_variance_at_attention_level():
     var = var.transpose(0, 1).reshape(6, 16)
     ratio = (sd**2)[var > 1e-6] / var[var > 1e-6]
     assert 0.95 < ratio.mean() < 1.05 and ((ratio > 0.75) & (ratio < 1.33)).all(), ratio
+
+
+def test_fetch_checkpoint_records_and_verifies_the_hash(tmp_path):
+    from stochattn.backbones.climax import fetch_climax_checkpoint
+    from stochattn.io import sha256_file
+
+    src = tmp_path / "server.ckpt"
+    src.write_bytes(b"checkpoint bytes")
+    got = fetch_climax_checkpoint(tmp_path / "a.ckpt", url=f"file://{src}")
+    assert got["sha256"] == sha256_file(src) and (tmp_path / "a.ckpt").read_bytes() == b"checkpoint bytes"
+    with pytest.raises(Exception):
+        fetch_climax_checkpoint(tmp_path / "b.ckpt", url=f"file://{src}", sha256="0" * 64)
+    assert not (tmp_path / "b.ckpt").exists()

@@ -290,3 +290,57 @@ def test_pairs_from_preprocessed_shards(climax_root, tmp_path):
         E.load_shards(out, "train")
     with pytest.raises(E.WeatherBenchFormatError, match=r"no key\(s\) \['z'\]"):
         E.load_shard(out / "val" / "2002_0.npz", ["z"])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# fetching the public files (a file:// URL stands in for the server; mirrors laid out as <mirror>/weatherbench/...)
+# ---------------------------------------------------------------------------------------------------------------
+def _constants(root):
+    zeros = np.zeros((32, 64), np.float32)
+    return E.write_weatherbench_constants(E.constants_path(root), {"orography": zeros, "lsm": zeros, "slt": zeros})
+
+
+def test_fetch_downloads_zips_extracts_and_checks(two_years, tmp_path):
+    import zipfile
+
+    src, data = two_years
+    server = tmp_path / "server"
+    server.mkdir()
+    with zipfile.ZipFile(server / "geopotential_500.zip", "w") as archive:
+        for year in (2000, 2001):
+            path = E.weatherbench_path(src, "geopotential_500", year)
+            archive.write(path, f"geopotential_500/{path.name}")
+    _constants(src)
+    out = tmp_path / "fetched"
+    record = E.fetch_weatherbench(out, ["geopotential_500"], [2000, 2001], mirrors=[],
+                                  url_template=f"file://{server}/{{folder}}.zip",
+                                  constants_url=f"file://{E.constants_path(src)}")  # fmt: skip
+    assert record["geopotential_500"]["source"].startswith("file://") and len(record["geopotential_500"]["sha256"]) == 64
+    da = E.open_weatherbench(out, "geopotential_500", [2000, 2001])
+    np.testing.assert_array_equal(da.values[3:], data[2001]["z"][:, E.PRESSURE_LEVELS.index(500)])
+    # present files are kept; a folder in no mirror with downloads off is a clear error that writes nothing
+    assert E.fetch_weatherbench(out, ["geopotential_500"], [2000, 2001], allow_download=False)[
+        "geopotential_500"]["source"] == "present"
+    with pytest.raises(FileNotFoundError, match="2m_temperature"):
+        E.fetch_weatherbench(tmp_path / "none", ["2m_temperature"], [2000], allow_download=False)
+    assert not (tmp_path / "none" / "2m_temperature").exists()
+
+
+def test_fetch_from_a_mirror_and_a_broken_zip(two_years, tmp_path):
+    import shutil
+
+    src, _ = two_years
+    mirror = tmp_path / "mirror"
+    shutil.copytree(src / "2m_temperature", mirror / "weatherbench" / "5.625deg" / "2m_temperature")
+    _constants(mirror / "weatherbench" / "5.625deg")
+    out = tmp_path / "fetched"
+    record = E.fetch_weatherbench(out, ["2m_temperature"], [2000, 2001], mirrors=[mirror], allow_download=False)
+    assert record["2m_temperature"]["source"].endswith("2m_temperature")
+    assert E.open_weatherbench(out, "2m_temperature", [2000, 2001]).shape == (6, 32, 64)
+    server = tmp_path / "server"
+    server.mkdir()
+    (server / "geopotential.zip").write_bytes(b"not a zip")
+    with pytest.raises(Exception):
+        E.fetch_weatherbench(tmp_path / "f2", ["geopotential"], [2000], mirrors=[mirror],
+                             url_template=f"file://{server}/{{folder}}.zip")  # fmt: skip
+    assert not list((tmp_path / "f2").rglob("*.nc"))

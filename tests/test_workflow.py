@@ -160,6 +160,19 @@ def test_dry_run_paper_protocol(tmp_path):
         "ett_evaluate": 8,
         "ett_table": 3,
         "ett_figure": 2,
+        # the ERA5 slice on WeatherBench and the official ClimaX checkpoint: no stand-in, no pretraining
+        "era5_fetch": 1,
+        "era5_fetch_checkpoint": 1,
+        "era5_preprocess": 1,
+        "era5_prepare": 1,
+        "era5_adapt": 1,
+        "era5_calibrate_sa": 1,
+        "era5_swag": 1,
+        "era5_method": 4,
+        "era5_analyses": 1,
+        "era5_evaluate": 1,
+        "era5_table": 5,
+        "era5_figure": 12,
         "all": 1,
     }
     out = res.stdout
@@ -178,7 +191,7 @@ def test_dry_run_paper_protocol(tmp_path):
     targets = smk(tmp_path, "--list-target-rules")
     assert targets.returncode == 0, targets.stdout
     listed = set(targets.stdout.split())
-    assert {"all", "uci", "toy", "ett", *(f"uci_{d}" for d in ALL_DATASETS),
+    assert {"all", "uci", "toy", "ett", "era5", "climax", *(f"uci_{d}" for d in ALL_DATASETS),
             *(f"ett_{d}" for d in ("ETTh1", "ETTh2", "ETTm1", "ETTm2"))} <= listed  # fmt: skip
     rules = smk(tmp_path, "--list-rules")
     assert set(PIPELINE_RULES) <= set(rules.stdout.split())

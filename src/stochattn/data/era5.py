@@ -889,6 +889,7 @@ def fetch_weatherbench(
     mirrors: Iterable[str | os.PathLike] = (),
     allow_download: bool = True,
     url_template: str | None = None,
+    constants_url: str | None = None,
     timeout: float = 600.0,
 ) -> dict[str, Any]:
     """Put the yearly files of every folder of ``folders`` (and ``constants``) for ``years`` under ``root`` in the
@@ -896,7 +897,8 @@ def fetch_weatherbench(
 
     A folder whose files are all present already is kept. Else each mirror is tried (``<mirror>/weatherbench/
     5.625deg/<folder>/<file>``, files copied), else, when ``allow_download``, the folder's zip is downloaded from
-    ``url_template`` (:data:`WEATHERBENCH_URL_TEMPLATE`), its SHA-256 recorded (WeatherBench publishes none), and the
+    ``url_template`` (:data:`WEATHERBENCH_URL_TEMPLATE`; the constants file from ``constants_url``,
+    :data:`WEATHERBENCH_CONSTANTS_URL`), its SHA-256 recorded (WeatherBench publishes none), and the
     needed members extracted. Every file is written atomically, and every written file is opened and checked by
     :func:`open_weatherbench` (grid, variable, times), so a broken download fails here. Raises FileNotFoundError
     naming the folder, mirrors and URL when no source has the files.
@@ -911,6 +913,7 @@ def fetch_weatherbench(
     years = [int(y) for y in years]
     record: dict[str, Any] = {}
     mirror_dirs = [Path(m) for m in mirrors]
+    constants_url = constants_url or WEATHERBENCH_CONSTANTS_URL
     for folder in list(folders) + ["constants"]:
         names = ([constants_path(root).name] if folder == "constants"
                  else [weatherbench_path(root, folder, y).name for y in years])  # fmt: skip
@@ -928,7 +931,7 @@ def fetch_weatherbench(
                     shutil.copyfile(found / n, tmp)
             record[folder] = {"source": str(found)}
         elif allow_download:
-            url = WEATHERBENCH_CONSTANTS_URL if folder == "constants" else weatherbench_url(folder, url_template)
+            url = constants_url if folder == "constants" else weatherbench_url(folder, url_template)
             with tempfile.TemporaryDirectory(dir=root if root.is_dir() else None) as tmpdir:
                 download = Path(tmpdir) / ("constants.nc" if folder == "constants" else f"{folder}.zip")
                 _download_verified(url, download, None, timeout)
@@ -950,7 +953,7 @@ def fetch_weatherbench(
             raise FileNotFoundError(
                 f"WeatherBench {folder!r}: files {names[:2]}... not under {dest}, in no mirror "
                 f"({[str(m) for m in mirror_dirs]}), and downloads are off (URL "
-                f"{WEATHERBENCH_CONSTANTS_URL if folder == 'constants' else weatherbench_url(folder, url_template)})"
+                f"{constants_url if folder == 'constants' else weatherbench_url(folder, url_template)})"
             )
         if folder == "constants":
             open_weatherbench_constants(root, CONSTANT_FIELDS)
