@@ -142,7 +142,7 @@ rule era5_prepare:
         CONDA_ENV
     threads: 1
     resources:
-        mem_mb=16000,
+        mem_mb=era5_mem_mb(),
         runtime=60,
     params:
         variables=era5_variables(),
@@ -170,7 +170,7 @@ rule era5_adapt:
         CONDA_ENV
     threads: 1
     resources:
-        mem_mb=16000,
+        mem_mb=era5_mem_mb(),
         runtime=240,
     params:
         lora=ERA5["lora"],
@@ -203,7 +203,7 @@ rule era5_method:
         CONDA_ENV
     threads: 1
     resources:
-        mem_mb=16000,
+        mem_mb=era5_mem_mb(),
         runtime=480,
     params:
         lora=ERA5["lora"],
@@ -296,7 +296,7 @@ rule era5_analyses:
         CONDA_ENV
     threads: 1
     resources:
-        mem_mb=16000,
+        mem_mb=era5_mem_mb(),
         runtime=240,
     params:
         lora=ERA5["lora"],
@@ -329,7 +329,7 @@ rule era5_evaluate:
         CONDA_ENV
     threads: 1
     resources:
-        mem_mb=16000,
+        mem_mb=era5_mem_mb(),
         runtime=60,
     params:
         methods=ERA5_METHODS,

@@ -57,6 +57,29 @@ def era5_years(climate):
     return ERA5["weatherbench"]["years"]
 
 
+def era5_pairs_mb():
+    """Size of pairs.npz in MB (float32 inputs of every variable, one target): each partition's pair cap, or every
+    step of its years where uncapped (WeatherBench hourly, the stand-in output_hours)."""
+    variables = len(era5_variables())
+    total = 0
+    for part in ("train", "val", "test"):
+        cap = ERA5["max_pairs"].get(part)
+        if cap is None:
+            if ERA5_STANDIN:
+                days = sum(ERA5["standin"]["climates"]["finetune"]["years"].get(part, {}).values())
+                cap = days * 24 // int(ERA5["standin"]["output_hours"])
+            else:
+                cap = 8784 * len(ERA5["weatherbench"]["years"][part])
+        total += int(cap) * (variables + 1) * 32 * 64 * 4
+    return total / 2**20
+
+
+def era5_mem_mb(base=4000):
+    """Memory of a job that loads pairs.npz: three times its size (the arrays, their tensors, the samples) plus
+    ``base`` MB."""
+    return int(base + 3 * era5_pairs_mb())
+
+
 def era5_method_cfg(method):
     """method_params[method] (shared with UCI) with era5.method_params[method] merged over it."""
     return merged(config["method_params"].get(method, {}), ERA5.get("method_params", {}).get(method))

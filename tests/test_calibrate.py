@@ -184,3 +184,28 @@ def test_score_sweep_finds_the_crps_optimal_scale():
     sample = lambda nu, xb, m: torch.randn(m, len(xb), generator=gen) * c / math.sqrt(nu)  # noqa: E731
     out = score_sweep(sample, torch.zeros(4000, 1), y, [4, 8, 16, 32, 64], num_samples=19)
     assert out["nu"] == 16 and len(out["scores"]) == 5
+
+
+def test_sampler_set_generator_makes_draws_reproducible_per_stream():
+    model = Regressor().eval()
+    x = torch.randn(40, 5, generator=torch.Generator().manual_seed(0))
+    with SASampler(model, generator=torch.Generator().manual_seed(1)) as sampler:
+        a = sampler(4, x, 3)
+        sampler.patch.set_generator(torch.Generator().manual_seed(1))
+        b = sampler(4, x, 3)
+        c = sampler(4, x, 3)
+    assert a.device.type == "cpu" and torch.equal(a, b) and not torch.equal(b, c)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_sampler_runs_a_cuda_model_from_cpu_inputs_and_a_cpu_generator():
+    """The calibration code passes CPU tensors and a CPU generator; the passes must run on the model's GPU, draw
+    from a stream seeded by that generator (reproducible), and come back on the CPU."""
+    model = Regressor().cuda().eval()
+    x = torch.randn(64, 5, generator=torch.Generator().manual_seed(0))
+    draws = []
+    for _ in range(2):
+        with SASampler(model, generator=torch.Generator().manual_seed(3)) as sampler:
+            draws.append(sampler(8, x, 4))
+    assert draws[0].device.type == "cpu" and draws[0].shape[:2] == (4, 64)
+    assert torch.equal(draws[0], draws[1]) and draws[0].std(0).mean() > 0

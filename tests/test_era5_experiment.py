@@ -39,7 +39,7 @@ def _write_climate(root, years_days, seed):
 @pytest.fixture(scope="module")
 def stages(tmp_path_factory):
     root = tmp_path_factory.mktemp("era5x")
-    _write_climate(root / "raw", {2001: 8, 2002: 6, 2003: 5}, 0)
+    _write_climate(root / "raw", {2001: 8, 2002: 12, 2003: 5}, 0)
     proc = root / "proc"
     era5_data.preprocess_climax(root / "raw", proc, ["geopotential", "temperature"],
                                 {"train": [2001], "val": [2002], "test": [2003]}, num_shards=1, constants={})  # fmt: skip
@@ -56,8 +56,10 @@ def stages(tmp_path_factory):
 def test_pairs_layout_and_disjoint_val_cal(stages):
     data = era5.load_pairs(stages["root"] / "pairs.npz")
     assert data["x_train"].shape == (32 - 12, 4 * 32 * 64) and data["y_test"].shape == (4, 2048)
-    assert stages["prepared"]["n_pairs"] == {"train": 20, "val": 6, "cal": 6, "test": 4}
-    assert not set(data["val_t"]) & set(data["cal_t"])
+    # 12 validation days = 48 steps, 36 pairs: val the first 18, cal those from one lead (12 steps) after the cut
+    assert stages["prepared"]["n_pairs"] == {"train": 20, "val": 18, "cal": 6, "test": 4}
+    assert list(data["val_t"]) == list(range(18)) and list(data["cal_t"]) == list(range(30, 36))
+    assert data["val_t"].max() + 12 < data["cal_t"].min()  # no field is both a val and a cal input or target
     # targets are Z500 at t + 72 h, normalised with the training statistics
     mean, std = era5_data.load_normalisation(stages["proc"])
     shard = era5_data.load_shards(stages["proc"], "test", ["geopotential_500"])[0]["geopotential_500"]
@@ -66,6 +68,29 @@ def test_pairs_layout_and_disjoint_val_cal(stages):
                                rtol=1e-5)  # fmt: skip
     assert float(data["y_mean"]) == pytest.approx(float(mean["geopotential_500"][0]))
     np.testing.assert_allclose(data["persistence_test"][1], shard[t, 0].ravel(), rtol=1e-5)
+
+
+def test_read_pairs_caps_shard_by_shard_as_all_pairs_would(stages):
+    shards = era5_data.load_shards(stages["proc"], "train", KEYS)
+    every = era5_data.forecast_pairs(shards, 12, in_variables=KEYS, out_variables=["geopotential_500"])
+    capped = era5.read_pairs(stages["proc"], "train", KEYS, 12, cap=5)
+    rows = np.linspace(0, every.n_pairs - 1, 5).round().astype(int)
+    np.testing.assert_array_equal(capped["t"], every.t[rows])
+    np.testing.assert_array_equal(capped["step"], every.t[rows])  # one shard: its index is the partition's
+    np.testing.assert_allclose(capped["y"], every.y[rows, 0])
+    mean, std = era5_data.load_normalisation(stages["proc"])
+    np.testing.assert_allclose(capped["x"][:, 1] * std[KEYS[1]][0] + mean[KEYS[1]][0], every.x[rows, 1], rtol=1e-5)
+    with pytest.raises(ValueError, match="no forecast pair"):
+        era5.read_pairs(stages["proc"], "test", KEYS, 40)
+
+
+def test_val_cal_split_keeps_a_lead_between_the_blocks():
+    parts = era5.val_cal_split(np.arange(0, 40, 2), 6)  # steps 0, 2, ..., 38; cut at 20
+    assert list(parts["val"]) == list(range(10)) and list(parts["cal"]) == list(range(13, 20))
+    with pytest.raises(ValueError, match="cannot give val and cal blocks"):
+        era5.val_cal_split(np.arange(8), 12)
+    with pytest.raises(ValueError, match="increasing"):
+        era5.val_cal_split(np.array([3, 1, 2]), 1)
 
 
 def test_pretraining_reads_its_own_climate_and_lead_validation(stages):

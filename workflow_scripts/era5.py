@@ -102,7 +102,7 @@ else:
         print(f"stand-in: best step {meta['best_step']}, {meta['seconds']:.1f} s", flush=True)
     elif rule == "era5_prepare":
         meta = era5.prepare(sm.input[0], sm.output.prepared, variables=p.variables, lead_hours=p.lead_hours,
-                            max_pairs=p.max_pairs)  # fmt: skip
+                            max_pairs=p.max_pairs, progress=progress)  # fmt: skip
         print(f"pairs: {meta['n_pairs']}", flush=True)
     elif rule == "era5_adapt":
         meta = era5.adapt(sm.input.prepared, sm.input.backbone, sm.output.adapter, lora=p.lora, train=p.train,

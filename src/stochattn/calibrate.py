@@ -31,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from .patch import NuSpec, StochasticAttention, predictive_samples
+from .training import model_device
 
 SampleFn = Callable[[int, Tensor, int], Tensor]  # (nu, x_batch (b, ...), M) -> (M, b, ...) stochastic predictions
 
@@ -149,8 +150,13 @@ class SASampler:
         self.patch = StochasticAttention(model, None, generator=generator)
 
     def __call__(self, nu: int, x: Tensor, num_passes: int) -> Tensor:
+        """``num_passes`` SA passes at ``nu``: x (B, ...) on any device -> (num_passes, B, ...) on the CPU (the
+        passes run where the model's parameters are; its generator seeds a stream there, see ``patch``)."""
         self.patch.set_nu(self.nu_template(nu))
-        return predictive_samples(lambda xb: self.predict(self.model, xb), x, num_samples=num_passes, max_rows=self.max_rows)
+        x = x.to(model_device(self.model))
+        samples = predictive_samples(lambda xb: self.predict(self.model, xb), x, num_samples=num_passes,
+                                     max_rows=self.max_rows)  # fmt: skip
+        return samples.cpu()
 
     def close(self) -> None:
         self.patch.remove()

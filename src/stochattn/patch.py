@@ -26,7 +26,7 @@ from __future__ import annotations
 import fnmatch
 import math
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 import torch
@@ -38,6 +38,21 @@ from .attention import Method, check_nu, stochastic_attention, stochastic_weight
 NuSpec = Union[None, int, Sequence, Mapping, Tensor]
 
 
+def generator_on(
+    generator: Optional[torch.Generator], device: torch.device, derived: Dict[str, torch.Generator]
+) -> Optional[torch.Generator]:
+    """``generator`` itself where it lives on ``device`` (or is None); otherwise a generator on ``device`` seeded
+    once from ``generator`` and kept in ``derived``, so that a CPU generator (the one that also draws batches and
+    seeds) gives reproducible draws for a model on a GPU."""
+    if generator is None or generator.device == device:
+        return generator
+    key = str(device)
+    if key not in derived:
+        seed = int(torch.randint(0, 2**62, (1,), generator=generator).item())
+        derived[key] = torch.Generator(device=device).manual_seed(seed)
+    return derived[key]
+
+
 @dataclass
 class SAState:
     """What one patched attention module needs at call time."""
@@ -45,14 +60,17 @@ class SAState:
     nu: Union[None, int, Tensor]  # None, an int, or an int64 tensor of shape (n_heads, 1) (0 = deterministic head)
     generator: Optional[torch.Generator]
     method: Method
+    derived: Dict[str, torch.Generator] = field(default_factory=dict)  # generators on other devices (shared)
 
     def weights(self, probs: Tensor) -> Tensor:
         """probs (B, H, L, S) -> stochastic weights of the same shape (identity when nu is None)."""
-        return stochastic_weights(probs, self.nu, generator=self.generator, method=self.method, validate=False)
+        gen = generator_on(self.generator, probs.device, self.derived)
+        return stochastic_weights(probs, self.nu, generator=gen, method=self.method, validate=False)
 
     def attend(self, probs: Tensor, value: Tensor) -> Tensor:
         """probs (B, H, L, S), value (B, H, S, D) -> stochastic attention output (B, H, L, D)."""
-        return stochastic_attention(probs, value, self.nu, generator=self.generator, method=self.method)
+        gen = generator_on(self.generator, probs.device, self.derived)
+        return stochastic_attention(probs, value, self.nu, generator=gen, method=self.method)
 
 
 @dataclass(frozen=True)
@@ -163,6 +181,7 @@ class StochasticAttention:
             raise ValueError(f"the model has no supported attention module (registered: {known})")
         self.generator = generator
         self.method = method
+        self._derived: Dict[str, torch.Generator] = {}  # one stream per other device, shared by every module
         self._states: Dict[str, SAState] = {}
         self._applied = False
         self._fastpath_before: Optional[bool] = None
@@ -176,7 +195,15 @@ class StochasticAttention:
             if name in self._states:
                 self._states[name].nu = value
             else:
-                self._states[name] = SAState(nu=value, generator=self.generator, method=self.method)
+                self._states[name] = SAState(nu=value, generator=self.generator, method=self.method,
+                                              derived=self._derived)
+
+    def set_generator(self, generator: Optional[torch.Generator]) -> None:
+        """Draw from ``generator`` from now on (every module; streams derived on other devices start anew)."""
+        self.generator = generator
+        self._derived.clear()
+        for state in self._states.values():
+            state.generator = generator
 
     @property
     def nu(self) -> Dict[str, Union[None, int, Tensor]]:

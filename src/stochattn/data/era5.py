@@ -762,10 +762,12 @@ def shard_paths(out_dir: str | os.PathLike, partition: str) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def _load_npz(path: Path) -> dict[str, np.ndarray]:
+def _load_npz(path: Path, names: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+    """The arrays of ``path`` (only those of ``names`` that it holds, when given: the others are never read)."""
     try:
         with np.load(path, allow_pickle=False) as data:
-            return {name: data[name] for name in data.files}
+            wanted = data.files if names is None else [n for n in names if n in data.files]
+            return {name: data[name] for name in wanted}
     except FileNotFoundError:
         raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
@@ -778,11 +780,12 @@ def load_shard(path: str | os.PathLike, variables: Sequence[str] | None = None) 
     Raises :class:`WeatherBenchFormatError` naming the file for a missing key, a shape other than (T, 1, 32,
     64) or keys of different lengths T."""
     path = Path(path)
-    data = _load_npz(path)
+    data = _load_npz(path, variables)
     wanted = list(data) if variables is None else list(variables)
     missing = [k for k in wanted if k not in data]
     if missing:
-        raise WeatherBenchFormatError(f"{path}: no key(s) {missing}; keys found: {sorted(data)}")
+        with np.load(path, allow_pickle=False) as found:
+            raise WeatherBenchFormatError(f"{path}: no key(s) {missing}; keys found: {sorted(found.files)}")
     out = {k: data[k] for k in wanted}
     lengths = set()
     for k, v in out.items():

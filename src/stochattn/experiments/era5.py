@@ -17,9 +17,9 @@ Z500 forecasts, six methods, one function per workflow stage:
 Units: targets are Z500 normalised by the training years' mean / std (ClimaX's normalisation); ``y_mean`` and
 ``y_std`` turn them back into m^2 s^-2 (geopotential, ERA5's ``z``), the units of every run file and table.
 
-NOTE[DIFF]: the validation partition serves early stopping and the baselines' selection (``val``) AND SA's nu,
-temperatures and conformal factors (``cal``): its pairs alternate (even index -> val, odd -> cal), as in the ETT
-slice, so no decision is fitted on the pairs that score it. The test partition is touched once.
+The validation partition serves early stopping and the baselines' selection (``val``: its first half in time)
+AND SA's nu, temperatures and conformal factors (``cal``: the rest, from one lead time after the cut; see
+:func:`val_cal_split`), so no decision is fitted on the pairs that score it. The test partition is touched once.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from .. import metrics
 from ..data import era5 as era5_data
 from ..io import atomic_path, load_json, load_npz, save_json, save_npz
 from ..provenance import device_info, package_versions
-from ..training import predict, resolve_device, seeded
+from ..training import model_device, predict, resolve_device, seeded
 from . import adapters, methods
 from .adapters import ADAPTED_METHODS, DERIVED_METHODS, METHODS, RUN_METHODS  # noqa: F401 (re-exported)
 
@@ -63,15 +63,62 @@ def manifest(processed_dir: str | Path) -> Dict[str, Any]:
     return load_json(path)
 
 
-def _normalised(processed_dir: Path, part: str, keys: Sequence[str], lead: int):
-    """All (input, Z500 target) pairs of ``part`` at ``lead`` steps: ``(x, pairs)``, x (n, V, 32, 64) the inputs
-    normalised with the training years' statistics, ``pairs.y`` (n, 1, 32, 64) the targets in physical units."""
-    mean, std = era5_data.load_normalisation(processed_dir)
-    pairs = era5_data.forecast_pairs(era5_data.load_shards(processed_dir, part, keys), lead, in_variables=keys,
-                                     out_variables=[TARGET])  # fmt: skip
+def read_pairs(processed_dir: str | Path, part: str, keys: Sequence[str], lead: int, cap: Optional[int] = None,
+               progress: bool = False) -> Dict[str, np.ndarray]:  # fmt: skip
+    """At most ``cap`` (input at t, Z500 at t + ``lead`` steps) pairs of ``part`` (evenly spaced in time; None:
+    all), read shard by shard, so that a partition is never whole in memory (37 years of ClimaX's 48 variables are
+    ~130 GB).
+
+    Returns ``x`` (n, V, 32, 64) the inputs ``keys`` normalised with the training years' mean / std, ``y`` (n, 32,
+    64) Z500 at t + lead in m^2 s^-2, ``shard`` / ``t`` (n,) the shard index and the input's time index in it, and
+    ``step`` (n,) the input's time index in the partition (its shards concatenated in time order).
+    """
+    from ..progress import progress as show_progress
+
+    processed = Path(processed_dir)
+    mean, std = era5_data.load_normalisation(processed)
     m = np.array([float(mean[k][0]) for k in keys], np.float32)[:, None, None]
     s = np.array([float(std[k][0]) for k in keys], np.float32)[:, None, None]
-    return (pairs.x - m) / s, pairs
+    paths = era5_data.shard_paths(processed, part)
+    lengths = [era5_data.load_shard(p, [TARGET])[TARGET].shape[0] for p in paths]  # one key per shard: cheap
+    counts = [max(0, n - lead) for n in lengths]
+    if sum(counts) == 0:
+        raise ValueError(f"{processed / part}: no forecast pair at a lead of {lead} steps (the longest of its "
+                         f"{len(paths)} shards has {max(lengths)} steps)")  # fmt: skip
+    rows = _evenly(sum(counts), cap)
+    first_row, first_step = np.cumsum([0, *counts]), np.cumsum([0, *lengths])
+    out: Dict[str, list] = {k: [] for k in ("x", "y", "shard", "t", "step")}
+    for i, path in enumerate(show_progress(paths, desc=f"pairs {part}", disable=not progress)):
+        local = rows[(rows >= first_row[i]) & (rows < first_row[i + 1])] - first_row[i]
+        if local.size == 0:
+            continue
+        pairs = era5_data.forecast_pairs([era5_data.load_shard(path, keys)], lead, in_variables=keys,
+                                         out_variables=[TARGET])  # fmt: skip
+        out["x"].append((pairs.x[local] - m) / s)
+        out["y"].append(pairs.y[local, 0])
+        out["shard"].append(np.full(local.size, i, dtype=np.int64))
+        out["t"].append(pairs.t[local])
+        out["step"].append(first_step[i] + pairs.t[local])
+    return {k: np.concatenate(v) for k, v in out.items()}
+
+
+def val_cal_split(step: np.ndarray, lead: int) -> Dict[str, np.ndarray]:
+    """Rows of the validation pairs (input time steps ``step``, ascending) for ``val``, the first half in time, and
+    ``cal``, the rest less the pairs that start within ``lead`` steps of the cut: no field is in both parts.
+
+    NOTE[DIFF]: the paper names a held-out split only. Two blocks a lead time apart keep the pairs that fit nu, the
+    temperatures and the conformal factors (cal) apart from those that chose epochs and hyper-parameters (val);
+    alternate pairs a few hours apart would share most of their weather.
+    """
+    step = np.asarray(step)
+    if step.size and np.any(np.diff(step) <= 0):
+        raise ValueError("step must be strictly increasing")
+    cut = step[step.size // 2] if step.size else 0
+    parts = {"val": np.flatnonzero(step < cut), "cal": np.flatnonzero(step >= cut + lead)}
+    if min(len(r) for r in parts.values()) == 0:
+        raise ValueError(f"{step.size} validation pairs cannot give val and cal blocks {lead} steps apart: use "
+                         f"more validation days (or a larger max_pairs.val)")  # fmt: skip
+    return parts
 
 
 def prepare(
@@ -81,15 +128,18 @@ def prepare(
     variables: Sequence[str],
     lead_hours: int,
     max_pairs: Mapping[str, Optional[int]],
+    progress: bool = True,
 ) -> Dict[str, Any]:
     """(input at t, Z500 at t + lead) pairs -> ``out_path`` (npz) and ``<stem>.json``.
 
     ``variables``: the input keys (ClimaX's shard keys, Z500 among them); ``max_pairs``: per partition (train,
-    val, test) a cap on the pairs (evenly spaced in time; None: every pair). Arrays: ``x_<part>`` (n, V * 32 * 64)
-    float32 normalised inputs, ``y_<part>`` (n, 32 * 64) normalised Z500 at t + lead, ``<part>_shard`` /
-    ``<part>_t`` (shard index, input time index), ``y_mean`` / ``y_std`` (Z500's normalisation), ``lat`` (32,),
-    ``lon`` (64,), ``climatology`` (32 * 64,) the test partition's Z500 time mean in m^2 s^-2 (ClimaX's ACC
-    reference), ``persistence_test`` (n_test, 32 * 64) Z500 at t in m^2 s^-2.
+    val, test) a cap on the pairs (evenly spaced in time; None: every pair). The validation pairs are split into
+    ``val`` and ``cal`` blocks (:func:`val_cal_split`). Arrays: ``x_<part>`` (n, V * 32 * 64) float32 normalised
+    inputs, ``y_<part>`` (n, 32 * 64) normalised Z500 at t + lead, ``<part>_shard`` / ``<part>_t`` (shard index,
+    input time index), ``y_mean`` / ``y_std`` (Z500's normalisation), ``lat`` (32,), ``lon`` (64,),
+    ``climatology`` (32 * 64,) the test partition's Z500 time mean in m^2 s^-2 (ClimaX's ACC reference),
+    ``climatology_train`` (32 * 64,) the training years' (the climatology forecast), ``persistence_test``
+    (n_test, 32 * 64) Z500 at t in m^2 s^-2.
     """
     processed = Path(processed_dir)
     info = manifest(processed)
@@ -103,24 +153,25 @@ def prepare(
                               "lon": era5_data.LON}  # fmt: skip
     counts = {}
     for part in ("train", "val", "test"):
-        x, pairs = _normalised(processed, part, keys, lead)
-        rows = _evenly(pairs.n_pairs, max_pairs.get(part))
-        y = (pairs.y[rows, 0] - y_mean) / y_std
-        split = {part: rows} if part != "val" else {"val": rows[0::2], "cal": rows[1::2]}
+        pairs = read_pairs(processed, part, keys, lead, max_pairs.get(part), progress)
+        n = len(pairs["y"])
+        y = (pairs["y"] - y_mean) / y_std
+        split = {part: np.arange(n)} if part != "val" else val_cal_split(pairs["step"], lead)
         for name, r in split.items():
-            sel = np.searchsorted(rows, r)
-            arrays[f"x_{name}"] = x[r].reshape(len(r), -1).astype(np.float32)
-            arrays[f"y_{name}"] = y[sel].reshape(len(r), -1).astype(np.float32)
-            arrays[f"{name}_shard"], arrays[f"{name}_t"] = pairs.shard[r], pairs.t[r]
+            arrays[f"x_{name}"] = pairs["x"][r].reshape(len(r), -1).astype(np.float32)
+            arrays[f"y_{name}"] = y[r].reshape(len(r), -1).astype(np.float32)
+            arrays[f"{name}_shard"], arrays[f"{name}_t"] = pairs["shard"][r], pairs["t"][r]
             counts[name] = int(len(r))
         if part == "test":
             z_index = keys.index(TARGET)
-            arrays["persistence_test"] = (x[rows, z_index] * y_std + y_mean).reshape(len(rows), -1)
-    arrays["climatology"] = era5_data.load_climatology(processed, "test")[TARGET].reshape(-1).astype(np.float64)
+            arrays["persistence_test"] = (pairs["x"][:, z_index] * y_std + y_mean).reshape(n, -1)
+    for name, part in (("climatology", "test"), ("climatology_train", "train")):
+        arrays[name] = era5_data.load_climatology(processed, part)[TARGET].reshape(-1).astype(np.float64)
     save_npz(out_path, **arrays)
     meta = {
         "variables": keys, "target": TARGET, "lead_hours": lead_hours, "lead_steps": lead,
         "step_hours": info["step_hours"], "years": info["years"], "n_pairs": counts, "max_pairs": dict(max_pairs),
+        "val_cal": "val: the first half of the validation pairs in time; cal: the rest, from one lead time after",
         "units": "inputs and targets normalised by the training years' mean / std (ClimaX); y_mean / y_std give "
                  "m^2 s^-2",
         "source": str(processed),
@@ -167,13 +218,13 @@ def pretrain_standin(
     """Pretrain a reduced ClimaX on the preprocessed stand-in climate at ``processed_dir`` (all its variables).
 
     ClimaX's pretraining objective: for a random input time and a random lead time from ``pretrain["lead_hours"]``
-    (a list, in hours; ClimaX draws 6 to 168 h), predict every variable at t + lead from every variable at t, loss
+    (a list, in hours; ClimaX draws 6 to 162 h), predict every variable at t + lead from every variable at t, loss
     the latitude-weighted MSE (normalised units). AdamW (betas 0.9 / 0.95, ClimaX's), linear warm-up then cosine
     decay over ``pretrain["steps"]`` steps of ``batch_size``. Every ``eval_every`` steps the 72 h Z500
     latitude-weighted RMSE on the climate's validation years is measured; the best state is kept. Writes
     ``out_path`` ({"model": config with variables, "state_dict"}) and ``<stem>.json``.
     """
-    from ..backbones.climax import ClimaXForecaster
+    from ..backbones.climax import LEAD_TIME_DIVISOR_HOURS, ClimaXForecaster
     from ..progress import progress as show_progress
 
     processed = Path(processed_dir)
@@ -187,9 +238,8 @@ def pretrain_standin(
     shards = [torch.from_numpy((a - m) / s) for a in shards]  # (T, V, 32, 64) each
     leads = [era5_data.lead_steps(h, step_hours) for h in pretrain["lead_hours"]]
     val_lead = era5_data.lead_steps(int(pretrain.get("val_lead_hours", 72)), step_hours)
-    x_val, val_pairs = _normalised(processed, "val", keys, val_lead)
-    rows = _evenly(val_pairs.n_pairs, pretrain.get("val_pairs", 64))
-    x_val, y_val = torch.from_numpy(x_val[rows]), val_pairs.y[rows, 0]  # y in m^2 s^-2
+    val = read_pairs(processed, "val", keys, val_lead, pretrain.get("val_pairs", 64))
+    x_val, y_val = torch.from_numpy(val["x"]), val["y"]  # y in m^2 s^-2
     z = keys.index(TARGET)
     device = resolve_device(None)
     net = build_standin(model, keys, seed).to(device)
@@ -222,7 +272,7 @@ def pretrain_standin(
                 t = int(gen.integers(shards[i].shape[0] - L))
                 xb.append(shards[i][t])
                 yb.append(shards[i][t + L])
-                lt.append(L * step_hours / 100.0)
+                lt.append(L * step_hours / LEAD_TIME_DIVISOR_HOURS)
             xb, yb = torch.stack(xb).to(device), torch.stack(yb).to(device)
             pred = net(xb, torch.tensor(lt, device=device), keys)
             loss = _lat_weighted_mse(pred, yb, weights)
@@ -341,11 +391,9 @@ def adapt(
         "backbone": physical(predict(backbone, data["x_test"], 64).numpy()),
         "adapted": physical(predict(net, data["x_test"], 64).numpy()),
         "persistence": data["persistence_test"],
-        "climatology": np.broadcast_to(data["climatology"], truth.shape),
+        "climatology": np.broadcast_to(data["climatology_train"], truth.shape),
     }
-    skill = {name: field_skill(f, truth, data) for name, f in forecasts.items() if name != "climatology"}
-    skill["climatology"] = {"rmse": metrics.lat_weighted_rmse(_fields(forecasts["climatology"]), _fields(truth),
-                                                              data["lat"]), "acc": 0.0}  # fmt: skip
+    skill = {name: field_skill(f, truth, data) for name, f in forecasts.items()}
     meta = {
         "lora": dict(lora), "train": dict(train), "seed": seed, "variables": list(variables),
         "lead_hours": lead_hours, **record, "test_skill": skill, "n_test": int(len(truth)),
@@ -498,8 +546,10 @@ def swag_scale_sweep(data: Mapping[str, Any], member, swag, scales: Sequence[flo
     from ..baselines.swag import swag_samples
 
     physical = lambda a: np.asarray(a, np.float64) * data["y_std"] + data["y_mean"]  # noqa: E731
+    from ..progress import progress as show_progress
+
     rows = []
-    for scale in scales:
+    for scale in show_progress(list(scales), desc="SWAG variance scales"):
         row: Dict[str, Any] = {"scale": float(scale)}
         for part in ("val", "test"):
             draws = physical(torch.as_tensor(swag_samples(member, swag, data[f"x_{part}"], num_samples, seed,
@@ -515,16 +565,17 @@ def swag_scale_sweep(data: Mapping[str, Any], member, swag, scales: Sequence[flo
 
 
 def _latency(sampler, x: torch.Tensor, nu: Optional[int], repeats: int) -> float:
-    """Median seconds of one stochastic forward pass over ``x`` at ``nu`` (None: the deterministic model)."""
+    """Median seconds of one forward pass over ``x`` through ``sampler`` at ``nu`` (None: the patched model at
+    nu=None, which runs the original attention): the same call path for both, the GPU synchronised around each."""
+    cuda = model_device(sampler.model).type == "cuda"
     times = []
     for _ in range(repeats + 1):
+        if cuda:
+            torch.cuda.synchronize()
         t = time.perf_counter()
-        if nu is None:
-            sampler.patch.set_nu(None)  # the patched model at nu=None runs the original attention
-            with torch.no_grad():
-                sampler.model(x)
-        else:
-            sampler(nu, x, 1)
+        sampler(nu, x, 1)
+        if cuda:
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - t)
     return float(np.median(times[1:]))  # the first pass warms up
 
@@ -584,6 +635,7 @@ def sa_analyses(
                          "energy": float(metrics.normalised_energy_score(draws, y_cal_phys).mean()),
                          **_calibration_summary(y_cal_phys, draws, draws.mean(0), seed)})  # fmt: skip
         nu_score = min(rows, key=lambda r: r["crps"])["nu"]
+        nu_energy = min(rows, key=lambda r: r["energy"])["nu"]  # the paper: both scores minimised at one nu
         points = {"calibration_first": int(calib["nu_loss_argmin"]), "score_oriented": int(nu_score)}
         test = {}
         x_test = torch.as_tensor(data["x_test"], dtype=torch.float32)
@@ -596,12 +648,13 @@ def sa_analyses(
                           "crps_spread": float(dec["spread"].mean()),
                           "energy": float(metrics.normalised_energy_score(draws, y_test_phys).mean()),
                           **_calibration_summary(y_test_phys, draws, draws.mean(0), seed)}  # fmt: skip
-        out["score_sweep"] = {"grid": rows, "nu_score": int(nu_score), "test": test}
+        out["score_sweep"] = {"grid": rows, "nu_score": int(nu_score), "nu_energy": int(nu_energy), "test": test}
         # BO over several seeds
         s0 = target_scale(y_cal, point_cal)
         runs = []
         for bo_seed in show_progress(list(bo_seeds), desc="BO seeds", disable=not progress):
             g = torch.Generator().manual_seed(int(bo_seed))
+            sampler.patch.set_generator(g)  # each seed's BO draws its batches and SA noise from its own stream
             evaluate = lambda nu: eval_stats(  # noqa: E731
                 nu, sampler, x_cal, y_cal, point_cal, batch_size=sa_cfg["batch_size"],
                 num_batches=sa_cfg["num_batches"], num_passes=sa_cfg["num_passes"], generator=g,
@@ -615,10 +668,11 @@ def sa_analyses(
         # per-pass latency
         xb = x_cal[:latency_batch]
         det = _latency(sampler, xb, None, latency_repeats)
+        timed = show_progress(list(latency_nu), desc="latency vs nu", disable=not progress)
         out["latency"] = {"batch": int(len(xb)), "deterministic": det, "device": device_info(),
                           "threads": torch.get_num_threads(),
                           "sa": [{"nu": int(nu), "seconds": _latency(sampler, xb, int(nu), latency_repeats)}
-                                 for nu in latency_nu]}  # fmt: skip
+                                 for nu in timed]}  # fmt: skip
     out["device"], out["packages"] = device_info(), package_versions()
     if provenance is not None:
         out["provenance"] = dict(provenance)
