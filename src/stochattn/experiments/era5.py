@@ -63,6 +63,13 @@ def manifest(processed_dir: str | Path) -> Dict[str, Any]:
     return load_json(path)
 
 
+def _key_statistics(processed: Path, keys: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The training years' mean and std of each of ``keys``, each (V, 1, 1) float32 (broadcast over fields)."""
+    mean, std = era5_data.load_normalisation(processed)
+    stat = lambda d: np.array([float(d[k][0]) for k in keys], np.float32)[:, None, None]  # noqa: E731
+    return stat(mean), stat(std)
+
+
 def read_pairs(processed_dir: str | Path, part: str, keys: Sequence[str], lead: int, cap: Optional[int] = None,
                progress: bool = False) -> Dict[str, np.ndarray]:  # fmt: skip
     """At most ``cap`` (input at t, Z500 at t + ``lead`` steps) pairs of ``part`` (evenly spaced in time; None:
@@ -76,9 +83,7 @@ def read_pairs(processed_dir: str | Path, part: str, keys: Sequence[str], lead: 
     from ..progress import progress as show_progress
 
     processed = Path(processed_dir)
-    mean, std = era5_data.load_normalisation(processed)
-    m = np.array([float(mean[k][0]) for k in keys], np.float32)[:, None, None]
-    s = np.array([float(std[k][0]) for k in keys], np.float32)[:, None, None]
+    m, s = _key_statistics(processed, keys)
     paths = era5_data.shard_paths(processed, part)
     lengths = [era5_data.load_shard(p, [TARGET])[TARGET].shape[0] for p in paths]  # one key per shard: cheap
     counts = [max(0, n - lead) for n in lengths]
@@ -231,9 +236,7 @@ def pretrain_standin(
     info = manifest(processed)
     keys = list(info["keys"])
     step_hours = int(info["step_hours"])
-    mean, std = era5_data.load_normalisation(processed)
-    m = np.array([float(mean[k][0]) for k in keys], np.float32)[:, None, None]
-    s = np.array([float(std[k][0]) for k in keys], np.float32)[:, None, None]
+    m, s = _key_statistics(processed, keys)
     shards = [np.concatenate([sh[k] for k in keys], axis=1) for sh in era5_data.load_shards(processed, "train", keys)]
     shards = [torch.from_numpy((a - m) / s) for a in shards]  # (T, V, 32, 64) each
     leads = [era5_data.lead_steps(h, step_hours) for h in pretrain["lead_hours"]]
