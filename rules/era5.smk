@@ -11,9 +11,11 @@
 if ERA5_STANDIN:
 
     rule era5_standin:
-        """One stand-in climate: a Held-Suarez run of dinosaur written as WeatherBench netCDF (standin.json last)."""
+        """One stand-in climate: a Held-Suarez run of dinosaur written as WeatherBench netCDF (standin.json last);
+        its provenance (every file's SHA-256 as generated) beside the folder."""
         output:
-            directory(f"{ERA5_DIR}/data/{{climate}}"),
+            data=directory(f"{ERA5_DIR}/data/{{climate}}"),
+            prov=f"{ERA5_DIR}/data/{{climate}}.prov.json",
         log:
             "logs/era5/standin_{climate}.log",
         benchmark:
@@ -36,9 +38,11 @@ if ERA5_STANDIN:
 else:
 
     rule era5_fetch:
-        """The WeatherBench 5.625 deg files of ClimaX's variables and years (mirrors first, else downloaded)."""
+        """The WeatherBench 5.625 deg files of ClimaX's variables and years (mirrors first, else downloaded); their
+        SHA-256 as fetched in the provenance beside the folder (WeatherBench publishes none)."""
         output:
-            directory(f"{ERA5_DIR}/data/finetune"),
+            data=directory(f"{ERA5_DIR}/data/finetune"),
+            prov=f"{ERA5_DIR}/data/finetune.prov.json",
         log:
             "logs/era5/fetch.log",
         localrule: True
@@ -54,9 +58,10 @@ else:
             "../workflow_scripts/era5.py"
 
     rule era5_fetch_checkpoint:
-        """The official ClimaX 5.625deg.ckpt (SHA-256 recorded / verified)."""
+        """The official ClimaX 5.625deg.ckpt (SHA-256 recorded in its provenance; verified when pinned)."""
         output:
-            f"{ERA5_DIR}/backbone/5.625deg.ckpt",
+            checkpoint=f"{ERA5_DIR}/backbone/5.625deg.ckpt",
+            prov=f"{ERA5_DIR}/backbone/5.625deg.ckpt.prov.json",
         log:
             "logs/era5/fetch_checkpoint.log",
         localrule: True
@@ -73,11 +78,13 @@ else:
 
 
 rule era5_preprocess:
-    """ClimaX's preprocessing of one climate's netCDF files: shards, normalisation, climatology."""
+    """ClimaX's preprocessing of one climate's netCDF files: shards, normalisation, climatology (provenance beside
+    the folder)."""
     input:
         f"{ERA5_DIR}/data/{{climate}}",
     output:
-        directory(f"{ERA5_DIR}/processed/{{climate}}"),
+        shards=directory(f"{ERA5_DIR}/processed/{{climate}}"),
+        prov=f"{ERA5_DIR}/processed/{{climate}}.prov.json",
     log:
         "logs/era5/preprocess_{climate}.log",
     benchmark:
@@ -343,11 +350,7 @@ rule era5_evaluate:
 rule era5_table:
     """results/tables/<table>.{csv,md,tex}: the ClimaX tables."""
     input:
-        metrics=list(era5_run_files("metrics.json").values()),
-        spatial=list(era5_run_files("spatial.json").values()),
-        sweep=era5_run("swag", "scale_sweep.json"),
-        adapter=f"{ERA5_DIR}/adapter.json",
-        analyses=f"{ERA5_DIR}/analyses.json",
+        unpack(era5_table_inputs),
     output:
         csv=report(
             "results/tables/{era5_table}.csv",

@@ -133,6 +133,20 @@ def era5_run_files(name, methods=None):
     return {m: era5_run(m, name) for m in (methods or ERA5_METHODS)}
 
 
+def era5_table_inputs(wildcards):
+    """What a ClimaX table reads, and nothing else (so its provenance names exactly the files it depends on)."""
+    runs = {"metrics": list(era5_run_files("metrics.json").values()),
+            "spatial": list(era5_run_files("spatial.json").values())}  # fmt: skip
+    sweep = {"sweep": era5_run("swag", "scale_sweep.json")}
+    return {
+        "climax_summary": runs,
+        "climax_crps_decomp": {**runs, "analyses": f"{ERA5_DIR}/analyses.json"},
+        "swag_sweep_val": sweep,
+        "swag_sweep_test": sweep,
+        "climax_skill": {"adapter": f"{ERA5_DIR}/adapter.json"},
+    }[wildcards.era5_table]
+
+
 def era5_figure_args(name):
     """Arguments of the figure writer of ``name`` (stochattn.experiments.era5_report)."""
     title = f"{name}: {era5_caption()}"

@@ -81,9 +81,11 @@ rule ett_pretrain_standin:
 
 
 rule ett_fetch_checkpoint:
-    """The public TimesFM 2.5 200M checkpoint (Hugging Face Hub, cached, SHA-256 recorded / verified)."""
+    """The public TimesFM 2.5 200M checkpoint (Hugging Face Hub, cached, SHA-256 recorded / verified; provenance
+    beside it)."""
     output:
-        "results/ett/backbone/timesfm-2.5-200m.safetensors",
+        checkpoint="results/ett/backbone/timesfm-2.5-200m.safetensors",
+        prov="results/ett/backbone/timesfm-2.5-200m.safetensors.prov.json",
     log:
         "logs/ett/backbone/fetch_checkpoint.log",
     localrule: True
@@ -232,8 +234,7 @@ rule ett_evaluate:
 rule ett_table:
     """results/tables/ett_<table>.{csv,md,tex}: sharpness at SA's coverage, pooled metrics, zero-shot MAE."""
     input:
-        metrics=ett_metrics(),
-        adapters=ett_adapter_metas(),
+        unpack(ett_table_inputs),
     output:
         csv=report(
             "results/tables/ett_{table}.csv",

@@ -99,6 +99,14 @@ def ett_adapter_metas():
     return [f"results/ett/{d}/H{h}/adapter.json" for d in ETT_DATASETS_RUN for h in ETT_HORIZONS]
 
 
+def ett_table_inputs(wildcards):
+    """What an ETT table reads, and nothing else (so its provenance names exactly the files it depends on): the
+    zero-shot table the adapters' records, every other table the runs' metrics."""
+    if wildcards.table == "zero_shot":
+        return {"adapters": ett_adapter_metas()}
+    return {"metrics": ett_metrics()}
+
+
 def ett_provenance_config():
     return {"seed": config["seed"], "num_samples": config["num_samples"], "ett": ETT, "evaluate": config["evaluate"]}
 

@@ -47,3 +47,17 @@ def copy_run(chain, dest):
 
     shutil.copytree(chain["work"], dest, symlinks=True)
     return dest
+
+
+def audit_failures(work, target):
+    """The paths of the nodes that ``stochattn audit target`` fails on (empty: the chain is intact) and the number
+    of nodes it checked."""
+    from stochattn import audit
+
+    root = audit.audit(target, work)
+    return sorted({n.path for n in audit._failures(root)}), sum(1 for _ in audit._iter(root))
+
+
+def outputs_of(work, folder, suffix):
+    """Every ``<suffix>`` file under ``work/results/<folder>`` (tables or figures), as paths relative to ``work``."""
+    return sorted(p.relative_to(work).as_posix() for p in (work / "results" / folder).glob(f"*{suffix}"))

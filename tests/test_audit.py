@@ -124,3 +124,38 @@ def test_prov_export_is_the_same_chain(tiny_chain, tmp_path):
     assert (f"job:{TABLE}", f"file:{metrics}") in used
     assert doc["activity"][f"job:{metrics}"]["prov:label"] == "evaluate"
     assert all(r["prov:entity"] in doc["entity"] for r in doc["used"].values())  # every link names a known file
+
+
+def test_fetched_and_generated_files_are_checked_against_their_own_records(tmp_path, monkeypatch):
+    """A fetched checkpoint (SHA-256 recorded at fetch and pinned) and a generated folder (every file's SHA-256, as
+    the rule wrote it), each with the sidecar record its rule writes: clean, then each change named."""
+    import time
+
+    from stochattn.io import sha256_file
+    from stochattn.provenance import code_version, provenance_record, write_provenance, write_sidecar
+
+    monkeypatch.chdir(tmp_path)  # records hold paths relative to the working directory, as in the workflow
+    ckpt, folder, table = Path("results/backbone/model.ckpt"), Path("results/data/climate"), Path("results/t.csv")
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_bytes(b"weights")
+    (folder / "geopotential").mkdir(parents=True)
+    (folder / "geopotential" / "a.nc").write_bytes(b"field")
+    (folder / ".snakemake_timestamp").write_bytes(b"")  # Snakemake's marker is not data
+    common = {"config_subset": {}, "seeds": None, "started": time.time()}
+    write_sidecar(ckpt, rule="fetch_checkpoint", inputs=[], extra={"fetched": True, "expected_sha256": sha256_file(ckpt)},
+                  **common)  # fmt: skip
+    code = code_version(["stochattn.metrics:crps"])
+    write_sidecar(folder, rule="generate", inputs=[], code=code, **common)
+    table.write_text("a,b\n")
+    write_provenance(table, provenance_record(rule="table", inputs=[ckpt, folder], outputs=[table], finished=time.time(),
+                                              extra={"code": code}, **common))  # fmt: skip
+    assert audit_mod.audit(table, tmp_path).children and not list(audit_mod._failures(audit_mod.audit(table, tmp_path)))
+
+    (folder / ".snakemake_timestamp").write_bytes(b"touched")
+    assert not list(audit_mod._failures(audit_mod.audit(table, tmp_path)))
+    (folder / "geopotential" / "a.nc").write_bytes(b"other field")
+    ckpt.write_bytes(b"other weights")
+    failed = {n.path: n.status for n in audit_mod._failures(audit_mod.audit(table, tmp_path))}
+    assert set(failed) == {str(ckpt), str(folder)}
+    assert "pinned SHA-256" in failed[str(ckpt)] and "modified since its rule wrote it" in failed[str(ckpt)]
+    assert "modified geopotential/a.nc" in failed[str(folder)]

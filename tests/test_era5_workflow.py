@@ -10,6 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
+from conftest import audit_failures, copy_run, outputs_of
 from test_workflow import REPO, _prov_ok, job_stats, smk, write_config
 
 RUNS = ["sa", "sa_match", "swag", "multiswag", "ivon", "contextual_dropout", "hsa"]
@@ -58,6 +59,61 @@ def test_era5_run_writes_every_output_with_provenance(era5_run):
             path = work / "results" / "figures" / f"{name}.{ext}"
             assert path.stat().st_size > 1000
             assert "AQUAPLANET STAND-IN" in _prov_ok(path, work)["extra"]["caption"]
+
+
+@pytest.mark.slow
+def test_every_era5_table_and_figure_audits_clean(era5_run, tmp_path):
+    """stochattn audit walks netCDF -> shards -> pairs -> backbone -> adapter -> runs -> spatial scores / analyses ->
+    table/figure, and --prov writes the same chain as W3C PROV-JSON."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from stochattn import audit
+
+    work = era5_run["work"]
+    targets = outputs_of(work, "tables", ".csv") + outputs_of(work, "figures", ".png")
+    assert len(targets) == 17, targets
+    for target in targets:
+        failed, n = audit_failures(work, target)
+        assert not failed and n >= 5, (target, failed)
+    nodes = {n.path: n for n in audit._iter(audit.audit("results/tables/climax_crps_decomp.csv", work))}
+    rules = {n.rule for n in nodes.values()}
+    assert {"era5_standin", "era5_preprocess", "era5_prepare", "era5_pretrain_standin", "era5_adapt",
+            "era5_calibrate_sa", "era5_swag", "era5_method", "era5_evaluate", "era5_analyses"} <= rules, rules  # fmt: skip
+    assert {"results/era5/runs/sa/spatial.json", "results/era5/data/finetune", "results/era5/data/pretrain"} <= set(nodes)
+    out = tmp_path / "chain.prov.json"
+    exe = Path(sys.executable).with_name("stochattn")
+    res = subprocess.run([str(exe), "audit", "results/figures/latency_appendix.png", "-d", str(work), "--prov",
+                          str(out)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert res.returncode == 0, res.stdout + res.stderr
+    doc = json.loads(out.read_text())
+    labels = {a["prov:label"] for a in doc["activity"].values()}
+    assert {"era5_analyses", "era5_preprocess", "era5_standin", "era5_figure"} <= labels, labels
+
+
+@pytest.mark.slow
+def test_era5_audit_names_a_modified_sample_file_and_shard(era5_run, tmp_path):
+    from stochattn.io import save_npz
+
+    work = copy_run(era5_run, tmp_path / "w")
+    samples = work / "results/era5/runs/hsa/samples.npz"
+    data = dict(np.load(samples))
+    data["samples"] = data["samples"] + 1e-6
+    save_npz(samples, **data)
+    for target in ("results/tables/climax_summary.csv", "results/figures/climax_sharpness.png"):
+        assert audit_failures(work, target)[0] == ["results/era5/runs/hsa/samples.npz"], target
+    for target in ("results/figures/latency_appendix.png", "results/tables/climax_skill.csv"):
+        assert audit_failures(work, target)[0] == [], target  # SA's analyses / the adapter: no HSA samples
+    shard = sorted((work / "results/era5/processed/pretrain").rglob("*.npz"))[0]
+    shard.write_bytes(shard.read_bytes() + b"\0")
+    failed, _ = audit_failures(work, "results/figures/latency_appendix.png")
+    assert failed == ["results/era5/processed/pretrain"], failed
+    from stochattn import audit
+
+    node = next(n for n in audit._iter(audit.audit("results/figures/latency_appendix.png", work))
+                if n.path == "results/era5/processed/pretrain")  # fmt: skip
+    assert f"modified {shard.relative_to(work / 'results/era5/processed/pretrain').as_posix()}" in node.status
 
 
 @pytest.mark.slow

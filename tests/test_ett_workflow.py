@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import audit_failures, copy_run, outputs_of
 from test_workflow import REPO, _prov_ok, job_stats, smk, write_config
 
 MIRROR = (REPO / ".." / "shared" / "data").resolve()
@@ -55,6 +56,40 @@ def test_ett_run_writes_every_output_with_provenance(ett_run):
             assert path.stat().st_size > 1000
             rec = _prov_ok(path, work)
             assert "STAND-IN" in rec["extra"]["caption"]
+
+
+@pytest.mark.slow
+def test_every_ett_table_and_figure_audits_clean(ett_run):
+    """stochattn audit walks CSV -> prepared windows -> stand-in -> adapter -> runs -> metrics -> table/figure."""
+    from stochattn import audit
+
+    work = ett_run["work"]
+    targets = outputs_of(work, "tables", ".csv") + outputs_of(work, "figures", ".png")
+    assert len(targets) == 5, targets
+    for target in targets:
+        failed, n = audit_failures(work, target)
+        assert not failed and n >= 5, (target, failed)
+    rules = {n.rule for n in audit._iter(audit.audit("results/tables/ett_pooled.csv", work))}
+    assert {"fetch_ett", "ett_prepare", "ett_pretrain_standin", "ett_adapt", "ett_calibrate_sa", "ett_method",
+            "ett_evaluate", "ett_table"} <= rules, rules  # fmt: skip
+
+
+@pytest.mark.slow
+def test_ett_audit_names_a_modified_sample_file_and_a_corrupted_csv(ett_run, tmp_path):
+    from stochattn.io import save_npz
+
+    work = copy_run(ett_run, tmp_path / "w")
+    samples = work / "results/ett/ETTh1/H96/ivon/samples.npz"
+    data = dict(np.load(samples))
+    data["samples"] = data["samples"] + 1e-9  # a tiny change: only the hash can see it
+    save_npz(samples, **data)
+    for target in ("results/tables/ett_pooled.csv", "results/figures/ett_coverage.png"):
+        assert audit_failures(work, target)[0] == ["results/ett/ETTh1/H96/ivon/samples.npz"], target
+    assert audit_failures(work, "results/tables/ett_zero_shot.csv")[0] == []  # reads the adapters only
+    csv = work / "results/data/ett/ETTh2.csv"  # a pretraining source of the station-1 stand-in
+    csv.write_text(csv.read_text().replace("2016", "2017", 1))
+    failed, _ = audit_failures(work, "results/tables/ett_zero_shot.csv")
+    assert failed == ["results/data/ett/ETTh2.csv"], failed
 
 
 @pytest.mark.slow

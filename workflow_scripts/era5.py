@@ -9,17 +9,11 @@ logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %
 
 from pathlib import Path  # noqa: E402
 
-from stochattn.provenance import stage_provenance  # noqa: E402
+from stochattn.provenance import JobProvenance  # noqa: E402
 
 sm = snakemake  # noqa: F821
 p, w, rule = sm.params, sm.wildcards, sm.rule
-
-
-def provenance(inputs=None):
-    return stage_provenance(
-        rule=rule, inputs=list(sm.input) if inputs is None else inputs, code=p.get("code"),
-        params={k: v for k, v in p.items() if k != "code"},
-    )
+job = JobProvenance(sm)  # the job's records: job.stage() embedded in a JSON output, job.sidecar(<output>)
 
 
 if rule == "era5_standin":
@@ -28,11 +22,12 @@ if rule == "era5_standin":
     s, c = p.standin, p.climate
     segments = {int(y): int(d) for part in ("train", "val", "test") for y, d in c["years"].get(part, {}).items()}
     manifest = generate_held_suarez(
-        sm.output[0], segments=segments, variables=s["variables"], levels=s["levels"],
+        sm.output.data, segments=segments, variables=s["variables"], levels=s["levels"],
         spin_up_days=s["spin_up_days"], delta_t_y=c["delta_t_y"], delta_theta_z=c["delta_theta_z"],
         resolution=s["resolution"], dt_minutes=s["dt_minutes"], output_hours=s["output_hours"], seed=c["seed"],
         progress=sm.config["progress"],
     )
+    job.sidecar(sm.output.data)
     print(f"stand-in {w.climate}: {manifest.get('seconds')}", flush=True)
 elif rule == "era5_fetch":
     from stochattn.data.era5 import fetch_weatherbench
@@ -40,19 +35,24 @@ elif rule == "era5_fetch":
 
     wb, data = p.weatherbench, sm.config["data"]
     years = sorted({y for ys in wb["years"].values() for y in ys})
-    record = fetch_weatherbench(sm.output[0], wb["folders"], years, mirrors=data["mirrors"],
+    record = fetch_weatherbench(sm.output.data, wb["folders"], years, mirrors=data["mirrors"],
                                 allow_download=data["allow_download"], url_template=wb.get("url_template"))  # fmt: skip
-    save_json(Path(sm.output[0]) / "fetch.json", record)
+    save_json(Path(sm.output.data) / "fetch.json", record)
+    job.sidecar(sm.output.data, extra={"fetched": True, "sources": record})  # every file's SHA-256 as fetched
 elif rule == "era5_fetch_checkpoint":
     from stochattn.backbones.climax import fetch_climax_checkpoint
 
     ckpt = p.checkpoint
-    print(fetch_climax_checkpoint(sm.output[0], url=ckpt["url"], sha256=ckpt.get("sha256")), flush=True)
+    fetched = fetch_climax_checkpoint(sm.output.checkpoint, url=ckpt["url"], sha256=ckpt.get("sha256"))
+    job.sidecar(sm.output.checkpoint, extra={"fetched": True, "source": fetched["url"],
+                                             "expected_sha256": ckpt.get("sha256")})  # fmt: skip
+    print(fetched, flush=True)
 elif rule == "era5_preprocess":
     from stochattn.data.era5 import preprocess_climax
 
-    manifest = preprocess_climax(sm.input[0], sm.output[0], p.variables, p.years, num_shards=p.num_shards,
+    manifest = preprocess_climax(sm.input[0], sm.output.shards, p.variables, p.years, num_shards=p.num_shards,
                                  levels=p.levels, constants=p.constants)  # fmt: skip
+    job.sidecar(sm.output.shards)
     print(f"keys: {manifest['keys']}", flush=True)
 elif rule == "era5_evaluate":
     from stochattn.experiments.era5 import evaluate_spatial
@@ -67,9 +67,9 @@ elif rule == "era5_evaluate":
 
     evaluate_split(samples, {m: sm.output[m] for m in methods}, seed=p.seed, levels=tuple(p.levels),
                    dataset="ERA5 Z500 72 h", split=None,
-                   provenance={m: provenance(inputs_of(m)) for m in methods})  # fmt: skip
+                   provenance={m: job.stage(inputs_of(m)) for m in methods})  # fmt: skip
     evaluate_spatial(samples, {m: sm.output[m] for m in methods}, sm.input.prepared,
-                     {m: sm.output[f"{m}_spatial"] for m in methods})  # fmt: skip
+                     {m: sm.output[f"{m}_spatial"] for m in methods}, provenance=job.stage)  # fmt: skip
 elif rule == "era5_table":
     import os
     import time
@@ -78,8 +78,8 @@ elif rule == "era5_table":
     from stochattn.experiments import era5_report
 
     started = time.time()
-    spec, tidy = era5_report.build_table(w.era5_table, list(sm.input.metrics), list(sm.input.spatial),
-                                         sm.input.sweep, sm.input.adapter, sm.input.analyses)  # fmt: skip
+    spec, tidy = era5_report.build_table(w.era5_table, **{k: sm.input.get(k) for k in
+                                                          ("metrics", "spatial", "sweep", "adapter", "analyses")})
     written = report.write_table(
         tidy, os.path.splitext(sm.output.csv)[0], p.caption,
         {"rule": rule, "inputs": list(sm.input), "config_subset": p.config_subset, "seeds": p.seeds,
@@ -98,16 +98,16 @@ else:
     progress = sm.config["progress"]
     if rule == "era5_pretrain_standin":
         meta = era5.pretrain_standin(sm.input[0], sm.output.state, model=p.model, pretrain=p.pretrain, seed=p.seed,
-                                     progress=progress, provenance=provenance())  # fmt: skip
+                                     progress=progress, provenance=job.stage())  # fmt: skip
         print(f"stand-in: best step {meta['best_step']}, {meta['seconds']:.1f} s", flush=True)
     elif rule == "era5_prepare":
         meta = era5.prepare(sm.input[0], sm.output.prepared, variables=p.variables, lead_hours=p.lead_hours,
-                            max_pairs=p.max_pairs, progress=progress)  # fmt: skip
+                            max_pairs=p.max_pairs, progress=progress, provenance=job.stage())  # fmt: skip
         print(f"pairs: {meta['n_pairs']}", flush=True)
     elif rule == "era5_adapt":
         meta = era5.adapt(sm.input.prepared, sm.input.backbone, sm.output.adapter, lora=p.lora, train=p.train,
                           seed=p.seed, allow_pickle=p.allow_pickle, progress=progress,
-                          provenance=provenance())  # fmt: skip
+                          provenance=job.stage())  # fmt: skip
         print(f"LoRA: best epoch {meta['best_epoch']}, test skill {meta['test_skill']}", flush=True)
     elif rule in ("era5_method", "era5_calibrate_sa", "era5_swag"):
         meta = era5.run_method(p.method, sm.input.prepared, sm.input.backbone, sm.input.adapter,
@@ -115,7 +115,7 @@ else:
                                num_samples=p.num_samples, seed=p.seed, sa_sites=p.sa_sites,
                                swag_scales=p.swag_scales, allow_pickle=p.allow_pickle,
                                require_skill=p.require_skill, progress=progress,
-                               provenance=provenance())  # fmt: skip
+                               provenance=job.stage())  # fmt: skip
         print(f"{p.method}: seconds {meta['seconds']}", flush=True)
     elif rule == "era5_analyses":
         a = p.analyses
@@ -124,6 +124,6 @@ else:
                          latency_nu=a["latency_nu"], latency_batch=a["latency_batch"],
                          latency_repeats=a["latency_repeats"], num_samples=p.num_samples, seed=p.seed,
                          sa_sites=p.sa_sites, allow_pickle=p.allow_pickle, progress=progress,
-                         provenance=provenance())  # fmt: skip
+                         provenance=job.stage())  # fmt: skip
     else:
         raise ValueError(f"workflow_scripts/era5.py: no stage for rule {rule!r}")

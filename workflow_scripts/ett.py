@@ -9,17 +9,11 @@ logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %
 
 from pathlib import Path  # noqa: E402
 
-from stochattn.provenance import stage_provenance  # noqa: E402
+from stochattn.provenance import JobProvenance  # noqa: E402
 
 sm = snakemake  # noqa: F821
 p, w, rule = sm.params, sm.wildcards, sm.rule
-
-
-def provenance(inputs=None):
-    return stage_provenance(
-        rule=rule, inputs=list(sm.input) if inputs is None else inputs, code=p.get("code"),
-        params={k: v for k, v in p.items() if k != "code"},
-    )
+job = JobProvenance(sm)  # the job's records: job.stage() embedded in a JSON output, job.sidecar(<output>)
 
 
 if rule == "fetch_ett":
@@ -38,8 +32,11 @@ elif rule == "ett_fetch_checkpoint":
     ckpt = p.checkpoint
     local = fetch_timesfm_checkpoint(ckpt["cache"], repo_id=ckpt["repo_id"], revision=ckpt.get("revision"),
                                      sha256=ckpt.get("sha256"))  # fmt: skip
-    with atomic_path(sm.output[0]) as tmp:
+    with atomic_path(sm.output.checkpoint) as tmp:
         shutil.copyfile(local, tmp)
+    # the SHA-256 recorded at fetch (and the pinned one, when the config pins it) is what the audit checks
+    job.sidecar(sm.output.checkpoint, extra={"fetched": True, "expected_sha256": ckpt.get("sha256"),
+                                             "source": f"hf://{ckpt['repo_id']}@{ckpt.get('revision') or 'main'}"})
     print(f"checkpoint: {local}", flush=True)
 elif rule == "ett_evaluate":
     from stochattn.experiments.evaluate import REFERENCE, evaluate_split
@@ -54,7 +51,7 @@ elif rule == "ett_evaluate":
     evaluate_split(
         samples, {m: sm.output[m] for m in methods}, seed=p.seed, levels=tuple(p.levels),
         dataset=f"{w.ett_dataset} H={w.horizon}", split=None,
-        provenance={m: provenance(inputs_of(m)) for m in methods},
+        provenance={m: job.stage(inputs_of(m)) for m in methods},
     )
 elif rule == "ett_table":
     import os
@@ -66,7 +63,7 @@ elif rule == "ett_table":
 
     started = time.time()
     spec = resolve_name(p.table)
-    if spec.build is None:  # the zero-shot table reads the adapters' meta files
+    if spec.build is None:  # the zero-shot table reads the adapters' meta files (its only inputs)
         tidy = ett_report.zero_shot_table(list(sm.input.adapters))
     else:
         tidy = spec.build(ett_report.load_ett_runs(list(sm.input.metrics)))
@@ -88,24 +85,25 @@ else:
     progress = sm.config["progress"]
     if rule == "ett_prepare":
         meta = ett.prepare(sm.input.csv, w.ett_dataset, int(w.horizon), sm.output.prepared, context=p.context,
-                           adaptation_percent=p.adaptation_percent, max_series=p.max_series)  # fmt: skip
+                           adaptation_percent=p.adaptation_percent, max_series=p.max_series,
+                           provenance=job.stage())  # fmt: skip
         print(f"windows: {meta['n_series']}", flush=True)
     elif rule == "ett_pretrain_standin":
         sources = {name: path for name, path in sm.input.items()}
         meta = ett.pretrain_standin(sources, int(w.station), sm.output.state, model=p.model, pretrain=p.pretrain,
                                     context=p.context, seed=p.seed, progress=progress,
-                                    provenance=provenance())  # fmt: skip
+                                    provenance=job.stage())  # fmt: skip
         print(f"stand-in station {w.station}: best step {meta['best_step']}, {meta['seconds']:.1f} s", flush=True)
     elif rule == "ett_adapt":
         meta = ett.adapt(sm.input.prepared, sm.input.backbone, sm.output.adapter, dataset=w.ett_dataset,
                          horizon=int(w.horizon), lora=p.lora, train=p.train, seed=p.seed, progress=progress,
-                         provenance=provenance())  # fmt: skip
+                         provenance=job.stage())  # fmt: skip
         print(f"LoRA: best epoch {meta['best_epoch']}, test MAE {meta['test_mae']}", flush=True)
     elif rule in ("ett_method", "ett_calibrate_sa"):
         meta = ett.run_method(p.method, sm.input.prepared, sm.input.backbone, sm.input.adapter,
                               Path(sm.output.samples).parent, lora=p.lora, train=p.train, method_cfg=p.method_cfg,
                               num_samples=p.num_samples, seed=p.seed, progress=progress,
-                              provenance=provenance())  # fmt: skip
+                              provenance=job.stage())  # fmt: skip
         print(f"{p.method}: seconds {meta['seconds']}", flush=True)
     else:
         raise ValueError(f"workflow_scripts/ett.py: no stage for rule {rule!r}")

@@ -6,13 +6,10 @@ import sys
 sys.stderr = sys.stdout = open(snakemake.log[0], "w", buffering=1)  # noqa: F821 (snakemake is injected)
 logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
-import os  # noqa: E402
-import time  # noqa: E402
-
 from stochattn.experiments.uci import prepare  # noqa: E402
-from stochattn.provenance import provenance_record, write_provenance  # noqa: E402
+from stochattn.provenance import JobProvenance  # noqa: E402
 
-started = time.time()
+job = JobProvenance(snakemake)  # noqa: F821
 
 p = snakemake.params  # noqa: F821
 prepare(
@@ -25,16 +22,4 @@ prepare(
     max_train=p.max_train,
     seed=p.seed,
 )
-sm = snakemake  # noqa: F821
-record = provenance_record(
-    rule=sm.rule,
-    inputs=list(sm.input),
-    outputs=[sm.output.prepared],
-    config_subset={k: v for k, v in sm.params.items() if k not in ("code", "seed")},
-    seeds=sm.params.seed,
-    started=started,
-    finished=time.time(),
-    extra={"code": sm.params.code},
-    repo_dir=os.path.dirname(sm.scriptdir),
-)
-print("wrote", write_provenance(sm.output.prepared, record), flush=True)  # = output.prov
+print("wrote", job.sidecar(snakemake.output.prepared), flush=True)  # noqa: F821 (= output.prov)

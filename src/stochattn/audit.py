@@ -1,17 +1,33 @@
-"""``stochattn audit <table-or-figure>``: check the whole chain behind one table or figure.
+"""``stochattn audit <table-or-figure>``: check the whole chain behind one table or figure, of any slice.
 
-Walks figure/table ``.prov.json`` -> ``metrics.json`` -> ``samples.npz`` / ``meta.json`` -> backbone -> ``prepared.npz``
-(+ its ``.prov.json``) -> the fetched raw files and their registered SHA-256 (``stochattn/data/uci_sha256.txt``).
-Each node is re-hashed and compared with the hash its consumer recorded; each node's code version
-(:func:`stochattn.provenance.code_version` of the entries it recorded) is recomputed from the current library; run
-nodes' config values are compared with the config subset the table/figure records. Prints one tree line per node
-(rule, seed, code version, status) and exits 1 naming every offending node when something is missing, modified or
-stale; 0 when the chain is intact.
+Walks the table's or figure's ``.prov.json`` down through every record it names, whatever the slice:
+
+* UCI: ``metrics.json`` -> ``samples.npz`` / ``meta.json`` -> backbone -> ``prepared.npz`` (+ its ``.prov.json``)
+  -> the fetched data set folder;
+* ETT: ``metrics.json`` -> runs -> adapter -> stand-in backbone (or the fetched TimesFM checkpoint) ->
+  ``prepared.npz`` / ``prepared.json`` -> the fetched CSVs;
+* ERA5: ``metrics.json`` / ``spatial.json`` / ``analyses.json`` / ``scale_sweep.json`` -> runs -> adapter ->
+  stand-in backbone (or the fetched ClimaX checkpoint) -> ``pairs.npz`` / ``pairs.json`` -> the shard folder ->
+  the netCDF folder (aquaplanet climates generated here, or WeatherBench as fetched).
+
+A node's record is its ``<file>.prov.json`` (a folder's: ``<folder>.prov.json`` beside it), the ``provenance`` block
+of a JSON file, or, for an array or model file, that of the JSON beside it. Checks per node:
+
+* its SHA-256 against the one its consumer recorded, and against the one its producing rule recorded (a record's
+  ``outputs``; for a folder every file's, naming the changed file; a pinned checkpoint SHA-256 as well);
+* its code version (:func:`stochattn.provenance.code_version` of the entries it recorded), recomputed from the
+  current library; run nodes' config values against the config subset the table/figure records;
+* fetched data without a record of its own against the registered SHA-256 of its source: UCI folders against
+  ``stochattn/data/uci_sha256.txt``, ETT CSVs against ``stochattn/data/ett_sha256.txt``.
+
+Prints one tree line per node (rule, seed, code version, status) and exits 1 naming every offending node when
+something is missing, modified or stale; 0 when the chain is intact.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -21,7 +37,7 @@ from typing import Any
 
 from stochattn.io import load_json, save_json, sha256_file, to_jsonable
 from stochattn.protocol import dataset_section
-from stochattn.provenance import code_version, file_record, provenance_path
+from stochattn.provenance import code_version, file_record, folder_files, provenance_path
 
 __all__ = ["Node", "audit", "to_prov", "main"]
 
@@ -55,9 +71,13 @@ def _record_of(path: Path) -> tuple[dict | None, Path | None]:
     prov = provenance_path(path)
     if prov.is_file():
         rec = load_json(prov)
-        return {"rule": rec.get("rule"), "inputs": rec.get("inputs", []),
-                "code": (rec.get("extra") or {}).get("code"), "params": rec.get("config", {}),
-                "seed": rec.get("seeds")}, prov  # fmt: skip
+        extra = rec.get("extra") or {}
+        return {"rule": rec.get("rule"), "inputs": rec.get("inputs", []), "code": extra.get("code"),
+                "params": rec.get("config", {}), "seed": rec.get("seeds"), "outputs": rec.get("outputs", []),
+                "files": extra.get("files"), "expected_sha256": extra.get("expected_sha256"),
+                "fetched": bool(extra.get("fetched"))}, prov  # fmt: skip
+    if path.is_dir():
+        return None, None
     if path.suffix == ".json" and path.is_file() and path.name != "calibration.json":
         data = load_json(path)
         rec = data.get("provenance") if isinstance(data, dict) else None
@@ -68,13 +88,54 @@ def _record_of(path: Path) -> tuple[dict | None, Path | None]:
     if path.suffix in (".npz", ".pt") or path.name == "calibration.json":
         own = path.with_suffix(".json")  # e.g. a MultiSWAG component: components/<c>.pt beside <c>.json
         meta = own if path.suffix != ".json" and own.is_file() else path.with_name("meta.json")
+        holder = load_json(meta) if meta.is_file() else {}
+        written = (holder.get("provenance") or {}).get("outputs", []) if isinstance(holder, dict) else []
         return ({"rule": None, "inputs": [file_record(meta)] if meta.is_file() else [], "code": None, "params": {},
-                 "seed": None, "via": "meta.json"}, meta)  # fmt: skip
+                 "seed": None, "via": "meta.json", "outputs": written}, meta)  # fmt: skip
     return None, None
 
 
-def _check_raw(node: Node, path: Path) -> None:
-    """A fetched data set folder: every file against the registered SHA-256 table shipped with stochattn."""
+def _check_written(node: Node, path: Path, rec: dict, digest) -> None:
+    """``path`` against what its producing rule recorded: the SHA-256 in the record's ``outputs``, every file of a
+    folder (``files``), and a pinned SHA-256 (a checkpoint's ``expected_sha256``)."""
+    for item in rec.get("outputs") or []:
+        if os.path.normpath(item.get("path", "")) == node.path and "sha256" in item and digest() != item["sha256"]:
+            node.problems.append("modified since its rule wrote it (SHA-256 differs from its own record)")
+    files = rec.get("files")
+    if files is not None and path.is_dir():
+        now = {q.relative_to(path).as_posix(): q for q in folder_files(path)}
+        changed = [f"missing {name}" for name in files if name not in now]
+        changed += [f"added {name}" for name in now if name not in files]
+        changed += [f"modified {name}" for name, q in now.items() if name in files and sha256_file(q) != files[name]]
+        if changed:
+            node.problems.append("files differ from the record of the rule that wrote them: " + ", ".join(changed))
+    pinned = rec.get("expected_sha256")
+    if pinned and path.is_file() and digest() != pinned.lower():
+        node.problems.append("does not match the pinned SHA-256 of its source")
+
+
+def _check_fetched(node: Node, path: Path) -> bool:
+    """Fetched data without a record of its own, against the registered SHA-256 of its source; False when ``path``
+    is no such file (``results/data/uci/<name>/``, ``results/data/ett/<name>.csv``)."""
+    kind = path.parent.name if path.parent.parent.name == "data" else None
+    if kind == "uci" and path.is_dir():
+        _check_uci_folder(node, path)
+    elif kind == "ett" and path.suffix == ".csv":
+        from stochattn.data.ett import load_ett_checksums
+
+        node.rule, node.code = "fetch_ett", "registered sha256 (stochattn/data/ett_sha256.txt)"
+        expected = load_ett_checksums().get(path.name)
+        if expected is None:
+            node.problems.append(f"no registered checksum for {path.name}")
+        elif sha256_file(path) != expected:
+            node.problems.append(f"{path.name} does not match its registered SHA-256")
+    else:
+        return False
+    return True
+
+
+def _check_uci_folder(node: Node, path: Path) -> None:
+    """A fetched UCI data set folder: every file against the registered SHA-256 table shipped with stochattn."""
     from stochattn.data.uci import UCI_DATASETS, load_uci_checksums, uci_files
 
     name = path.name
@@ -117,20 +178,20 @@ def _walk(path: Path, workdir: Path, expected_sha: str | None, config: dict, mem
     if not path.exists():
         node.problems.append("missing")
         return node
-    if expected_sha is not None and file_record(path)["sha256"] != expected_sha:
+    digest = functools.cache(lambda: file_record(path)["sha256"])
+    if expected_sha is not None and digest() != expected_sha:
         node.problems.append("modified (SHA-256 differs from the one its consumer recorded)")
     if rel in memo:
         node.seen = True
         node.rule, node.code, node.seed = memo[rel].rule, memo[rel].code, memo[rel].seed
         return node
     memo[rel] = node
-    if path.is_dir():
-        _check_raw(node, path)
-        return node
     rec, holder = _record_of(path)
     if rec is None:
-        node.problems.append("no provenance record" + (f" in {os.path.relpath(holder, workdir)}" if holder else ""))
+        if not _check_fetched(node, path):
+            node.problems.append("no provenance record" + (f" in {os.path.relpath(holder, workdir)}" if holder else ""))
         return node
+    _check_written(node, path, rec, digest)
     node.rule, node.seed = rec.get("rule"), rec.get("seed")
     params = rec.get("params") or {}
     node.config = {k: v for k, v in params.items() if k in ("method", "num_samples", "seed", "max_train")}
@@ -143,7 +204,7 @@ def _walk(path: Path, workdir: Path, expected_sha: str | None, config: dict, mem
             now = f"unresolvable ({err})"
         if now != code["sha256"]:
             node.problems.append(f"stale code: made by library version {code['sha256'][:12]}, now {now[:12]}")
-    elif rec.get("via") is None:
+    elif rec.get("via") is None and not rec.get("fetched"):  # fetched data: checked by its SHA-256, not by code
         node.problems.append("no code version recorded")
     _check_config(node, params, config)
     for item in rec.get("inputs", []):

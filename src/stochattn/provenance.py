@@ -26,6 +26,7 @@ from stochattn.io import save_json, sha256_file, to_jsonable
 __all__ = [
     "PROVENANCE_VERSION",
     "file_record",
+    "folder_files",
     "git_state",
     "package_versions",
     "device_info",
@@ -35,6 +36,9 @@ __all__ = [
     "code_closure",
     "code_version",
     "stage_provenance",
+    "with_outputs",
+    "write_sidecar",
+    "JobProvenance",
     "check_gpu_request",
 ]
 
@@ -56,15 +60,24 @@ _PACKAGES = {
 }
 
 
+_SNAKEMAKE_MARKERS = frozenset({".snakemake_timestamp"})
+"""Files Snakemake itself puts into a ``directory()`` output after its job: not part of the data."""
+
+
+def folder_files(root: str | os.PathLike) -> list[Path]:
+    """Every file below ``root``, sorted, without Snakemake's own markers (:data:`_SNAKEMAKE_MARKERS`)."""
+    return sorted(q for q in Path(root).rglob("*") if q.is_file() and q.name not in _SNAKEMAKE_MARKERS)
+
+
 def file_record(path: str | os.PathLike) -> dict[str, Any]:
     """``{"path", "sha256", "size"}`` of a file; for a directory, ``"sha256"`` hashes the sorted lines
-    ``"<relative path>\\0<sha256 of file>\\n"`` of every file below it, ``"size"`` is their total and
-    ``"n_files"`` their number. A missing path raises FileNotFoundError naming it."""
+    ``"<relative path>\\0<sha256 of file>\\n"`` of every file below it (:func:`folder_files`), ``"size"`` is
+    their total and ``"n_files"`` their number. A missing path raises FileNotFoundError naming it."""
     p = Path(path)
     if p.is_file():
         return {"path": os.fspath(path), "sha256": sha256_file(p), "size": p.stat().st_size}
     if p.is_dir():
-        files = sorted(q for q in p.rglob("*") if q.is_file())
+        files = folder_files(p)
         digest = hashlib.sha256()
         size = 0
         for q in files:
@@ -417,6 +430,77 @@ def stage_provenance(
         "code": to_jsonable(dict(code)) if code is not None else None,
         "params": to_jsonable(dict(params or {})),
     }
+
+
+def with_outputs(provenance: Mapping[str, Any] | None, *paths: str | os.PathLike) -> dict[str, Any] | None:
+    """``provenance`` (a :func:`stage_provenance` block) with ``"outputs"``: the :func:`file_record` of each of
+    ``paths`` (files the stage wrote before the record that describes them, e.g. samples.npz before meta.json), so
+    :mod:`stochattn.audit` checks them against what their producing rule wrote. None stays None."""
+    if provenance is None:
+        return None
+    return {**dict(provenance), "outputs": [file_record(p) for p in paths]}
+
+
+def write_sidecar(
+    output: str | os.PathLike,
+    *,
+    rule: str,
+    inputs: Iterable[str | os.PathLike],
+    config_subset: Mapping[str, Any],
+    seeds: Any,
+    started: _dt.datetime | float,
+    code: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
+    repo_dir: str | os.PathLike | None = None,
+) -> Path:
+    """Write ``<output>.prov.json`` (:func:`provenance_record`, finished now) for a file or folder that cannot hold
+    its own record: a prepared array file, a fetched file, a folder of shards or of generated data. ``code`` (a
+    :func:`code_version`) goes to ``extra["code"]``; for a folder, ``extra["files"]`` lists the SHA-256 of every
+    file in it, so the audit names the file that changed. Returns the written path."""
+    import time
+
+    more = dict(extra or {})
+    if code is not None:
+        more["code"] = dict(code)
+    if Path(output).is_dir():
+        root = Path(output)
+        more["files"] = {q.relative_to(root).as_posix(): sha256_file(q) for q in folder_files(root)}
+    record = provenance_record(rule=rule, inputs=inputs, outputs=[output], config_subset=config_subset, seeds=seeds,
+                               started=started, finished=time.time(), extra=more, repo_dir=repo_dir)  # fmt: skip
+    return write_provenance(output, record)
+
+
+class JobProvenance:
+    """The records of one Snakemake job, from the ``snakemake`` object its script is given: the job's rule, inputs,
+    params (``params.code``: the library's code version; ``params.seed``) and the workflow's repository.
+
+    ``stage(inputs)`` is the block a stage embeds in the JSON it writes (:func:`stage_provenance`);
+    ``sidecar(output)`` writes ``<output>.prov.json`` for an output that cannot hold one (:func:`write_sidecar`).
+    """
+
+    def __init__(self, job: Any) -> None:
+        import time
+
+        self.job = job
+        self.started = time.time()
+
+    @property
+    def params(self) -> dict[str, Any]:
+        """The job's params but ``code``."""
+        return {k: v for k, v in self.job.params.items() if k != "code"}
+
+    def stage(self, inputs: Iterable[str | os.PathLike] | None = None) -> dict[str, Any]:
+        """:func:`stage_provenance` of the job (``inputs``: default every input of the job)."""
+        return stage_provenance(rule=self.job.rule, inputs=list(self.job.input) if inputs is None else inputs,
+                                code=self.job.params.get("code"), params=self.params)  # fmt: skip
+
+    def sidecar(self, output: str | os.PathLike, extra: Mapping[str, Any] | None = None) -> Path:
+        """:func:`write_sidecar` of ``output`` with every input of the job, its params but seed and its seed."""
+        return write_sidecar(
+            output, rule=self.job.rule, inputs=list(self.job.input), seeds=self.job.params.get("seed"),
+            config_subset={k: v for k, v in self.params.items() if k != "seed"}, started=self.started,
+            code=self.job.params.get("code"), extra=extra, repo_dir=os.path.dirname(self.job.scriptdir),
+        )
 
 
 def check_gpu_request(requested_gpus: Any, require_gpu: bool = True) -> None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import time
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -35,7 +35,7 @@ import torch
 from .. import metrics
 from ..data import era5 as era5_data
 from ..io import atomic_path, load_json, load_npz, save_json, save_npz
-from ..provenance import device_info, package_versions
+from ..provenance import device_info, package_versions, with_outputs
 from ..training import model_device, predict, resolve_device, seeded
 from . import adapters, methods
 from .adapters import ADAPTED_METHODS, DERIVED_METHODS, METHODS, RUN_METHODS  # noqa: F401 (re-exported)
@@ -134,8 +134,10 @@ def prepare(
     lead_hours: int,
     max_pairs: Mapping[str, Optional[int]],
     progress: bool = True,
+    provenance: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
-    """(input at t, Z500 at t + lead) pairs -> ``out_path`` (npz) and ``<stem>.json``.
+    """(input at t, Z500 at t + lead) pairs -> ``out_path`` (npz) and ``<stem>.json`` (with ``provenance``, a
+    :func:`stochattn.provenance.stage_provenance` block, and the npz's hash).
 
     ``variables``: the input keys (ClimaX's shard keys, Z500 among them); ``max_pairs``: per partition (train,
     val, test) a cap on the pairs (evenly spaced in time; None: every pair). The validation pairs are split into
@@ -181,6 +183,8 @@ def prepare(
                  "m^2 s^-2",
         "source": str(processed),
     }
+    if provenance is not None:
+        meta["provenance"] = with_outputs(provenance, out_path)
     save_json(Path(out_path).with_suffix(".json"), meta)
     return meta
 
@@ -304,7 +308,7 @@ def pretrain_standin(
         "packages": package_versions(),
     }
     if provenance is not None:
-        meta["provenance"] = dict(provenance)
+        meta["provenance"] = with_outputs(provenance, out_path)
     save_json(Path(out_path).with_suffix(".json"), meta)
     return meta
 
@@ -404,7 +408,7 @@ def adapt(
         "device": device_info(), "packages": package_versions(),
     }
     if provenance is not None:
-        meta["provenance"] = dict(provenance)
+        meta["provenance"] = with_outputs(provenance, out_path)
     save_json(Path(out_path).with_suffix(".json"), meta)
     return meta
 
@@ -470,7 +474,10 @@ def run_method(
         def sweep(member, swag):
             t0 = time.perf_counter()
             record = swag_scale_sweep(data, member, swag, swag_scales, num_samples, seed)
-            save_json(Path(out_dir) / "scale_sweep.json", dict(record, seconds=time.perf_counter() - t0))
+            record["seconds"] = time.perf_counter() - t0
+            if provenance is not None:
+                record["provenance"] = dict(provenance)
+            save_json(Path(out_dir) / "scale_sweep.json", record)
 
         ctx.extra["on_swag_fitted"] = sweep
     run = adapters.method_run(method, data, ctx, method_cfg, num_samples, seed, progress)
@@ -519,13 +526,19 @@ def spatial_metrics(samples_path: str | Path, prepared_path: str | Path, tempera
 
 
 def evaluate_spatial(samples_paths: Mapping[str, str | Path], metrics_paths: Mapping[str, str | Path],
-                     prepared_path: str | Path, out_paths: Mapping[str, str | Path]) -> Dict[str, Dict[str, Any]]:  # fmt: skip
-    """:func:`spatial_metrics` of every run (temperature from its metrics.json) -> ``out_paths[method]``."""
+                     prepared_path: str | Path, out_paths: Mapping[str, str | Path],
+                     provenance: Optional[Callable[[list], Mapping[str, Any]]] = None) -> Dict[str, Dict[str, Any]]:  # fmt: skip
+    """:func:`spatial_metrics` of every run (temperature from its metrics.json) -> ``out_paths[method]``.
+    ``provenance``: input files -> the :func:`stochattn.provenance.stage_provenance` block of a spatial.json (its
+    inputs: the run's samples and metrics.json and the pairs)."""
     out = {}
     for method, path in samples_paths.items():
         temperature = float(load_json(metrics_paths[method])["temperature"])
         out[method] = spatial_metrics(path, prepared_path, temperature)
-        save_json(out_paths[method], dict(out[method], method=method))
+        record = dict(out[method], method=method)
+        if provenance is not None:
+            record["provenance"] = dict(provenance([path, metrics_paths[method], prepared_path]))
+        save_json(out_paths[method], record)
     return out
 
 

@@ -41,7 +41,7 @@ import os
 import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import pandas as pd
@@ -724,13 +724,15 @@ def teaser_axes(
     return save_figure(fig, out_base)
 
 
-def build_table(name: str, metrics: Sequence[PathLike], spatial: Sequence[PathLike], sweep: PathLike,
-                adapter: PathLike, analyses: PathLike) -> tuple[TableSpec, pd.DataFrame]:  # fmt: skip
+def build_table(name: str, metrics: Optional[Sequence[PathLike]] = None, spatial: Optional[Sequence[PathLike]] = None,
+                sweep: Optional[PathLike] = None, adapter: Optional[PathLike] = None,
+                analyses: Optional[PathLike] = None) -> tuple[TableSpec, pd.DataFrame]:  # fmt: skip
     """``(spec, tidy)`` of the ClimaX table ``name`` from the workflow's files (``metrics`` / ``spatial``: every
-    run's ``runs/<method>/metrics.json`` / ``spatial.json``)."""
+    run's ``runs/<method>/metrics.json`` / ``spatial.json``); each table needs only the files it reads
+    (climax_summary: metrics, spatial; climax_crps_decomp: + analyses; swag_sweep_*: sweep; climax_skill: adapter)."""
     if name not in ERA5_TABLE_SPECS:
         raise ValueError(f"unknown ClimaX table {name!r}; known: {', '.join(ERA5_TABLE_SPECS)}")
-    by_method = {Path(m).parent.name: (m, s) for m, s in zip(metrics, spatial)}
+    by_method = {Path(m).parent.name: (m, s) for m, s in zip(metrics or (), spatial or ())}
     builders = {
         "climax_summary": lambda: summary_table(by_method),
         "climax_crps_decomp": lambda: crps_decomp_table(by_method, analyses),

@@ -30,7 +30,7 @@ import torch
 
 from ..data import ett as ett_data
 from ..io import atomic_path, load_json, load_npz, save_json, save_npz, sha256_file
-from ..provenance import device_info, package_versions
+from ..provenance import device_info, package_versions, with_outputs
 from ..training import predict, resolve_device
 from . import adapters, methods
 from .adapters import ADAPTED_METHODS, DERIVED_METHODS, METHODS, RUN_METHODS  # noqa: F401 (re-exported)
@@ -61,8 +61,10 @@ def prepare(
     context: int,
     adaptation_percent: int,
     max_series: Mapping[str, Optional[int]],
+    provenance: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
-    """Windows of one configuration -> ``out_path`` (npz) and ``<stem>.json`` (counts and rules).
+    """Windows of one configuration -> ``out_path`` (npz) and ``<stem>.json`` (counts and rules; ``provenance``,
+    a :func:`stochattn.provenance.stage_provenance` block, with the npz's hash added).
 
     ``max_series``: per part (train, val, test) a cap on the number of series (whole windows evenly spaced; None:
     every window, step 1). Validation windows alternate between ``val`` and ``cal`` (module NOTE[DIFF]).
@@ -96,6 +98,8 @@ def prepare(
         "n_series": {name: int(w.n_series) for name, w in parts.items()}, "max_series": dict(max_series),
         "units": "z-scored per column with training-segment mean/std", "source_sha256": sha256_file(csv_path),
     }
+    if provenance is not None:
+        meta["provenance"] = with_outputs(provenance, out_path)
     save_json(Path(out_path).with_suffix(".json"), meta)
     return meta
 
@@ -188,7 +192,7 @@ def pretrain_standin(
         "packages": package_versions(),
     }
     if provenance is not None:
-        meta["provenance"] = dict(provenance)
+        meta["provenance"] = with_outputs(provenance, out_path)
     save_json(Path(out_path).with_suffix(".json"), meta)
     return meta
 
@@ -276,7 +280,7 @@ def adapt(
         "device": device_info(), "packages": package_versions(),
     }
     if provenance is not None:
-        meta["provenance"] = dict(provenance)
+        meta["provenance"] = with_outputs(provenance, out_path)
     save_json(Path(out_path).with_suffix(".json"), meta)
     return meta
 

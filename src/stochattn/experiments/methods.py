@@ -24,7 +24,7 @@ import torch
 
 from ..calibrate import IntegerDomain, SASampler, bo_calibrate, eval_stats, target_scale
 from ..io import save_json, save_npz
-from ..provenance import device_info, package_versions
+from ..provenance import device_info, package_versions, with_outputs
 from ..selection import CandidateFit
 from ..training import fit_regressor, predict
 
@@ -378,7 +378,7 @@ def write_run(method, out_dir, run, data, method_cfg, model, train, num_samples,
         "packages": package_versions(), **run.get("extra", {}),
     }
     if provenance is not None:  # stochattn.provenance.stage_provenance: input hashes, code version
-        meta["provenance"] = dict(provenance)
+        meta["provenance"] = with_outputs(provenance, out_dir / "samples.npz")
     save_json(out_dir / "meta.json", meta)
     return meta
 
