@@ -58,6 +58,7 @@ rule multiswag_component:
         model=lambda w: model_cfg(w.experiment, w.dataset),
         train=lambda w: train_cfg(w.experiment, w.dataset),
         method_cfg=lambda w: method_cfg(w.experiment, "multiswag", w.dataset),
+        num_samples=config["num_samples"],
         seed=lambda w: seed_for("multiswag", w.dataset, w.split),
         code=code_for("stochattn.experiments.uci:train_multiswag_component"),
     script:

@@ -1,5 +1,5 @@
-"""Tests for stochattn.selection: choice on validation data only, failed candidates, the "worse than the mean"
-guard, and the selection record in a run's meta.json."""
+"""Tests for stochattn.selection: choice on validation data only by the CRPS of the predictive samples (RMSE for
+point models), failed candidates, the "worse than the mean" guard, and the selection record in a run's meta.json."""
 
 import math
 
@@ -38,7 +38,7 @@ def sgd_linear_fit(candidate, split):
 @pytest.mark.filterwarnings("ignore:training loss became")
 def test_absurd_learning_rate_is_never_selected():
     split = linear_split()
-    sel = select_on_validation("sgd", [{"lr": 1e3}, {"lr": 0.05}], sgd_linear_fit, split)
+    sel = select_on_validation("sgd", [{"lr": 1e3}, {"lr": 0.05}], sgd_linear_fit, split, metric="rmse")
     assert sel.index == 1 and sel.candidate == {"lr": 0.05}
     rec = sel.record
     assert rec["metric"] == "val_rmse" and rec["grid"] == [{"lr": 1e3}, {"lr": 0.05}]
@@ -58,7 +58,7 @@ def test_diverging_candidate_scores_none_and_ties_go_to_the_first():
             raise FloatingPointError("loss became nan")
         return CandidateFit(c["k"], 0.5 * s.y_val)  # k = 1 and 2 tie
 
-    sel = select_on_validation("m", [{"k": 0}, {"k": 1}, {"k": 2}], fit, split)
+    sel = select_on_validation("m", [{"k": 0}, {"k": 1}, {"k": 2}], fit, split, metric="rmse")
     assert sel.index == 1 and sel.record["scores"][0] is None and "FloatingPointError" in sel.record["errors"][0]
     assert sel.record["scores"][1] == sel.record["scores"][2]
 
@@ -72,10 +72,61 @@ def test_worse_than_the_training_mean_raises_naming_method_and_grid():
 
     # offset 0 is exactly the mean predictor: not better than it, so an error as well
     with pytest.raises(SelectionError, match=r"ivon on yacht/split0: no candidate beats .*'offset': 0\.5"):
-        select_on_validation("ivon", [{"offset": 0.5}, {"offset": 0.0}], fit, split, label="yacht/split0")
+        select_on_validation("ivon", [{"offset": 0.5}, {"offset": 0.0}], fit, split, label="yacht/split0", metric="rmse")
     with pytest.raises(SelectionError, match="no candidate beats"):
-        select_on_validation("hsa", [{"offset": 0.0}], lambda c, s: CandidateFit(None, [np.nan] * len(s.y_val)), split)
+        select_on_validation("hsa", [{"offset": 0.0}], lambda c, s: CandidateFit(None, [np.nan] * len(s.y_val)), split,
+                             metric="rmse")  # fmt: skip
     assert issubclass(SelectionError, ValueError)
+
+
+def gaussian_candidates(split, sds, shift=0.0, S=64, seed=0):
+    """Fit function whose candidate ``k`` predicts the truth's mean (the noise-free linear model, + ``shift``) with
+    S Gaussian samples of standard deviation ``sds[k]``."""
+    w = np.array([1.0, -1.0, 0.5])
+
+    def fit(c, s):
+        mean = s.x_val @ w + c.get("shift", shift)
+        rng = np.random.default_rng(seed)
+        return CandidateFit(c["k"], mean, mean + sds[c["k"]] * rng.standard_normal((S, len(mean))))
+
+    return fit
+
+
+def test_crps_prefers_the_spread_that_fits_the_residuals_among_equal_means():
+    """Three candidates with the same point prediction (so the same RMSE): the CRPS picks the sample spread of the
+    noise (sd 0.1), not the collapsed (0.001) or the far too wide one (2.0); every candidate's validation CRPS (as
+    scoringrules computes it), RMSE and PI-95 coverage is recorded."""
+    from stochattn.metrics import crps
+
+    split = linear_split()
+    sds = [0.001, 0.1, 2.0]
+    fit = gaussian_candidates(split, sds)
+    sel = select_on_validation("swag", [{"k": 0}, {"k": 1}, {"k": 2}], fit, split)
+    rec = sel.record
+    assert sel.index == 1 and rec["metric"] == "val_crps" and rec["scores"] == rec["val_crps"]
+    assert rec["val_rmse"][0] == rec["val_rmse"][1] == rec["val_rmse"][2]  # point RMSE could not choose
+    for k in range(3):
+        assert rec["val_crps"][k] == pytest.approx(float(crps(fit({"k": k}, split).val_samples, split.y_val).mean()))
+    cov = rec["val_coverage_95"]
+    # 95 % intervals of the right spread cover ~0.95 of 60 points (binomial se 0.028); collapsed ones almost none
+    assert abs(cov[1] - 0.95) < 3 * math.sqrt(0.95 * 0.05 / 60) + 0.02 and cov[0] < 0.2 and cov[2] == 1.0
+    assert select_on_validation("swag", [{"k": 0}, {"k": 1}], fit, split, metric="rmse").index == 0  # a tie
+
+
+def test_crps_winner_must_still_beat_the_mean_on_accuracy():
+    """A candidate far off the truth with an enormous spread can have a lower CRPS than an accurate but badly
+    dispersed one; it is not eligible when its point prediction does not beat the training mean."""
+    split = linear_split()
+    fit = gaussian_candidates(split, [1e-4, 1.6])
+    # the mean predictor's validation RMSE is 1.46: k=0 (shift 1.3, RMSE 1.30) beats it with a collapsed spread
+    # (CRPS ~1.3); k=1 (shift 1.6, RMSE 1.60) does not, with a spread of its error's size (CRPS ~0.96)
+    assert 1.35 < split.mean_predictor_rmse() < 1.55
+    grid = [{"k": 0, "shift": 1.3}, {"k": 1, "shift": 1.6}]
+    assert select_on_validation("m", grid, fit, split, require_skill=False).index == 1
+    sel = select_on_validation("m", grid, fit, split)
+    assert sel.index == 0 and sel.record["val_crps"][1] < sel.record["val_crps"][0]
+    with pytest.raises(ValueError, match="needs the candidates' val_samples"):
+        select_on_validation("m", [{"k": 0}], lambda c, s: CandidateFit(0, fit(c, s).val_point), split)
 
 
 def test_validation_split_is_a_read_only_copy_of_four_arrays():
@@ -143,8 +194,9 @@ def test_baseline_selects_on_validation_only_and_records_it(workdir, method, mon
     rec = load_json(out / "meta.json")["selection"]
     assert rec == meta["selection"]
     assert rec["chosen"]["index"] == 1 and rec["grid"][0]["lr"] == 1e3 and len(rec["seconds"]) == 2
-    assert rec["scores"][1] < rec["mean_predictor_rmse"]
+    assert rec["metric"] == "val_crps" and rec["val_rmse"][1] < rec["mean_predictor_rmse"]
     assert rec["scores"][0] is None or rec["scores"][0] > rec["scores"][1]
+    assert all(len(rec[k]) == 2 for k in ("val_crps", "val_rmse", "val_coverage_95"))
     assert meta["seconds"]["train"] >= sum(rec["seconds"])  # every candidate's training is the method's cost
     if method == "swag":
         assert rec["reference"]["start_val_rmse"] == pytest.approx(
@@ -166,6 +218,6 @@ def test_require_skill_false_keeps_a_skill_less_candidate_and_records_it():
     split = ValidationSplit(x, np.array([0.0, 2.0, 0.0, 2.0, 0.0, 2.0]), x[:2], np.array([1.0, 1.0]))
     fit = lambda c, s: CandidateFit(c["v"], np.full(2, c["v"]))  # noqa: E731
     with pytest.raises(SelectionError, match="no candidate beats"):
-        select_on_validation("m", [{"v": 3.0}], fit, split)
-    sel = select_on_validation("m", [{"v": 3.0}], fit, split, require_skill=False)
+        select_on_validation("m", [{"v": 3.0}], fit, split, metric="rmse")
+    sel = select_on_validation("m", [{"v": 3.0}], fit, split, require_skill=False, metric="rmse")
     assert sel.result == 3.0 and sel.record["beats_mean_predictor"] is False

@@ -23,6 +23,7 @@ meta = train_multiswag_component(
     train=p.train,
     method_cfg=p.method_cfg,
     seed=p.seed,
+    num_samples=p.num_samples,
     first_path=sm.input.get("first"),
     device=sm.config["device"],
     progress=sm.config["progress"],

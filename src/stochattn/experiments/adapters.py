@@ -133,7 +133,8 @@ def _multiswag(data, setup, cfg, num_samples, seed, progress):
         net = setup.fresh(member_seed)
         methods.fit_on(net, ValidationSplit.from_prepared(data), setup.train, member_seed, progress,
                        f"multiswag {c + 1}/{cfg['components']}")  # fmt: skip
-        member, swag, candidate, selection = methods.multiswag_member(data, net, cfg, c, member_seed, progress, first)
+        member, swag, candidate, selection = methods.multiswag_member(data, net, cfg, c, member_seed, progress, first,
+                                                                      num_samples=num_samples)  # fmt: skip
         if first is None:
             first, first_selection = candidate, selection
         members.append((member, swag))

@@ -133,9 +133,10 @@ SWAG_KEYS = ("lr", "epochs", "collect_every", "max_rank", "batch_size", "scale")
 SWAG_DEFAULTS = {"collect_every": 1, "max_rank": 20, "batch_size": 256, "scale": 1.0}
 
 
-def swag_fit(net, seed, progress):
-    """Fit function for select_on_validation: one SWAG phase from a copy of ``net``; score = SWA-mean prediction."""
-    from ..baselines.swag import fit_swag
+def swag_fit(net, seed, progress, num_samples):
+    """Fit function for select_on_validation: one SWAG phase from a copy of ``net``; its point prediction is the
+    SWA mean's, its ``num_samples`` validation samples drawn from the posterior at the candidate's scale."""
+    from ..baselines.swag import fit_swag, swag_samples
 
     def fit(candidate, split):
         member = copy.deepcopy(net)
@@ -144,14 +145,16 @@ def swag_fit(net, seed, progress):
             max_rank=int(candidate["max_rank"]), collect_every=int(candidate["collect_every"]),
             batch_size=int(candidate["batch_size"]), progress=progress,
         )
-        return CandidateFit((member, swag), swa_point(member, swag, split.x_val))
+        val_samples = swag_samples(member, swag, split.x_val, num_samples, seed + 2, scale=float(candidate["scale"]))
+        return CandidateFit((member, swag), swa_point(member, swag, split.x_val), val_samples)
 
     return fit
 
 
-def swag_select(method, data, net, cfg, seed, progress):
+def swag_select(method, data, net, cfg, seed, progress, num_samples):
     """SWAG phase from ``net`` with the SGD learning rate (and any other SWAG_KEYS in ``cfg["grid"]``) chosen by
-    the validation RMSE of the SWA mean; ``reference`` records the starting network's validation RMSE.
+    the validation CRPS of ``num_samples`` posterior samples (:mod:`stochattn.selection`); ``reference`` records the
+    starting network's validation RMSE.
 
     NOTE[DIFF]: the paper gives no SWAG settings for UCI. SGD(momentum 0.9) at lr 0.01 from the AdamW-trained
     FT-Transformer left the SWA mean at RMSE/sigma_y ~ 1 (measured on yacht and concrete), so the lr is chosen
@@ -161,7 +164,7 @@ def swag_select(method, data, net, cfg, seed, progress):
 
     start = ValidationSplit.from_prepared(data).rmse(predict(net, data["x_val"]))
     grid = candidates(cfg, SWAG_KEYS, SWAG_DEFAULTS)
-    return select(method, data, grid, swag_fit(net, seed, progress), reference={"start_val_rmse": start})
+    return select(method, data, grid, swag_fit(net, seed, progress, num_samples), reference={"start_val_rmse": start})
 
 
 def swag_run(data, net, cfg, num_samples, seed, progress, on_fitted=None) -> Dict[str, Any]:
@@ -172,7 +175,7 @@ def swag_run(data, net, cfg, num_samples, seed, progress, on_fitted=None) -> Dic
     from ..baselines.swag import swag_samples
 
     t0 = time.perf_counter()
-    sel = swag_select("swag", data, net, cfg, seed, progress)
+    sel = swag_select("swag", data, net, cfg, seed, progress, num_samples)
     member, swag = sel.result
     train_seconds = time.perf_counter() - t0
     if on_fitted is not None:
@@ -211,8 +214,9 @@ def ivon_run(data, build: Callable[[int], torch.nn.Module], train_cfg, cfg, num_
     posterior-mean weights' prediction.
 
     Every candidate of ``cfg["grid"]`` (overrides of IVON_KEYS) is trained from the same initialisation with
-    early stopping on the validation RMSE of the posterior mean; the lowest validation RMSE is kept, and every
-    candidate's training counts as IVON's ``train`` seconds.
+    early stopping on the validation RMSE of the posterior mean; the lowest validation CRPS of ``num_samples``
+    posterior samples is kept (:mod:`stochattn.selection`), and every candidate's training counts as IVON's
+    ``train`` seconds.
 
     NOTE[DIFF]: the paper gives no IVON settings for UCI. On the FT-Transformer the package defaults (lr 0.1,
     hess_init 1, ess = n_train) and the earlier grid (lr 0.01, hess_init 30) never left RMSE/sigma_y ~ 1 on naval:
@@ -232,7 +236,8 @@ def ivon_run(data, build: Callable[[int], torch.nn.Module], train_cfg, cfg, num_
             batch_size=train_cfg.get("batch_size", 256), max_epochs=int(c["max_epochs"]), patience=c["patience"],
             progress=progress,
         )
-        return CandidateFit((net, result), predict(net, split.x_val))
+        val_samples = ivon_samples(net, result.optimizer, split.x_val, num_samples, seed + 2)
+        return CandidateFit((net, result), predict(net, split.x_val), val_samples)
 
     defaults = dict(IVON_DEFAULTS, max_epochs=train_cfg.get("max_epochs", 500), patience=train_cfg.get("patience", 16))
     t0 = time.perf_counter()
@@ -252,15 +257,16 @@ def stochastic_net_run(method, data, train_net, sampler, keys, defaults, train_c
     """A method whose trained network is itself stochastic at test time (HSA, Contextual Dropout).
 
     Every candidate of ``cfg["grid"]`` (overrides of ``keys`` over ``defaults`` and the training schedule) is
-    trained by ``train_net(candidate, split)`` from the same seed and scored by the validation RMSE of the mean of
-    ``num_samples`` passes; the chosen network's ``sampler(net, x, num_samples, generator=...)`` passes on the test
+    trained by ``train_net(candidate, split)`` from the same seed and scored by the validation CRPS of
+    ``num_samples`` passes (their mean the point prediction); the chosen network's ``sampler(net, x, num_samples, generator=...)`` passes on the test
     and cal parts are the samples, their mean the point prediction."""
     def draw(net, x, generator):
         return sampler(net, torch.tensor(x, dtype=torch.float32), num_samples, generator=generator)
 
     def fit(c, split):  # sees the ValidationSplit only (never ``data``)
         net = train_net(c, split)
-        return CandidateFit(net, draw(net, split.x_val, seed + 2).mean(0))
+        val_samples = draw(net, split.x_val, seed + 2)
+        return CandidateFit(net, val_samples.mean(0), val_samples)
 
     defaults = dict(defaults, lr=train_cfg.get("lr", 1e-4), max_epochs=train_cfg.get("max_epochs", 500),
                     patience=train_cfg.get("patience", 16))
@@ -325,18 +331,20 @@ def contextual_dropout_run(data, build: Callable[[int], torch.nn.Module], sites:
 
 
 def multiswag_member(data, net, method_cfg, component: int, seed: int, progress: bool,
-                     first_candidate: Optional[Mapping[str, Any]] = None):  # fmt: skip
+                     first_candidate: Optional[Mapping[str, Any]] = None, *, num_samples: int):  # fmt: skip
     """The SWAG phase of one MultiSWAG member ``net`` (already trained from its own initialisation):
     ``(member, swag, candidate, selection record)``. Component 0 (``first_candidate=None``) chooses the SWAG
-    settings on the validation part as SWAG does; the others reuse ``first_candidate``."""
+    settings on the validation part as SWAG does (CRPS of ``num_samples`` samples of its own posterior); the
+    others reuse ``first_candidate``."""
     from ..selection import ValidationSplit
 
     if first_candidate is None:
-        sel = swag_select("multiswag", data, net, method_cfg, seed, progress)
+        sel = swag_select("multiswag", data, net, method_cfg, seed, progress, num_samples)
         (member, swag), candidate, selection = sel.result, dict(sel.candidate), sel.record
     else:
         candidate, selection = dict(first_candidate), {"chosen_on": "component 0"}
-        member, swag = swag_fit(net, seed, progress)(dict(candidate), ValidationSplit.from_prepared(data)).result
+        fit = swag_fit(net, seed, progress, num_samples)
+        member, swag = fit(dict(candidate), ValidationSplit.from_prepared(data)).result
     return member, swag, candidate, selection
 
 

@@ -201,6 +201,7 @@ def train_multiswag_component(
     train: Mapping[str, Any],
     method_cfg: Mapping[str, Any],
     seed: int,
+    num_samples: int,
     first_path: Optional[str | Path] = None,
     device: Optional[str] = None,
     progress: bool = True,
@@ -210,7 +211,8 @@ def train_multiswag_component(
     own SWAG phase. Writes ``out_path`` (torch: network state, SWAG posterior, SWAG settings) and the meta.json
     beside it (``<stem>.json``); returns the meta.
 
-    Component 0 chooses the SWAG settings on the validation part (as for SWAG); components 1..L-1 read the choice
+    Component 0 chooses the SWAG settings on the validation part (as for SWAG, by the CRPS of ``num_samples``
+    samples of its posterior); components 1..L-1 read the choice
     from component 0's meta (``first_path``). NOTE[DIFF]: one grid for the L components (they differ only in their
     seed) instead of L grids. One job per component, so no cluster job trains more than one network (MultiSWAG on
     protein is otherwise ~15 backbone trainings in one job).
@@ -228,7 +230,8 @@ def train_multiswag_component(
                    f"multiswag {component + 1}/{method_cfg.get('components', '?')}")
     first = None if first_path is None else load_json(first_path)
     member, swag, candidate, selection = methods.multiswag_member(
-        data, net, method_cfg, component, member_seed, progress, None if first is None else first["candidate"]
+        data, net, method_cfg, component, member_seed, progress, None if first is None else first["candidate"],
+        num_samples=num_samples,
     )
     if first is not None:
         selection = {"chosen_on": f"component 0 ({first_path})"}
@@ -347,7 +350,7 @@ def run_method(
             for c, path in enumerate(components):
                 train_multiswag_component(
                     prepared_path, path, component=c, model=model, train=train, method_cfg=method_cfg, seed=seed,
-                    first_path=None if c == 0 else components[0].with_suffix(".json"), device=device,
+                    num_samples=num_samples, first_path=None if c == 0 else components[0].with_suffix(".json"), device=device,
                     progress=progress, provenance=provenance,
                 )
         if len(components) != n:
