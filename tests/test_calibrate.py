@@ -111,6 +111,21 @@ def test_bo_is_deterministic_for_a_seed_and_records_both_operating_points():
     assert len(r1.posterior_draws["nu_cont"]) == 4000
 
 
+@pytest.mark.parametrize("nu_true, low, expected", [(0.25, 1, True), (2.0, 1, False), (16.0, 1, False),
+                                                    (2.0, 4, True)])  # fmt: skip
+def test_boundary_flag_exactly_when_nu_is_the_low_end_and_the_surrogate_wants_more_dispersion(nu_true, low, expected):
+    """at_boundary: Algorithm 2's nu is the domain's low end (nu = 1: SA's largest dispersion) AND the surrogate's
+    continuous scale-matching optimum lies below it. nu_true = 2 may end at nu = 1 by the loss, but its surrogate
+    optimum (~2) is inside the domain: no flag."""
+    r = bo_calibrate(_synthetic_evaluate(nu_true=nu_true, seed=1), s0=1.0, domain=IntegerDomain(low, 1024), budget=10,
+                     seed=2)  # fmt: skip
+    below = r.nu_surrogate_continuous < low
+    assert below == (nu_true < low)
+    assert r.at_boundary is (below and r.nu == low) and r.at_boundary is expected
+    assert r.at_boundary_surrogate is (below and r.nu_surrogate == low)
+    assert r.to_dict()["at_boundary"] is expected
+
+
 def test_loss_argmin_averages_repeated_evaluations_of_one_nu():
     """A nu evaluated twice (losses 0.5 and 2.0, mean 1.25) loses to a nu evaluated once at 1.0, although its
     luckier single estimate (0.5) is the smallest triple of the history (Algorithm 2's literal arg-min)."""

@@ -46,8 +46,12 @@ def test_sa_writes_both_operating_points_from_one_calibration(workdir, sa_run):
     cal = load_json(workdir / "sa" / "calibration.json")
     assert len(cal["history"]) == 4 and not (workdir / "sa_match" / "calibration.json").exists()
     assert cal["nu"] == cal["nu_loss_argmin"]
-    assert cal["runs"] == {"sa": {"operating_point": "loss_argmin", "nu": cal["nu_loss_argmin"]},
-                           "sa_match": {"operating_point": "surrogate", "nu": cal["nu_surrogate"]}}
+    assert cal["runs"] == {
+        "sa": {"operating_point": "loss_argmin", "nu": cal["nu_loss_argmin"], "at_boundary": cal["at_boundary"]},
+        "sa_match": {"operating_point": "surrogate", "nu": cal["nu_surrogate"],
+                     "at_boundary": cal["at_boundary_surrogate"]},
+    }  # fmt: skip
+    assert cal["at_boundary"] == (cal["nu"] == 1 and cal["nu_surrogate_continuous"] < 1)
     metas = {m: load_json(workdir / m / "meta.json") for m in ("sa", "sa_match")}
     assert metas["sa"] == sa_run
     for name, op, nu in (("sa", "loss_argmin", cal["nu_loss_argmin"]), ("sa_match", "surrogate", cal["nu_surrogate"])):

@@ -318,6 +318,10 @@ class CalibrationResult:
     s0: float
     domain: Dict[str, Any]
     steps: List[BOStep]
+    # calibration ended at the domain's low end (nu = 1: SA's largest dispersion) with the surrogate asking for
+    # more dispersion than SA can give there (its continuous optimum below the bound); sa / sa_match runs
+    at_boundary: bool
+    at_boundary_surrogate: bool
     posterior: Dict[str, Any]  # final posterior mean/precision/alpha/beta
     posterior_draws: Dict[str, List[float]]  # a, ln_b, eps2, nu_cont from the final posterior
     seed: int
@@ -427,6 +431,7 @@ def bo_calibrate(
     losses = _loss_by_nu(steps)
     nu_argmin = min(losses, key=losses.get)
     nu_surr = domain.project(nu_surr_cont)
+    below = nu_surr_cont < domain.low  # SA at its most dispersed still under-disperses, by the surrogate
     return CalibrationResult(
         nu=int(nu_argmin),
         nu_loss_argmin=int(nu_argmin),
@@ -435,6 +440,8 @@ def bo_calibrate(
         s0=float(s0),
         domain=domain.to_dict(),
         steps=steps,
+        at_boundary=bool(below and nu_argmin == domain.low),
+        at_boundary_surrogate=bool(below and nu_surr == domain.low),
         posterior={
             "mean": post.mean.tolist(), "precision": post.precision.tolist(), "alpha": post.alpha, "beta": post.beta,
             "n": post.n,

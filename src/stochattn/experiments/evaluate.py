@@ -140,7 +140,7 @@ def evaluate(
         "dataset": dataset, "split": split, "method": method, "sigma_y": sigma_y, "native": native, "scaled": scaled,
         "temperature": float(temperature), "pit_native": np.asarray(pit_native).ravel().tolist(),
         "pit_scaled": np.asarray(pit_scaled).ravel().tolist(), "seconds": meta["seconds"],
-        "nu": meta.get("nu"), "operating_point": meta.get("operating_point"),
+        "nu": meta.get("nu"), "at_boundary": meta.get("at_boundary"), "operating_point": meta.get("operating_point"),
         "num_samples": int(run["samples"].shape[0]), "n_test": int(run["samples"].shape[1]),
         "n_cal": int(run["cal_y"].shape[0]),
     }

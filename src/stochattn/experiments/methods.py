@@ -70,6 +70,7 @@ def sa_runs(data, net, cfg, num_samples, seed, progress, nu_template=None) -> Di
         )
         t1 = time.perf_counter()
         nus = {"loss_argmin": calib.nu_loss_argmin, "surrogate": calib.nu_surrogate}
+        boundary = {"loss_argmin": calib.at_boundary, "surrogate": calib.at_boundary_surrogate}
         for name, operating_point in SA_OPERATING_POINTS.items():
             t = time.perf_counter()
             nu = nus[operating_point]
@@ -78,14 +79,16 @@ def sa_runs(data, net, cfg, num_samples, seed, progress, nu_template=None) -> Di
             runs[name] = {
                 "point": point, "samples": samples, "cal_point": point_cal, "cal_samples": cal_samples,
                 "seconds": {"train": 0.0, "calibrate": t1 - t0, "predict": time.perf_counter() - t},
-                "extra": {"nu": nu, "operating_point": operating_point, "nu_loss_argmin": calib.nu_loss_argmin,
+                "extra": {"nu": nu, "at_boundary": boundary[operating_point], "operating_point": operating_point,
+                          "nu_loss_argmin": calib.nu_loss_argmin,
                           "nu_surrogate": calib.nu_surrogate,
                           "nu_surrogate_continuous": calib.nu_surrogate_continuous, "s0_standardised": s0},
             }
     run = runs.pop("sa")
     run["variants"] = runs
-    run["calibration"] = dict(calib.to_dict(), runs={name: {"operating_point": op, "nu": nus[op]}
-                                                      for name, op in SA_OPERATING_POINTS.items()})
+    run["calibration"] = dict(calib.to_dict(), runs={name: {"operating_point": op, "nu": nus[op],
+                                                             "at_boundary": boundary[op]}
+                                                      for name, op in SA_OPERATING_POINTS.items()})  # fmt: skip
     return run
 
 
