@@ -159,7 +159,15 @@ def test_adapt_and_methods_write_runs_in_the_contract(csvs, tmp_path):
     ett.run_method("hsa", tmp_path / "p.npz", tmp_path / "bb.pt", tmp_path / "adapter.pt", tmp_path / "hsa",
                    lora=lora, train=train, method_cfg={"max_epochs": 1, "patience": None, "lr": 1e-3}, num_samples=4,
                    seed=2, progress=False)  # fmt: skip
-    for m in ("sa", "sa_match", "hsa"):
+    ett.run_method("swag", tmp_path / "p.npz", tmp_path / "bb.pt", tmp_path / "adapter.pt", tmp_path / "swag",
+                   lora=lora, train=train, method_cfg={"epochs": 2, "grid": [{"lr": 1e-3}, {"lr": 3e-3}]},
+                   num_samples=4, seed=3, progress=False)  # fmt: skip
+    sel = json.loads((tmp_path / "swag" / "meta.json").read_text())["selection"]
+    # SWAG-LoRA's recipe by default: the adapter's AdamW, annealed from its training rate, 5 snapshots an epoch
+    assert all(c["optimizer"] == "adamw" and c["start_lr"] == train["lr"] and c["anneal_epochs"] == 1
+               and c["collect_per_epoch"] == 5 and c["batch_size"] == 16 for c in sel["grid"])  # fmt: skip
+    assert sel["metric"] == "val_crps" and all(v is not None for v in sel["val_crps"] + sel["val_coverage_95"])
+    for m in ("sa", "sa_match", "hsa", "swag"):
         run = np.load(tmp_path / m / "samples.npz")
         assert run["samples"].shape == (4, 14, 96) and run["cal_samples"].shape == (4, 14, 96)
         assert np.all(np.isfinite(run["samples"]))

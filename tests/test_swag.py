@@ -139,6 +139,39 @@ def test_fit_swag_collects_each_epoch_from_pretrained_weights():
         fit_swag(model, x, y, lr=1e-2, epochs=3, collect_every=2, seed=0, progress=False)
 
 
+def test_swag_lora_recipe_continues_adamw_anneals_then_collects_several_snapshots_per_epoch(monkeypatch):
+    """SWAG-LoRA (Onal et al. 2024): the adapter's AdamW continued, its rate annealed linearly by SWALR from the
+    training rate to the SWAG rate over anneal_epochs, then collect_per_epoch snapshots evenly spaced in each
+    collection epoch; only the named (adapter) parameters move."""
+    steps = []
+
+    class SpyAdamW(torch.optim.AdamW):
+        def step(self, closure=None):
+            steps.append(self.param_groups[0]["lr"])
+            return super().step(closure)
+
+    monkeypatch.setattr(torch.optim, "AdamW", SpyAdamW)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(40, 3, generator=g)
+    y = x[:, 0] + 0.1 * torch.randn(40, generator=g)
+    model = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1))
+    names = ["2.weight", "2.bias"]  # the "adapter"
+    frozen = model[0].weight.detach().clone()
+    swag = fit_swag(model, x, y, lr=1e-3, start_lr=1e-2, optimizer="adamw", anneal_epochs=2, epochs=2,
+                    collect_per_epoch=5, batch_size=8, max_rank=20, param_names=names, seed=0, progress=False)
+    assert swag.n_collected == 10 and swag.rank == 10 and swag.num_params == 8 + 1  # 10 snapshots, K = 10 columns
+    assert len(steps) == 4 * 5  # 2 annealing + 2 collection epochs of 5 steps, all by AdamW
+    assert swag.trajectory["optimizer"] == "adamw"
+    assert swag.trajectory["lr_per_epoch"] == pytest.approx([1e-2, 5.5e-3, 1e-3, 1e-3])
+    assert swag.trajectory["snapshot_steps"] == [(e, i) for e in (3, 4) for i in range(1, 6)]
+    assert torch.equal(model[0].weight, frozen)
+    two = fit_swag(model, x, y, lr=1e-3, optimizer="adamw", epochs=1, collect_per_epoch=2, batch_size=8,
+                   param_names=names, seed=0, progress=False)  # fmt: skip
+    assert two.trajectory["snapshot_steps"] == [(1, 3), (1, 5)]  # evenly spaced, the last at the epoch's end
+    with pytest.raises(ValueError, match="optimizer"):
+        fit_swag(model, x, y, lr=1e-3, optimizer="adam", epochs=2, seed=0, progress=False)
+
+
 def test_multiswag_splits_budget_and_pools_components():
     members = []
     for w in (1.0, -1.0, 3.0):

@@ -37,6 +37,7 @@ from stochattn.training import (
     parameter_groups,
     predict,
     resolve_device,
+    standard_step,
 )
 
 __all__ = ["SWAG", "fit_swag", "multiswag_samples", "swag_samples"]
@@ -242,6 +243,10 @@ def fit_swag(
     seed: int,
     max_rank: int = 20,
     collect_every: int = 1,
+    collect_per_epoch: int = 1,
+    optimizer: str = "sgd",
+    anneal_epochs: int = 0,
+    start_lr: float | None = None,
     momentum: float = 0.9,
     weight_decay: float = 1e-5,
     batch_size: int = 256,
@@ -254,26 +259,40 @@ def fit_swag(
 ) -> SWAG:
     """Run the SWAG phase from the model's current (pre-trained) weights and return the fitted posterior.
 
-    SGD with momentum ``momentum`` (0.9) at the constant learning rate ``lr`` for ``epochs`` epochs, through
-    :func:`stochattn.training.fit_regressor`; one :meth:`SWAG.collect` every ``collect_every`` epochs (at the end
-    of the epoch), as in Maddox et al. (2019). ``lr`` has no default: pick it on validation data (e.g. by the
-    validation log-likelihood or RMSE of the resulting samples). ``weight_decay`` defaults to the AdamW
-    pre-training value of :func:`fit_regressor` (rtdl's parameter groups: none on norms/biases/embeddings).
-    ``param_names`` restricts both the SGD updates and the posterior to those parameters (e.g. LoRA).
-    ``x_val, y_val`` only fill the training history (no early stopping: the trajectory must be a fixed-rate SGD
-    chain). The model is trained in place and holds the last SGD iterate on return; use
-    :meth:`SWAG.load_mean` for the SWA solution.
+    Two published recipes, through :func:`stochattn.training.fit_regressor`:
+
+    * ``optimizer="sgd"`` (Maddox et al. 2019): SGD with momentum ``momentum`` (0.9) at the constant learning rate
+      ``lr``;
+    * ``optimizer="adamw"`` (SWAG-LoRA, Onal et al. 2024): the adapter's own optimiser, AdamW, continued from the
+      trained adapter; with ``anneal_epochs`` > 0 its rate is annealed linearly from ``start_lr`` (the adapter's
+      training rate; default ``lr``) to the SWAG rate ``lr`` over ``anneal_epochs`` epochs
+      (``torch.optim.swa_utils.SWALR``) before any snapshot is taken.
+
+    Then ``epochs`` collection epochs; in every ``collect_every``-th of them, ``collect_per_epoch`` snapshots
+    (:meth:`SWAG.collect`) evenly spaced over its steps, the last at its end: ``epochs // collect_every *
+    collect_per_epoch`` snapshots in all (several per epoch where epochs are few, as on LoRA adapters with little
+    data). ``lr`` has no default: pick it on validation data (the CRPS of the resulting samples).
+    ``weight_decay`` defaults to the AdamW pre-training value of :func:`fit_regressor` (rtdl's parameter groups:
+    none on norms/biases/embeddings). ``param_names`` restricts both the updates and the posterior to those
+    parameters (e.g. LoRA). ``x_val, y_val`` only fill the training history (no early stopping: the trajectory
+    must be a fixed-rate chain). The model is trained in place and holds the last iterate on return; use
+    :meth:`SWAG.load_mean` for the SWA solution. The returned posterior's ``trajectory`` records the optimiser,
+    the learning rate of every epoch and the step of every snapshot.
     """
-    if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 1:
-        raise ValueError(f"epochs: must be a positive int, got {epochs!r}")
-    if isinstance(collect_every, bool) or not isinstance(collect_every, (int, np.integer)) or collect_every < 1:
-        raise ValueError(f"collect_every: must be a positive int, got {collect_every!r}")
-    if epochs // collect_every < 2:
+    for name, value, low in (("epochs", epochs, 1), ("collect_every", collect_every, 1),
+                             ("collect_per_epoch", collect_per_epoch, 1), ("anneal_epochs", anneal_epochs, 0)):  # fmt: skip
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise ValueError(f"{name}: must be an int >= {low}, got {value!r}")
+    if epochs // collect_every * collect_per_epoch < 2:
         raise ValueError(
-            f"epochs: {epochs} epochs with collect_every={collect_every} give fewer than 2 SWAG snapshots"
+            f"epochs: {epochs} epochs with collect_every={collect_every}, collect_per_epoch={collect_per_epoch} "
+            "give fewer than 2 SWAG snapshots"
         )
-    if not lr > 0:
-        raise ValueError(f"lr: must be > 0, got {lr}")
+    if optimizer not in ("sgd", "adamw"):
+        raise ValueError(f"optimizer: 'sgd' (Maddox et al.) or 'adamw' (SWAG-LoRA), got {optimizer!r}")
+    start_lr = lr if start_lr is None else start_lr
+    if not lr > 0 or not start_lr > 0:
+        raise ValueError(f"lr, start_lr: must be > 0, got {lr}, {start_lr}")
     if not 0 <= momentum < 1:
         raise ValueError(f"momentum: must be in [0, 1), got {momentum}")
     if weight_decay < 0:
@@ -281,13 +300,39 @@ def fit_swag(
     if param_names is None:
         param_names = [n for n, p in model.named_parameters() if p.requires_grad]
     swag = SWAG(max_rank=max_rank, param_names=param_names)
+    steps_per_epoch = math.ceil(len(x_train) / batch_size)
+    trajectory: dict = {"optimizer": optimizer, "lr_per_epoch": [], "snapshot_steps": []}
+    clock = {"epoch": 1, "step": 0, "scheduler": None}
 
-    def make_sgd(m: nn.Module) -> torch.optim.Optimizer:
-        return torch.optim.SGD(parameter_groups(m, weight_decay, param_names), lr=lr, momentum=momentum)
+    def make_optimizer(m: nn.Module) -> torch.optim.Optimizer:
+        groups = parameter_groups(m, weight_decay, param_names)
+        if optimizer == "sgd":
+            opt = torch.optim.SGD(groups, lr=start_lr, momentum=momentum)
+        else:
+            opt = torch.optim.AdamW(groups, lr=start_lr, weight_decay=weight_decay)
+        if anneal_epochs > 0:
+            from torch.optim.swa_utils import SWALR
 
-    def collect(epoch: int, m: nn.Module) -> None:
-        if epoch % collect_every == 0:
+            clock["scheduler"] = SWALR(opt, swa_lr=lr, anneal_epochs=anneal_epochs, anneal_strategy="linear")
+        return opt
+
+    def step(m, opt, xb, yb, loss_fn):
+        if clock["step"] == 0:
+            trajectory["lr_per_epoch"].append(float(opt.param_groups[0]["lr"]))
+        out = standard_step(m, opt, xb, yb, loss_fn)
+        clock["step"] += 1
+        e, i = clock["epoch"] - anneal_epochs, clock["step"]  # collection epoch (1-based), step in the epoch
+        if e >= 1 and e % collect_every == 0 and (i * collect_per_epoch) // steps_per_epoch > (
+            (i - 1) * collect_per_epoch
+        ) // steps_per_epoch:
             swag.collect(m)
+            trajectory["snapshot_steps"].append((clock["epoch"], i))
+        return out
+
+    def end_epoch(epoch: int, m: nn.Module) -> None:
+        clock["epoch"], clock["step"] = epoch + 1, 0
+        if clock["scheduler"] is not None:
+            clock["scheduler"].step()
 
     fit_regressor(
         model,
@@ -296,17 +341,19 @@ def fit_swag(
         x_val,
         y_val,
         seed=seed,
-        optimizer=make_sgd,
+        optimizer=make_optimizer,
         batch_size=batch_size,
-        max_epochs=epochs,
+        max_epochs=anneal_epochs + epochs,
         patience=None,
         loss=loss,
-        on_epoch_end=collect,
+        step_fn=step,
+        on_epoch_end=end_epoch,
         device=device,
         progress=progress,
         desc="swag",
         restore_best=False,
     )
+    swag.trajectory = trajectory
     return swag
 
 

@@ -113,9 +113,28 @@ def _sa(data, setup, cfg, num_samples, seed, progress):
     return methods.sa_runs(data, setup.adapted(), cfg, num_samples, seed, progress, nu_template=setup.nu_template)
 
 
+SWAG_LORA_DEFAULTS = {"optimizer": "adamw", "anneal_epochs": 1, "collect_per_epoch": 5, "max_rank": 10}
+"""SWAG-LoRA's recipe (Onal et al. 2024, fortuinlab/swag-lora): the adapter's AdamW continued from the trained
+adapter, its rate annealed linearly (SWALR) from the adapter's training rate to the SWAG rate, then snapshots;
+several per epoch here, where the adapters see few epochs (:func:`stochattn.baselines.swag.fit_swag`)."""
+
+
+def swag_lora_cfg(cfg: Mapping[str, Any], setup: AdapterSetup) -> Dict[str, Any]:
+    """``cfg`` over SWAG-LoRA's defaults: :data:`SWAG_LORA_DEFAULTS` and the adapter's own training rate (the
+    annealing's start), batch size and weight decay.
+
+    NOTE[DIFF]: the paper gives no SWAG-LoRA settings; its source (Onal et al.) collects one snapshot per epoch
+    after 8 training epochs and keeps 5 for the low-rank term. With the few adapter epochs of these slices that
+    gives 2-3 snapshots, so snapshots are taken several times per epoch (at least 10 in all) and rank 10 is kept."""
+    lora = {**SWAG_LORA_DEFAULTS, "start_lr": float(setup.train["lr"]), "batch_size": int(setup.train["batch_size"]),
+            "weight_decay": float(setup.train.get("weight_decay", 0.0))}  # fmt: skip
+    return {**lora, **cfg}
+
+
 def _swag(data, setup, cfg, num_samples, seed, progress):
-    """SWAG-LoRA: SWAG over the adapter parameters, from the adapted model (the backbone frozen)."""
-    return methods.swag_run(data, setup.adapted(), cfg, num_samples, seed, progress,
+    """SWAG-LoRA: SWAG over the adapter parameters, from the adapted model (the backbone frozen), in SWAG-LoRA's
+    recipe (:func:`swag_lora_cfg`)."""
+    return methods.swag_run(data, setup.adapted(), swag_lora_cfg(cfg, setup), num_samples, seed, progress,
                             on_fitted=setup.extra.get("on_swag_fitted"))  # fmt: skip
 
 
@@ -123,9 +142,11 @@ def _multiswag(data, setup, cfg, num_samples, seed, progress):
     """MultiSWAG-LoRA: L adapters from their own initialisations, each with its own SWAG phase over the adapter.
 
     NOTE[DIFF]: the members are trained in this job one after the other (UCI runs one job per member); a member
-    here is a LoRA fit, not a full network."""
+    here is a LoRA fit, not a full network. Each member's SWAG phase follows SWAG-LoRA's recipe
+    (:func:`swag_lora_cfg`)."""
     from ..selection import ValidationSplit
 
+    cfg = swag_lora_cfg(cfg, setup)
     t0 = time.perf_counter()
     members, first, first_selection = [], None, None
     for c in range(int(cfg["components"])):

@@ -128,12 +128,15 @@ def swa_point(net, swag, x) -> torch.Tensor:
     return out
 
 
-# SWAG phase settings a grid entry may override (Maddox et al.'s UCI runs use SGD, momentum 0.9, a constant lr,
-# one snapshot per epoch, rank 20, sampling scale 0.5 in their convention = 1.0 here)
-SWAG_KEYS = ("lr", "epochs", "collect_every", "max_rank", "batch_size", "scale")
+# SWAG phase settings a grid entry may override (stochattn.baselines.swag.fit_swag). Defaults: Maddox et al.'s UCI
+# recipe (SGD, momentum 0.9, a constant lr, one snapshot per epoch, rank 20, sampling scale 0.5 in their
+# convention = 1.0 here); the LoRA slices default to SWAG-LoRA's (stochattn.experiments.adapters.SWAG_LORA_DEFAULTS)
+SWAG_KEYS = ("lr", "epochs", "collect_every", "collect_per_epoch", "optimizer", "anneal_epochs", "start_lr",
+             "max_rank", "batch_size", "weight_decay", "scale")  # fmt: skip
 
 
-SWAG_DEFAULTS = {"collect_every": 1, "max_rank": 20, "batch_size": 256, "scale": 1.0}
+SWAG_DEFAULTS = {"collect_every": 1, "collect_per_epoch": 1, "optimizer": "sgd", "anneal_epochs": 0,
+                 "start_lr": None, "max_rank": 20, "batch_size": 256, "weight_decay": 1e-5, "scale": 1.0}  # fmt: skip
 
 
 def swag_fit(net, seed, progress, num_samples):
@@ -146,7 +149,9 @@ def swag_fit(net, seed, progress, num_samples):
         swag = fit_swag(
             member, split.x_fit, split.y_fit, lr=candidate["lr"], epochs=int(candidate["epochs"]), seed=seed,
             max_rank=int(candidate["max_rank"]), collect_every=int(candidate["collect_every"]),
-            batch_size=int(candidate["batch_size"]), progress=progress,
+            collect_per_epoch=int(candidate["collect_per_epoch"]), optimizer=candidate["optimizer"],
+            anneal_epochs=int(candidate["anneal_epochs"]), start_lr=candidate["start_lr"],
+            weight_decay=float(candidate["weight_decay"]), batch_size=int(candidate["batch_size"]), progress=progress,
         )
         val_samples = swag_samples(member, swag, split.x_val, num_samples, seed + 2, scale=float(candidate["scale"]))
         return CandidateFit((member, swag), swa_point(member, swag, split.x_val), val_samples)
