@@ -97,3 +97,37 @@ def test_unused_parameter_and_wrong_optimizer():
                       step_fn=ivon_step(), max_epochs=1, progress=False)
     with pytest.raises(TypeError, match="optimizer"):
         ivon_samples(model, torch.optim.SGD(model.parameters(), lr=0.1), xv, 3, 0)
+
+
+def test_ivon_lora_settings_draw_weights_with_the_claimed_posterior_sd():
+    """IVON-LoRA's settings (lr 0.03 without lr rescaling, clip 1e-3, no weight decay, ess x h0 = 1e3) on the
+    'adapter' of a frozen network: the weight draws of sampled_params are centred on the mean weights with standard
+    deviation 1/sqrt(ess (h + delta)) per weight, the posterior IVON claims; tolerances from the standard error of
+    an SD estimated from n draws (1/sqrt(2 (n - 1)) relative)."""
+    import math
+
+    xt, yt, xv, yv = data()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 16), nn.Tanh(), nn.Linear(16, 1))
+    model[0].requires_grad_(False)  # the frozen backbone; model[2] is the adapter
+    res = fit_ivon(model, xt, yt, xv, yv, lr=0.03, ess=1e6, hess_init=1e-3, weight_decay=0.0, clip_radius=1e-3,
+                   rescale_lr=False, seed=0, batch_size=32, max_epochs=5, patience=None, progress=False)  # fmt: skip
+    opt = res.optimizer
+    group = opt.param_groups[0]
+    assert group["lr"] == 0.03 and opt.rescale_lr is False and group["clip_radius"] == 1e-3
+    params = [p for p in model.parameters() if p.requires_grad]
+    mean = torch.cat([p.detach().flatten() for p in params]).double()
+    n = 2000
+    draws = []
+    for _ in range(n):
+        with opt.sampled_params():
+            draws.append(torch.cat([p.detach().flatten() for p in params]).double())
+    draws = torch.stack(draws)
+    claimed = 1.0 / torch.sqrt(group["ess"] * (group["hess"].double() + group["weight_decay"]))
+    ratio = draws.std(0) / claimed
+    se = 1.0 / math.sqrt(2 * (n - 1))
+    assert abs(float(ratio.mean()) - 1) < 4 * se / math.sqrt(len(ratio)) and float((ratio - 1).abs().max()) < 5 * se
+    z = (draws.mean(0) - mean) / (claimed / math.sqrt(n))
+    assert float(z.abs().max()) < 5
+    assert torch.equal(torch.cat([p.detach().flatten() for p in params]).double(), mean)  # restored after draws
+    assert 0.02 < float(claimed.mean()) < 0.04  # ess x h0 = 1e3: SD ~ 0.03, IVON-LoRA's warmest setting

@@ -51,8 +51,11 @@ def make_ivon(
     weight_decay: float = 1e-4,
     mc_samples: int = 1,
     clip_radius: float = math.inf,
+    rescale_lr: bool = True,
 ) -> ivon_opt.IVON:
     """``ivon.IVON`` over the model's trainable parameters (one group, in ``named_parameters()`` order).
+    ``rescale_lr``: the package's default multiplies ``lr`` by ``hess_init + weight_decay``; IVON-LoRA (Cong et al.
+    2024) turns that off and uses ``lr`` as given.
 
     NOTE[DIFF]: unlike the AdamW default (rtdl's groups without decay on norms/biases/embeddings), IVON gets one
     group: its ``weight_decay`` is the precision of the Gaussian prior and also sets the posterior noise scale
@@ -77,6 +80,7 @@ def make_ivon(
         weight_decay=weight_decay,
         mc_samples=int(mc_samples),
         clip_radius=clip_radius,
+        rescale_lr=bool(rescale_lr),
     )
 
 
@@ -123,6 +127,7 @@ def fit_ivon(
     weight_decay: float = 1e-4,
     mc_samples: int = 1,
     clip_radius: float = math.inf,
+    rescale_lr: bool = True,
     batch_size: int = 256,
     max_epochs: int = 500,
     patience: int | None = 16,
@@ -147,7 +152,7 @@ def fit_ivon(
     def make(m: nn.Module) -> torch.optim.Optimizer:
         return make_ivon(
             m, lr=lr, ess=ess, hess_init=hess_init, beta1=beta1, beta2=beta2, weight_decay=weight_decay,
-            mc_samples=mc_samples, clip_radius=clip_radius,
+            mc_samples=mc_samples, clip_radius=clip_radius, rescale_lr=rescale_lr,
         )
 
     return fit_regressor(

@@ -162,9 +162,17 @@ def _multiswag(data, setup, cfg, num_samples, seed, progress):
     return methods.multiswag_run(data, members, first, first_selection, time.perf_counter() - t0, num_samples, seed)
 
 
+IVON_LORA_DEFAULTS = {"lr": 0.03, "rescale_lr": False, "clip_radius": 1e-3, "beta2": 0.99999, "weight_decay": 0.0,
+                      "hess_init": 1e-3}  # fmt: skip
+"""IVON-LoRA's settings (Cong et al. 2024, team-approx-bayes/ivon-lora, ``ivon.sh`` / ``finetune.py``): lr 0.03
+without IVON's lr rescaling, update clip 1e-3, beta2 0.99999, no weight decay, h0 3e-4 or 1e-3 with ess such that
+ess x h0 lies in [1e3, 3e4] per task (the configs' grids span that range; chosen on validation CRPS)."""
+
+
 def _ivon(data, setup, cfg, num_samples, seed, progress):
-    """IVON-LoRA: a fresh adapter trained by IVON (posterior over the adapter parameters only)."""
-    return methods.ivon_run(data, setup.fresh, setup.train, cfg, num_samples, seed, progress)
+    """IVON-LoRA: a fresh adapter trained by IVON (posterior over the adapter parameters only), IVON-LoRA's
+    settings (:data:`IVON_LORA_DEFAULTS`) under ``cfg``."""
+    return methods.ivon_run(data, setup.fresh, setup.train, {**IVON_LORA_DEFAULTS, **cfg}, num_samples, seed, progress)
 
 
 def _hsa(data, setup, cfg, num_samples, seed, progress):

@@ -203,11 +203,13 @@ def component_seed(seed: int, component: int) -> int:
     return seed + 1000 * (component + 1)
 
 
-# IVON settings a grid entry may override; ``ess_factor`` x n_fit is the effective sample size
-IVON_KEYS = ("lr", "hess_init", "ess_factor", "clip_radius", "beta2", "weight_decay", "max_epochs", "patience")
+# IVON settings a grid entry may override; the effective sample size is ``ess`` when given, else ``ess_factor`` x n_fit
+IVON_KEYS = ("lr", "hess_init", "ess", "ess_factor", "clip_radius", "beta2", "weight_decay", "rescale_lr", "max_epochs",
+             "patience")  # fmt: skip
 
 
-IVON_DEFAULTS = {"hess_init": 1.0, "ess_factor": 1.0, "clip_radius": None, "beta2": 0.99999, "weight_decay": 1e-4}
+IVON_DEFAULTS = {"hess_init": 1.0, "ess": None, "ess_factor": 1.0, "clip_radius": None, "beta2": 0.99999,
+                 "weight_decay": 1e-4, "rescale_lr": True}  # fmt: skip
 
 
 # HSA settings a grid entry may override (AdamW training as the backbone's, from ``train`` unless overridden)
@@ -239,8 +241,9 @@ def ivon_run(data, build: Callable[[int], torch.nn.Module], train_cfg, cfg, num_
         net = build(seed)
         result = fit_ivon(
             net, split.x_fit, split.y_fit, split.x_val, split.y_val, lr=c["lr"], seed=seed,
-            ess=float(c["ess_factor"]) * len(split.y_fit), hess_init=c["hess_init"], beta2=c["beta2"],
-            weight_decay=c["weight_decay"], clip_radius=math.inf if c["clip_radius"] is None else c["clip_radius"],
+            ess=float(c["ess"]) if c["ess"] is not None else float(c["ess_factor"]) * len(split.y_fit),
+            hess_init=c["hess_init"], beta2=c["beta2"], weight_decay=c["weight_decay"],
+            rescale_lr=bool(c["rescale_lr"]), clip_radius=math.inf if c["clip_radius"] is None else c["clip_radius"],
             batch_size=train_cfg.get("batch_size", 256), max_epochs=int(c["max_epochs"]), patience=c["patience"],
             progress=progress,
         )
