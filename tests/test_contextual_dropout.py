@@ -15,6 +15,7 @@ from stochattn.baselines.contextual_dropout import (
     contextual_dropout_modules,
     contextual_dropout_samples,
     contextual_dropout_step,
+    elbo_kl_weight,
     fit_contextual_dropout,
     gaussian_mask_kl,
     kl_divergence,
@@ -365,3 +366,26 @@ def test_samples_shape_spread_and_reproducibility(n_out):
         contextual_dropout_samples(model, x, 0)
     with pytest.raises(ValueError, match="no ContextualDropout"):
         contextual_dropout_samples(mlp(), x, 2)
+
+
+def test_elbo_kl_weight_makes_the_step_objective_the_negative_elbo(monkeypatch):
+    """With kl_weight = 2 sigma^2 n_train / H the step's objective MSE + kl_weight KL / n_train, times H / (2 sigma^2),
+    is the per-data-point negative ELBO: the Gaussian NLL sum_h r^2 / (2 sigma^2) plus the masks' KL."""
+    import stochattn.baselines.contextual_dropout as cd
+
+    torch.manual_seed(0)
+    H, n_train, sigma2 = 3, 50, 0.3
+    model = nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, H))
+    add_contextual_dropout(model, ["2"], seed=0)
+    monkeypatch.setattr(cd, "kl_divergence", lambda m: torch.tensor(7.5))  # a known KL
+    x, y = torch.randn(10, 4), torch.randn(10, H)
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)  # the weights stay: the prediction below is the step's
+    weight = elbo_kl_weight(sigma2, n_train, H)
+    torch.manual_seed(1)
+    total = float(contextual_dropout_step(n_train, weight)(model, opt, x, y, F.mse_loss))
+    torch.manual_seed(1)  # the same mask draw
+    model.train()
+    nll = float(((model(x) - y) ** 2).sum(1).mean()) / (2 * sigma2)
+    assert total * H / (2 * sigma2) == pytest.approx(nll + 7.5, rel=1e-5)
+    with pytest.raises(ValueError, match="noise_variance"):
+        elbo_kl_weight(0.0, n_train, H)

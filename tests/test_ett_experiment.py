@@ -167,7 +167,14 @@ def test_adapt_and_methods_write_runs_in_the_contract(csvs, tmp_path):
     assert all(c["optimizer"] == "adamw" and c["start_lr"] == train["lr"] and c["anneal_epochs"] == 1
                and c["collect_per_epoch"] == 5 and c["batch_size"] == 16 for c in sel["grid"])  # fmt: skip
     assert sel["metric"] == "val_crps" and all(v is not None for v in sel["val_crps"] + sel["val_coverage_95"])
-    for m in ("sa", "sa_match", "hsa", "swag"):
+    ett.run_method("contextual_dropout", tmp_path / "p.npz", tmp_path / "bb.pt", tmp_path / "adapter.pt",
+                   tmp_path / "contextual_dropout", lora=lora, train=train, num_samples=4, seed=4, progress=False,
+                   method_cfg={"max_epochs": 1, "patience": None, "lr": 1e-3, "grid": [{"kl_weight": "elbo"}]})
+    cd = json.loads((tmp_path / "contextual_dropout" / "meta.json").read_text())
+    n_fit = len(np.load(tmp_path / "p.npz")["y_train"])  # the ELBO's weight 2 sigma^2 n / H, sigma^2 as estimated
+    assert cd["elbo_kl_weight"] == pytest.approx(2 * cd["elbo_noise_variance"] * n_fit / 96)
+    assert cd["selection"]["grid"][0]["kl_weight"] == "elbo"
+    for m in ("sa", "sa_match", "hsa", "swag", "contextual_dropout"):
         run = np.load(tmp_path / m / "samples.npz")
         assert run["samples"].shape == (4, 14, 96) and run["cal_samples"].shape == (4, 14, 96)
         assert np.all(np.isfinite(run["samples"]))

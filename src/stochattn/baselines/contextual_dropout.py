@@ -78,6 +78,7 @@ __all__ = [
     "contextual_dropout_modules",
     "contextual_dropout_samples",
     "contextual_dropout_step",
+    "elbo_kl_weight",
     "fit_contextual_dropout",
     "gaussian_mask_kl",
     "kl_divergence",
@@ -402,6 +403,18 @@ def contextual_dropout_step(n_train: int, kl_weight: float = 1.0) -> StepFn:
         return loss.detach()
 
     return step
+
+
+def elbo_kl_weight(noise_variance: float, n_train: int, n_outputs: int = 1) -> float:
+    """The ``kl_weight`` at which :func:`contextual_dropout_step`'s objective is the untempered ELBO: with a
+    Gaussian likelihood of variance ``noise_variance`` (sigma^2, in the target's units) on each of ``n_outputs``
+    outputs, the negative ELBO per data point is ``n_outputs * MSE / (2 sigma^2) + KL`` (masks are local latents),
+    i.e. ``(n_outputs / (2 sigma^2)) * (MSE + kl_weight * KL / n_train)`` with ``kl_weight = 2 sigma^2 n_train /
+    n_outputs``."""
+    if not noise_variance > 0 or n_train < 1 or n_outputs < 1:
+        raise ValueError(f"need noise_variance > 0, n_train >= 1, n_outputs >= 1; got {noise_variance}, {n_train}, "
+                         f"{n_outputs}")  # fmt: skip
+    return 2.0 * float(noise_variance) * int(n_train) / int(n_outputs)
 
 
 def fit_contextual_dropout(

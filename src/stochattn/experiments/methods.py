@@ -318,19 +318,32 @@ def contextual_dropout_run(data, build: Callable[[int], torch.nn.Module], sites:
     """Contextual Dropout (Fan et al. 2021, Gaussian variant, :mod:`stochattn.baselines.contextual_dropout`):
     ``build(seed)`` gives the network (its trainable parameters are trained with the dropout modules installed at
     ``sites(net)``, the names of the ``nn.Linear`` layers whose inputs are masked); point = sample mean, candidates
-    chosen as HSA's (:func:`stochastic_net_run`)."""
-    from ..baselines.contextual_dropout import add_contextual_dropout, contextual_dropout_samples, fit_contextual_dropout
+    chosen as HSA's (:func:`stochastic_net_run`). A candidate's ``kl_weight`` may be ``"elbo"``: the ELBO's own
+    weight (:func:`stochattn.baselines.contextual_dropout.elbo_kl_weight`), with the noise variance estimated by the
+    untrained network's mean squared residual on the fitting part (recorded as ``elbo_kl_weight``)."""
+    from ..baselines.contextual_dropout import (add_contextual_dropout, contextual_dropout_samples, elbo_kl_weight,
+                                                fit_contextual_dropout)  # fmt: skip
 
     chosen_sites: list = []  # filled by train_net (the same names for every candidate), recorded in meta.json
+    resolved: Dict[str, Any] = {"variant": "gaussian", "sites": chosen_sites}  # meta.json's extra, filled in fits
+
+    def kl_weight(c, net, split) -> float:
+        if c["kl_weight"] != "elbo":
+            return float(c["kl_weight"])
+        residual = float(np.mean((predict(net, split.x_fit).numpy() - split.y_fit) ** 2))
+        resolved["elbo_kl_weight"] = elbo_kl_weight(residual, len(split.y_fit), int(np.prod(split.y_fit.shape[1:])))
+        resolved["elbo_noise_variance"] = residual
+        return resolved["elbo_kl_weight"]
 
     def train_net(c, split):
         net = build(seed)
+        weight = kl_weight(c, net, split)
         chosen_sites[:] = sites(net)
         add_contextual_dropout(net, chosen_sites, gamma=int(c["gamma"]), init_rate=float(c["init_rate"]),
                                prior_rate=float(c["prior_rate"]), seed=seed)  # fmt: skip
         fit_contextual_dropout(
             net, split.x_fit, split.y_fit, split.x_val, split.y_val, seed=seed, lr=float(c["lr"]),
-            kl_weight=float(c["kl_weight"]), weight_decay=train_cfg.get("weight_decay", 1e-5),
+            kl_weight=weight, weight_decay=train_cfg.get("weight_decay", 1e-5),
             batch_size=train_cfg.get("batch_size", 256), max_epochs=int(c["max_epochs"]), patience=c["patience"],
             progress=progress, desc="contextual dropout",
         )
@@ -338,7 +351,7 @@ def contextual_dropout_run(data, build: Callable[[int], torch.nn.Module], sites:
 
     return stochastic_net_run("contextual_dropout", data, train_net, contextual_dropout_samples, CD_KEYS, CD_DEFAULTS,
                               train_cfg, cfg, num_samples, seed,
-                              extra={"variant": "gaussian", "sites": chosen_sites})  # fmt: skip
+                              extra=resolved)  # fmt: skip
 
 
 def multiswag_member(data, net, method_cfg, component: int, seed: int, progress: bool,
