@@ -283,10 +283,12 @@ def fit_swag(
                              ("collect_per_epoch", collect_per_epoch, 1), ("anneal_epochs", anneal_epochs, 0)):  # fmt: skip
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
             raise ValueError(f"{name}: must be an int >= {low}, got {value!r}")
-    if epochs // collect_every * collect_per_epoch < 2:
+    steps_per_epoch = math.ceil(len(x_train) / batch_size)
+    if epochs // collect_every * min(collect_per_epoch, steps_per_epoch) < 2:
         raise ValueError(
             f"epochs: {epochs} epochs with collect_every={collect_every}, collect_per_epoch={collect_per_epoch} "
-            "give fewer than 2 SWAG snapshots"
+            f"and {steps_per_epoch} steps per epoch ({len(x_train)} rows, batch_size {batch_size}) give fewer than "
+            "2 SWAG snapshots"
         )
     if optimizer not in ("sgd", "adamw"):
         raise ValueError(f"optimizer: 'sgd' (Maddox et al.) or 'adamw' (SWAG-LoRA), got {optimizer!r}")
@@ -300,7 +302,6 @@ def fit_swag(
     if param_names is None:
         param_names = [n for n, p in model.named_parameters() if p.requires_grad]
     swag = SWAG(max_rank=max_rank, param_names=param_names)
-    steps_per_epoch = math.ceil(len(x_train) / batch_size)
     trajectory: dict = {"optimizer": optimizer, "lr_per_epoch": [], "snapshot_steps": []}
     clock = {"epoch": 1, "step": 0, "scheduler": None}
 
