@@ -58,6 +58,32 @@ def audit_failures(work, target):
     return sorted({n.path for n in audit._failures(root)}), sum(1 for _ in audit._iter(root))
 
 
-def outputs_of(work, folder, suffix):
-    """Every ``<suffix>`` file under ``work/results/<folder>`` (tables or figures), as paths relative to ``work``."""
-    return sorted(p.relative_to(work).as_posix() for p in (work / "results" / folder).glob(f"*{suffix}"))
+def assert_every_output_audits_clean(work, expected):
+    """Every table (csv) and figure (png) under ``work/results``: ``expected`` of them, each with an intact chain of
+    at least 5 nodes."""
+    targets = [p.relative_to(work).as_posix() for folder, suffix in (("tables", ".csv"), ("figures", ".png"))
+               for p in sorted((work / "results" / folder).glob(f"*{suffix}"))]  # fmt: skip
+    assert len(targets) == expected, targets
+    for target in targets:
+        failed, n = audit_failures(work, target)
+        assert not failed and n >= 5, (target, failed)
+
+
+def perturb_samples(path, delta=1e-9):
+    """Add ``delta`` to a run's ``samples`` in place: a change only the hash can see."""
+    import numpy as np
+
+    from stochattn.io import save_npz
+
+    data = dict(np.load(path))
+    data["samples"] = data["samples"] + delta
+    save_npz(path, **data)
+
+
+def assert_only_dependants_fail(work, changed, dependants, others):
+    """After ``changed`` (a path relative to ``work``) was modified: the audit of each of ``dependants`` fails
+    naming exactly that file, and each of ``others`` (outputs not built from it) still passes."""
+    for target in dependants:
+        assert audit_failures(work, target)[0] == [changed], target
+    for target in others:
+        assert audit_failures(work, target)[0] == [], target

@@ -7,12 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
-from conftest import copy_run
+from conftest import copy_run, perturb_samples
 
 from stochattn import audit as audit_mod
-from stochattn.io import save_npz
 
 pytestmark = pytest.mark.slow
 FIGURE = "results/figures/uci_pit_yacht.png"
@@ -44,10 +42,7 @@ def test_fresh_run_passes_and_shows_the_whole_chain(tiny_chain):
 
 def test_modified_sample_file_is_named(tiny_chain, tmp_path):
     work = copy_run(tiny_chain, tmp_path / "w")
-    samples = work / "results/uci/yacht/split0/swag/samples.npz"
-    data = dict(np.load(samples))
-    data["samples"] = data["samples"] + 1e-9  # a tiny change: only the hash can see it
-    save_npz(samples, **data)
+    perturb_samples(work / "results/uci/yacht/split0/swag/samples.npz")
     res = run_audit(work, FIGURE)
     assert res.returncode == 1
     assert failed_nodes(res) == ["results/uci/yacht/split0/swag/samples.npz"], res.stderr

@@ -10,7 +10,8 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import audit_failures, copy_run, outputs_of
+from conftest import (assert_every_output_audits_clean, assert_only_dependants_fail, audit_failures, copy_run,
+                      perturb_samples)  # fmt: skip
 from test_workflow import REPO, _prov_ok, job_stats, smk, write_config
 
 RUNS = ["sa", "sa_match", "swag", "multiswag", "ivon", "contextual_dropout", "hsa"]
@@ -72,11 +73,7 @@ def test_every_era5_table_and_figure_audits_clean(era5_run, tmp_path):
     from stochattn import audit
 
     work = era5_run["work"]
-    targets = outputs_of(work, "tables", ".csv") + outputs_of(work, "figures", ".png")
-    assert len(targets) == 17, targets
-    for target in targets:
-        failed, n = audit_failures(work, target)
-        assert not failed and n >= 5, (target, failed)
+    assert_every_output_audits_clean(work, 17)
     nodes = {n.path: n for n in audit._iter(audit.audit("results/tables/climax_crps_decomp.csv", work))}
     rules = {n.rule for n in nodes.values()}
     assert {"era5_standin", "era5_preprocess", "era5_prepare", "era5_pretrain_standin", "era5_adapt",
@@ -94,17 +91,13 @@ def test_every_era5_table_and_figure_audits_clean(era5_run, tmp_path):
 
 @pytest.mark.slow
 def test_era5_audit_names_a_modified_sample_file_and_shard(era5_run, tmp_path):
-    from stochattn.io import save_npz
-
     work = copy_run(era5_run, tmp_path / "w")
-    samples = work / "results/era5/runs/hsa/samples.npz"
-    data = dict(np.load(samples))
-    data["samples"] = data["samples"] + 1e-6
-    save_npz(samples, **data)
-    for target in ("results/tables/climax_summary.csv", "results/figures/climax_sharpness.png"):
-        assert audit_failures(work, target)[0] == ["results/era5/runs/hsa/samples.npz"], target
-    for target in ("results/figures/latency_appendix.png", "results/tables/climax_skill.csv"):
-        assert audit_failures(work, target)[0] == [], target  # SA's analyses / the adapter: no HSA samples
+    perturb_samples(work / "results/era5/runs/hsa/samples.npz")
+    assert_only_dependants_fail(  # SA's analyses and the adapter's skill table read no HSA samples
+        work, "results/era5/runs/hsa/samples.npz",
+        ["results/tables/climax_summary.csv", "results/figures/climax_sharpness.png"],
+        ["results/figures/latency_appendix.png", "results/tables/climax_skill.csv"],
+    )
     shard = sorted((work / "results/era5/processed/pretrain").rglob("*.npz"))[0]
     shard.write_bytes(shard.read_bytes() + b"\0")
     failed, _ = audit_failures(work, "results/figures/latency_appendix.png")

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import audit_failures, copy_run, outputs_of
+from conftest import (assert_every_output_audits_clean, assert_only_dependants_fail, audit_failures, copy_run,
+                      perturb_samples)  # fmt: skip
 from test_workflow import REPO, _prov_ok, job_stats, smk, write_config
 
 MIRROR = (REPO / ".." / "shared" / "data").resolve()
@@ -64,11 +65,7 @@ def test_every_ett_table_and_figure_audits_clean(ett_run):
     from stochattn import audit
 
     work = ett_run["work"]
-    targets = outputs_of(work, "tables", ".csv") + outputs_of(work, "figures", ".png")
-    assert len(targets) == 5, targets
-    for target in targets:
-        failed, n = audit_failures(work, target)
-        assert not failed and n >= 5, (target, failed)
+    assert_every_output_audits_clean(work, 5)
     rules = {n.rule for n in audit._iter(audit.audit("results/tables/ett_pooled.csv", work))}
     assert {"fetch_ett", "ett_prepare", "ett_pretrain_standin", "ett_adapt", "ett_calibrate_sa", "ett_method",
             "ett_evaluate", "ett_table"} <= rules, rules  # fmt: skip
@@ -76,16 +73,12 @@ def test_every_ett_table_and_figure_audits_clean(ett_run):
 
 @pytest.mark.slow
 def test_ett_audit_names_a_modified_sample_file_and_a_corrupted_csv(ett_run, tmp_path):
-    from stochattn.io import save_npz
-
     work = copy_run(ett_run, tmp_path / "w")
-    samples = work / "results/ett/ETTh1/H96/ivon/samples.npz"
-    data = dict(np.load(samples))
-    data["samples"] = data["samples"] + 1e-9  # a tiny change: only the hash can see it
-    save_npz(samples, **data)
-    for target in ("results/tables/ett_pooled.csv", "results/figures/ett_coverage.png"):
-        assert audit_failures(work, target)[0] == ["results/ett/ETTh1/H96/ivon/samples.npz"], target
-    assert audit_failures(work, "results/tables/ett_zero_shot.csv")[0] == []  # reads the adapters only
+    perturb_samples(work / "results/ett/ETTh1/H96/ivon/samples.npz")
+    assert_only_dependants_fail(  # the zero-shot table reads the adapters only
+        work, "results/ett/ETTh1/H96/ivon/samples.npz",
+        ["results/tables/ett_pooled.csv", "results/figures/ett_coverage.png"], ["results/tables/ett_zero_shot.csv"],
+    )
     csv = work / "results/data/ett/ETTh2.csv"  # a pretraining source of the station-1 stand-in
     csv.write_text(csv.read_text().replace("2016", "2017", 1))
     failed, _ = audit_failures(work, "results/tables/ett_zero_shot.csv")
