@@ -544,3 +544,18 @@ def test_table_rule_entries_resolve_and_hash_their_own_table_only():
     assert "stochattn.experiments.uci_tables:uci_crps_table" not in master
     assert "stochattn.experiments.uci_tables:uci_crps_table" in crps
     assert "stochattn.experiments.uci_tables:uci_master_table" not in crps
+
+
+def test_sa_rows_name_their_nu_and_the_boundary():
+    """A one-data-set table (rows = methods) labels each method with a recorded nu as the paper does ("SA (nu=4)"),
+    and marks a calibration that ended at nu = 1 wanting more dispersion ("SA (nu=1, boundary)")."""
+    spec = R.TableSpec(name="t", groups=(R.ColumnGroup(metric="crps", title="CRPS", latex_title="CRPS"),), description="",
+                       latex_description="",
+                       label="tab:t", rows="methods")  # fmt: skip
+    rows = [R.mean_row("Z500", m, "crps", [v]) for m, v in (("sa", 1.0), ("sa_match", 1.1), ("swag", 2.0))]
+    rows += [R.mean_row("Z500", "sa", "nu", [1.0]), R.mean_row("Z500", "sa", "at_boundary", [1.0]),
+             R.mean_row("Z500", "sa_match", "nu", [4.0]), R.mean_row("Z500", "sa_match", "at_boundary", [0.0])]
+    md = R.to_markdown(R.tidy_frame(rows), spec)
+    labels = [ln.split("|")[1].strip() for ln in md.splitlines() if ln.startswith("|")][2:]
+    assert labels == ["SA (nu=1, boundary)", "SA (scale-match) (nu=4)", "SWAG"]
+    assert R.nu_label("SA", float("nan")) == "SA"

@@ -40,6 +40,8 @@ from stochattn.provenance import provenance_record, write_provenance
 
 __all__ = [
     "METHOD_LABELS",
+    "NU_METRICS",
+    "nu_label",
     "DATASET_LABELS",
     "TIDY_COLUMNS",
     "STD_DDOF",
@@ -112,6 +114,20 @@ def method_label(name: str, short: bool = False) -> str:
     """Display label of a method (:data:`METHOD_LABELS`, the short one if ``short``); other names as given."""
     labels = METHOD_LABELS.get(name)
     return str(name) if labels is None else labels[1 if short else 0]
+
+
+def nu_label(label: str, nu: float, at_boundary: bool = False) -> str:
+    """An SA label with its calibrated nu, as the paper labels it: ``"SA (nu=4)"``; ``"SA (nu=1, boundary)"`` when
+    the calibration ended at the domain's low end wanting more dispersion (``calibration.json`` ``at_boundary``);
+    ``label`` unchanged when nu is not finite."""
+    if not math.isfinite(nu):
+        return label
+    return f"{label} (nu={nu:g}{', boundary' if at_boundary else ''})"
+
+
+NU_METRICS = ("nu", "at_boundary")
+"""Tidy metrics that label a method's row (:func:`nu_label`) instead of filling a column: a table of one data set
+(``TableSpec.rows == "methods"``) labels each method that has them."""
 
 
 def _ordered(names: Iterable[str], order: Sequence[str]) -> list[str]:
@@ -504,7 +520,12 @@ def _method_rows_layout(tidy: pd.DataFrame, spec: TableSpec, look: dict) -> _Lay
     methods = list(fixed) if fixed is not None else method_order(tidy.loc[tidy["metric"].isin([g.metric for g in
                                                                                                shown]), "method"])
     columns = [_cells(g, [look.get((datasets[0], m, g.metric), (math.nan, math.nan)) for m in methods]) for g in shown]
-    rows = [(method_label(m, False), [[col[i]] for col in columns]) for i, m in enumerate(methods)]
+
+    def label(m: str) -> str:
+        nu, boundary = (look.get((datasets[0], m, k), (math.nan, math.nan))[0] for k in NU_METRICS)
+        return nu_label(method_label(m, False), nu, boundary == 1.0)
+
+    rows = [(label(m), [[col[i]] for col in columns]) for i, m in enumerate(methods)]
     return _Layout([_Group(g, [""], [g.title]) for g in shown], rows, by_method=True)
 
 

@@ -139,6 +139,15 @@ def _scaled_w1(method: str, metrics: Mapping[str, Any]) -> float:
     return as_float(metrics["native" if method == REFERENCE else "scaled"]["w1"])
 
 
+def nu_rows(row: str, method: str, metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The tidy rows (:data:`stochattn.report.NU_METRICS`) that label an SA run's row with its nu and boundary flag
+    (metrics.json's ``nu``, ``at_boundary``); none for a run without nu."""
+    if metrics.get("nu") is None:
+        return []
+    return [mean_row(row, method, "nu", [as_float(metrics["nu"])]),
+            mean_row(row, method, "at_boundary", [1.0 if metrics.get("at_boundary") else 0.0])]  # fmt: skip
+
+
 def total_seconds(meta: Mapping[str, Any] | PathLike) -> float:
     """Total wall clock of a run: the sum of its ``seconds`` (train, calibrate, predict, backbone_train; the
     adapter's training for the methods that start from the shared adapted model)."""
@@ -167,6 +176,7 @@ def summary_table(runs: Mapping[str, Any], row: str = ROW) -> pd.DataFrame:
             "coverage_95_native": metrics["native"]["coverage_95"],
         }
         rows.extend(mean_row(row, method, key, [as_float(v)]) for key, v in values.items())
+        rows.extend(nu_rows(row, method, metrics))
     return tidy_frame(rows)
 
 
@@ -179,9 +189,10 @@ def crps_decomp_table(runs: Mapping[str, Any], analyses: PathLike | Mapping[str,
     files = _run_files(runs)
     rows = []
     for method in method_order(files):
-        spatial = _load(files[method][1])
+        metrics, spatial = (_load(p) for p in files[method])
         rows.extend(mean_row(row, method, key, [as_float(spatial[key])])
                     for key in ("crps", "crps_error", "crps_spread", "energy"))  # fmt: skip
+        rows.extend(nu_rows(row, method, metrics))
     if analyses is not None:
         score = _load(analyses).get("score_sweep", {}).get("test", {}).get("score_oriented")
         if score is not None:
