@@ -5,7 +5,7 @@ VENV := .venv
 STAMP := $(VENV)/.installed
 CORES ?= 2
 
-.PHONY: run test bench venv clean-results
+.PHONY: run test bench gpu-check venv clean-results
 
 venv: $(STAMP)
 
@@ -24,3 +24,8 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/bench_attention.py
+
+# On a CUDA machine: the CUDA-only tests, SA vs the deterministic pass on the full-size TimesFM / ClimaX, the tiny
+# DAG of every slice on the GPU; one summary table. Without CUDA it says so and exits 0.
+gpu-check: $(STAMP)
+	$(VENV)/bin/python benchmarks/gpu_check.py

@@ -1,0 +1,177 @@
+"""``make gpu-check``: what only a CUDA machine can check, in one summary table.
+
+    python benchmarks/gpu_check.py [--repeats 10] [--skip-dag] [--device cuda]
+
+1. The CUDA-only tests (``pytest -m cuda``-style: every test whose id names ``cuda``, skipped elsewhere).
+2. SA against the deterministic pass on the FULL-SIZE modules, random weights (their public architectures: TimesFM
+   2.5 200M, 20 layers, d 1280, a batch of 32 series with a 512-step context, a 96-step point forecast; ClimaX
+   5.625 deg, 48 variables, D 1024, 8 blocks, a batch of 4 fields, SA in the blocks and the variable aggregation):
+   the patched pass at ``nu=None`` must equal the unpatched one (SA off is exact), and at nu in {1, 4, 16, 64, 512}
+   the median of per-repeat (SA / deterministic) time ratios, each repeat timing the two passes back to back with
+   the device synchronised (the paper, V100, ClimaX: 1.08x at nu=1, ~1.11x at nu=4, 1.25x at nu=512).
+3. The tiny DAG of every slice (UCI, ETT, ERA5; ``config/test.yaml``) on the GPU, in a temporary directory.
+
+Where no CUDA device is present it says so and exits 0: the checks need one. ``--device cpu`` runs parts 2 and 3
+on the CPU with reduced modules (``--small``), which is how this script itself is tested. Exit status 1 when a check
+failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+NUS = (1, 4, 16, 64, 512)
+PAPER_CLIMAX = {1: "1.08x", 4: "~1.11x", 512: "1.25x"}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def paired_ratios(call, sa, device: torch.device, repeats: int) -> tuple[float, float]:
+    """(median deterministic seconds, median of per-repeat SA / deterministic time ratios); ``sa`` a removed
+    :class:`stochattn.patch.StochasticAttention`, applied for each SA pass."""
+
+    def timed() -> float:
+        _sync(device)
+        start = time.perf_counter()
+        call()
+        _sync(device)
+        return time.perf_counter() - start
+
+    sa.apply()
+    timed()  # warm-up (kernels, allocator)
+    sa.remove()
+    timed()
+    det, ratios = [], []
+    for _ in range(repeats):
+        d = timed()
+        sa.apply()
+        s = timed()
+        sa.remove()
+        det.append(d)
+        ratios.append(s / d)
+    return statistics.median(det), statistics.median(ratios)
+
+
+def _timesfm(device: torch.device, small: bool):
+    """(name, model, call(x), input) of TimesFM 2.5 (200M unless ``small``)."""
+    from stochattn.backbones.timesfm import build_timesfm, build_timesfm_200m, module_of, point_forecast
+
+    model = module_of(build_timesfm(2, 64, 2, seed=0) if small else build_timesfm_200m()).to(device).eval()
+    x = torch.randn(4 if small else 32, 512, generator=torch.Generator().manual_seed(0)).cumsum(1).to(device)
+    name = "TimesFM 2.5 (reduced)" if small else "TimesFM 2.5 200M"
+    return name, model, lambda: point_forecast(model, x, horizon=96)
+
+
+def _climax(device: torch.device, small: bool):
+    """(name, model, call(x), nu template) of ClimaX 5.625 deg (the full architecture unless ``small``)."""
+    from stochattn.backbones.climax import CLIMAX_DEFAULT_VARS, Z500, ClimaX, ClimaXForecaster, build_climax
+
+    net = build_climax(seed=0) if small else ClimaX().eval()
+    variables = list(net.default_vars)
+    assert small or variables == list(CLIMAX_DEFAULT_VARS)
+    model = ClimaXForecaster(net, variables, Z500, 72.0).to(device).eval()
+    h, w = net.img_size
+    x = torch.randn(2 if small else 4, len(variables) * h * w, generator=torch.Generator().manual_seed(0)).to(device)
+    name = "ClimaX 5.625deg (reduced)" if small else "ClimaX 5.625deg (48 vars)"
+    return name, model, lambda: model(x)
+
+
+def sa_rows(device: torch.device, repeats: int, small: bool) -> list[dict]:
+    """One row per (model, nu): deterministic ms, SA/deterministic ratio; nu=None rows check exactness."""
+    from stochattn.backbones.climax import climax_sa_nu
+    from stochattn.patch import StochasticAttention
+
+    rows = []
+    for build, template in ((_timesfm, lambda nu: nu), (_climax, climax_sa_nu)):
+        name, model, call = build(device, small)
+        gen = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            reference = call()
+            with StochasticAttention(model, nu=template(None), generator=gen):
+                off = call()
+            exact = bool(torch.equal(reference, off))
+            rows.append({"check": f"{name}: SA off (nu=None) == deterministic", "ok": exact,
+                         "value": "exact" if exact else f"max |diff| {float((reference - off).abs().max()):.3g}"})
+            for nu in NUS:
+                sa = StochasticAttention(model, nu=template(nu), generator=gen)
+                sa.remove()
+                det, ratio = paired_ratios(call, sa, device, repeats)
+                finite = bool(torch.isfinite(call()).all())
+                paper = PAPER_CLIMAX.get(nu, "-") if "ClimaX" in name else "-"
+                rows.append({"check": f"{name}: nu={nu} time / deterministic", "ok": finite,
+                             "value": f"{ratio:.2f}x (det {1e3 * det:.1f} ms; paper V100 {paper})"})
+        del model
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return rows
+
+
+def cuda_tests() -> dict:
+    """The CUDA-only tests: pytest over the tests whose ids name cuda."""
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-k", "cuda", "-p", "no:cacheprovider", "tests"],
+                         cwd=REPO, capture_output=True, text=True)  # fmt: skip
+    last = (res.stdout.strip().splitlines() or ["(no output)"])[-1]
+    return {"check": "CUDA-only tests (pytest -k cuda)", "ok": res.returncode == 0, "value": last}
+
+
+def tiny_dags() -> list[dict]:
+    """The tiny DAG of every slice (config/test.yaml) in a temporary directory, on whatever device torch sees."""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for slice_name, targets in (("UCI", ["results/tables/uci_master.csv"]), ("ETT", ["ett"]), ("ERA5", ["era5"])):
+            work = Path(tmp) / slice_name
+            cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(REPO / "Snakefile"), "--directory",
+                   str(work), "--profile", str(REPO / "profiles" / "default"), "--cores", "4", *targets,
+                   "--configfile", str(REPO / "config" / "test.yaml")]  # fmt: skip
+            start = time.perf_counter()
+            res = subprocess.run(cmd, capture_output=True, text=True)
+            seconds = time.perf_counter() - start
+            tail = "" if res.returncode == 0 else " | " + (res.stdout + res.stderr).strip().splitlines()[-1][:80]
+            rows.append({"check": f"tiny {slice_name} DAG", "ok": res.returncode == 0,
+                         "value": f"{seconds:.0f} s{tail}"})  # fmt: skip
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    width = max(len(r["check"]) for r in rows)
+    lines = [f"{'check':<{width}}  status  result", f"{'-' * width}  ------  ------"]
+    lines += [f"{r['check']:<{width}}  {'ok' if r['ok'] else 'FAIL':<6}  {r['value']}" for r in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (with --small: the self-test)")
+    parser.add_argument("--small", action="store_true", help="reduced modules instead of the full-size ones")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--skip-dag", action="store_true", help="leave out the tiny DAGs (part 3)")
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        print(f"gpu-check: no CUDA device here (torch {torch.__version__}, built for CUDA {torch.version.cuda}); "
+              "nothing to check. On a cluster: srun --gres=gpu:1 make gpu-check")  # fmt: skip
+        return 0
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(f"gpu-check on {name} (torch {torch.__version__})", flush=True)
+    rows = [cuda_tests()] if device.type == "cuda" else []
+    rows += sa_rows(device, args.repeats, args.small)
+    if not args.skip_dag:
+        rows += tiny_dags()
+    print(table(rows))
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
