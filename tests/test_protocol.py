@@ -131,3 +131,11 @@ def test_dataset_overrides_of_paper_keys_are_deviations_named_with_their_data_se
     # a key the paper does not state stays a project choice; protein is not run, so its override says nothing
     assert "dataset_overrides.naval.train.patience=40" in dev["project_choices"]
     assert not any("protein" in item for items in dev.values() for item in items)
+
+
+def test_a_uci_caption_states_the_uci_slice_alone():
+    """The ETT and ERA5 slices' settings are stated in their own captions, not in every UCI table's."""
+    cfg = {"datasets": ["yacht"], "methods": ["sa"], "num_samples": 19, "model": {"n_blocks": 1},
+           "ett": {"max_series": {"train": 700}, "train": {"lr": 1e-3}}, "era5": {"lead_hours": 72}}
+    note = protocol_note(cfg, {})
+    assert "model: n_blocks=1" in note and "ett" not in note and "era5" not in note

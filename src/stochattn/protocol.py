@@ -26,10 +26,10 @@ import yaml
 __all__ = ["NOT_PROTOCOL", "load_paper_protocol", "merged", "dataset_section", "protocol_deviations", "protocol_note"]
 
 NOT_PROTOCOL = ("seed", "device", "require_gpu", "progress", "runtime_estimates", "data.mirrors", "data.allow_download",
-                "report", "toy", "custom_datasets", "era5")  # fmt: skip
+                "report", "toy", "custom_datasets", "ett", "era5")  # fmt: skip
 """Config keys (and their sub-keys) that do not change what a number means, or are reported separately (the toy
-panel states its own settings; custom data sets appear under ``datasets`` and ``unverified_data``; the ERA5 slice's
-captions state its own settings)."""
+panel states its own settings; custom data sets appear under ``datasets`` and ``unverified_data``; the ETT and ERA5
+slices' captions state their own settings, so a UCI caption lists the UCI slice's alone)."""
 
 _MISSING = object()
 
