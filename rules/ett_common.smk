@@ -49,8 +49,10 @@ def ett_metrics():
     return [ett_run(d, h, m, "metrics.json") for d in ETT_DATASETS_RUN for h in ETT_HORIZONS for m in ETT_METHODS]
 
 
-ETT_TABLES = ["sharpness", "pooled", "zero_shot"]
-ETT_FIGURES = ["ett_coverage", "ett_coverage_matched"]
+ETT_TABLES = ["sharpness", "sharpness_pooled", "pooled", "zero_shot"]
+# native; matched on the window to SA's coverage there (the paper's); matched by the factors fitted on the cal windows
+ETT_FIGURES = {"ett_coverage": None, "ett_coverage_matched": "window", "ett_coverage_matched_cal": "cal"}
+ETT_COLUMN_NAMES = ["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"]
 
 
 def ett_targets():
@@ -101,10 +103,21 @@ def ett_adapter_metas():
 
 def ett_table_inputs(wildcards):
     """What an ETT table reads, and nothing else (so its provenance names exactly the files it depends on): the
-    zero-shot table the adapters' records, every other table the runs' metrics."""
+    zero-shot table the adapters' records; the per-window sharpness table every run's samples and the prepared
+    windows; every other table the runs' metrics."""
     if wildcards.table == "zero_shot":
         return {"adapters": ett_adapter_metas()}
+    if wildcards.table == "sharpness":
+        configs = [(d, h) for d in ETT_DATASETS_RUN for h in ETT_HORIZONS]
+        return {"samples": [ett_run(d, h, m, "samples.npz") for d, h in configs for m in ETT_METHODS],
+                "prepared": [f"results/ett/{d}/H{h}/prepared.npz" for d, h in configs]}  # fmt: skip
     return {"metrics": ett_metrics()}
+
+
+def ett_window():
+    """The stated test window of the per-window sharpness table and the coverage figures (config ett.figure)."""
+    f = ETT["figure"]
+    return {"column": f["column"], "window": int(f["window"]), "columns": ETT_COLUMN_NAMES}
 
 
 def ett_provenance_config():
@@ -124,18 +137,16 @@ def ett_figure_inputs(wildcards):
 def ett_figure_args(matched):
     f = ETT["figure"]
     run = f"results/ett/{f['dataset']}/H{f['horizon']}"
-    which = (
-        "baselines conformally rescaled (factor fitted on the cal windows to SA's cal coverage)"
-        if matched
-        else ("native 95 % intervals")
-    )
+    which = {
+        None: "native 95 % intervals",
+        "window": "baselines conformally rescaled to SA's coverage on this window (as the paper)",
+        "cal": "baselines conformally rescaled by factors fitted on the cal windows to SA's cal coverage",
+    }[matched]
     return {
         "runs": {m: f"{run}/{m}/samples.npz" for m in ETT_METHODS},
         "metrics": {m: f"{run}/{m}/metrics.json" for m in ETT_METHODS},
         "prepared_path": f"{run}/prepared.npz",
-        "column": f["column"],
-        "window": int(f["window"]),
-        "columns": ["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"],
+        **ett_window(),
         "matched": matched,
         "title": f"{f['dataset']} H={f['horizon']}, {f['column']}, test window {f['window']}: {which}."
         + (

@@ -46,12 +46,12 @@ def test_ett_run_writes_every_output_with_provenance(ett_run):
     backbone = json.loads((work / "results" / "ett" / "backbone" / "station1.json").read_text())
     assert sorted(backbone["sources"]) == ["ETTh2", "ETTm2"]
     assert not (work / "results" / "data" / "ett" / "ETTm1.csv").exists()
-    for name in ("ett_sharpness", "ett_pooled", "ett_zero_shot"):
+    for name in ("ett_sharpness", "ett_sharpness_pooled", "ett_pooled", "ett_zero_shot"):
         for ext in ("csv", "md", "tex"):
             _prov_ok(work / "results" / "tables" / f"{name}.{ext}", work)
         md = (work / "results" / "tables" / f"{name}.md").read_text()
         assert "STAND-IN BACKBONE" in md and "ETTh1 H=96" in md
-    for name in ("ett_coverage", "ett_coverage_matched"):
+    for name in ("ett_coverage", "ett_coverage_matched", "ett_coverage_matched_cal"):
         for ext in ("png", "pdf"):
             path = work / "results" / "figures" / f"{name}.{ext}"
             assert path.stat().st_size > 1000
@@ -65,7 +65,7 @@ def test_every_ett_table_and_figure_audits_clean(ett_run):
     from stochattn import audit
 
     work = ett_run["work"]
-    assert_every_output_audits_clean(work, 5)
+    assert_every_output_audits_clean(work, 7)
     rules = {n.rule for n in audit._iter(audit.audit("results/tables/ett_pooled.csv", work))}
     assert {"fetch_ett", "ett_prepare", "ett_pretrain_standin", "ett_adapt", "ett_calibrate_sa", "ett_method",
             "ett_evaluate", "ett_table"} <= rules, rules  # fmt: skip
@@ -77,7 +77,8 @@ def test_ett_audit_names_a_modified_sample_file_and_a_corrupted_csv(ett_run, tmp
     perturb_samples(work / "results/ett/ETTh1/H96/ivon/samples.npz")
     assert_only_dependants_fail(  # the zero-shot table reads the adapters only
         work, "results/ett/ETTh1/H96/ivon/samples.npz",
-        ["results/tables/ett_pooled.csv", "results/figures/ett_coverage.png"], ["results/tables/ett_zero_shot.csv"],
+        ["results/tables/ett_pooled.csv", "results/tables/ett_sharpness.csv", "results/figures/ett_coverage.png"],
+        ["results/tables/ett_zero_shot.csv"],
     )
     csv = work / "results/data/ett/ETTh2.csv"  # a pretraining source of the station-1 stand-in
     csv.write_text(csv.read_text().replace("2016", "2017", 1))

@@ -63,8 +63,11 @@ elif rule == "ett_table":
 
     started = time.time()
     spec = resolve_name(p.table)
-    if spec.build is None:  # the zero-shot table reads the adapters' meta files (its only inputs)
+    if w.table == "zero_shot":  # the adapters' meta files (its only inputs)
         tidy = ett_report.zero_shot_table(list(sm.input.adapters))
+    elif w.table == "sharpness":  # the stated window of every configuration, from the runs' samples
+        configs = ett_report.runs_by_config(list(sm.input.samples), list(sm.input.prepared))
+        tidy = ett_report.sharpness_table(configs, **p.window)
     else:
         tidy = spec.build(ett_report.load_ett_runs(list(sm.input.metrics)))
     written = report.write_table(

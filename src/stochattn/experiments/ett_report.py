@@ -2,8 +2,13 @@
 Fig. ``timesfm_scaled_appendix``) over the shared machinery of :mod:`stochattn.report` and :mod:`stochattn.figures`.
 
     load_ett_runs        metrics.json of every (configuration, method) -> tidy rows (row label "ETTh1 H=96")
-    SHARPNESS_TABLE      SA's PI-95 coverage and every method's mean PI-95 width at that coverage (matched by a
-                         conformal factor fitted on the cal windows to SA's cal coverage), two sharpest bold
+    window_match         on ONE stated test window: SA's coverage k/H and each method's conformal factor matching
+                         it on that window, and mean PI-95 width there (the paper's statistic)
+    SHARPNESS_TABLE      the paper's Table timesfm_sharpness: per configuration, on the stated window (column,
+                         window index), SA's coverage k/H and every method's mean PI-95 width matched to it on that
+                         window; two sharpest bold
+    SHARPNESS_POOLED_TABLE  beyond the paper: the same widths pooled over every test series and step, each method
+                         matched by a factor fitted on the cal windows to SA's cal coverage
     POOLED_TABLE         beyond the paper: coverage at 25/50/75/95, W1, MAE, CRPS and cost, pooled over every
                          column and window of the test part (the conclusion does not rest on one window)
     ZERO_SHOT_TABLE      the backbone's zero-shot test MAE next to the seasonal-naive and last-value forecasts,
@@ -77,9 +82,9 @@ def _value(run: pd.Series, key: str) -> float:
     return math.nan if v is None or (isinstance(v, float) and math.isnan(v)) else float(v)
 
 
-def sharpness_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Tidy rows: ``sa_coverage_95`` (SA's native test coverage) and ``width_at_sa_95`` per method (SA native,
-    every other run conformally matched to SA's cal coverage)."""
+def sharpness_pooled_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Tidy rows: ``sa_coverage_95`` (SA's native test coverage, pooled) and ``width_at_sa_95`` per method (SA
+    native, every other run conformally matched to SA's cal coverage)."""
     rows = []
     for (_, _), d in runs.groupby(["dataset", "horizon"], sort=False):
         label = d["config"].iloc[0]
@@ -121,22 +126,36 @@ def _config_key(path: str | os.PathLike) -> tuple[str, int]:
 
 
 _SHARP = "PI-95 width at SA's coverage"
+_SHARP_GROUPS = (
+    ColumnGroup("sa_coverage_95", "SA cov.", r"SA cov.", methods=("sa",), header="SA PI-95 cov.",
+                latex_header=r"SA PI-95 cov."),  # fmt: skip
+    ColumnGroup("width_at_sa_95", "Width", _SHARP, bold=2),
+)
 SHARPNESS_TABLE = TableSpec(
     name="ett_sharpness",
-    groups=(
-        ColumnGroup("sa_coverage_95", "SA cov.", r"SA cov.", methods=("sa",), header="SA PI-95 cov.",
-                    latex_header=r"SA PI-95 cov."),  # fmt: skip
-        ColumnGroup("width_at_sa_95", "Width", _SHARP, bold=2),
-    ),
-    description="TimesFM sharpness at matched coverage (Table timesfm_sharpness): SA's empirical PI-95 coverage on "
-    "the test windows and each method's mean PI-95 width at SA's coverage (normalised units; SA native, every other "
-    "run rescaled by a conformal factor fitted on the cal windows to SA's cal coverage). Lower is sharper; the two "
-    "sharpest are bold.",
-    latex_description=r"TimesFM sharpness at matched coverage: SA's empirical PI-95 coverage and each method's mean "
-    r"PI-95 width at SA's coverage (normalised units; baselines conformally rescaled on the cal windows). Two "
-    r"sharpest in bold.",
+    groups=_SHARP_GROUPS,
+    description="TimesFM sharpness at matched coverage (the paper's Table timesfm_sharpness): on one stated test "
+    "window per configuration (column and window in the caption), SA's empirical PI-95 coverage k/H and each "
+    "method's mean PI-95 width on that window at SA's coverage (normalised units; SA native, every other method "
+    "rescaled around its forecast by the smallest conformal factor that covers the same k of the H steps of that "
+    "window, as the paper matches its window). Lower is sharper; the two sharpest are bold.",
+    latex_description=r"TimesFM sharpness at matched coverage on one test window per configuration: SA's empirical "
+    r"PI-95 coverage $k/H$ and each method's mean PI-95 width on that window, conformally matched to SA's coverage "
+    r"there (normalised units). Two sharpest in bold.",
     label="tab:ett_sharpness",
-    build=sharpness_table,
+    build=None,  # built from samples (sharpness_table), not from metrics.json
+)
+SHARPNESS_POOLED_TABLE = TableSpec(
+    name="ett_sharpness_pooled",
+    groups=_SHARP_GROUPS,
+    description="Beyond the paper: sharpness at matched coverage pooled over every test series and step: SA's "
+    "PI-95 coverage on all test windows and each method's mean PI-95 width at SA's coverage (normalised units; SA "
+    "native, every other run rescaled by a conformal factor fitted on the cal windows to SA's cal coverage). Lower "
+    "is sharper; the two sharpest are bold.",
+    latex_description=r"Pooled over all test windows: SA's PI-95 coverage and each method's mean PI-95 width at "
+    r"SA's coverage (baselines conformally rescaled on the cal windows). Two sharpest in bold.",
+    label="tab:ett_sharpness_pooled",
+    build=sharpness_pooled_table,
 )
 
 POOLED_TABLE = TableSpec(
@@ -171,7 +190,8 @@ ZERO_SHOT_TABLE = TableSpec(
     build=None,
 )
 
-ETT_TABLE_SPECS = {spec.name: spec for spec in (SHARPNESS_TABLE, POOLED_TABLE, ZERO_SHOT_TABLE)}
+ETT_TABLE_SPECS = {spec.name: spec for spec in (SHARPNESS_TABLE, SHARPNESS_POOLED_TABLE, POOLED_TABLE,
+                                                 ZERO_SHOT_TABLE)}  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -192,6 +212,77 @@ def _interval(samples: np.ndarray, level: float = 0.95) -> tuple[np.ndarray, np.
     return lo, hi
 
 
+def window_match(runs: Mapping[str, str | os.PathLike], row: int, level: float = 0.95) -> dict[str, dict[str, Any]]:
+    """On test series ``row`` (one window of one column) of every run (``runs``: method -> samples.npz): SA's
+    native central-``level`` coverage k/H, and per method the factor that matches it on that window and the
+    window's mean interval width after matching.
+
+    Returns ``{method: {"covered": k, "steps": H, "factor": c, "width": mean width, "coverage": k'/H}}``: SA native
+    (c = 1); every other method rescaled around its forecast (:func:`stochattn.scaling.apply_scale`) by the
+    smallest c that covers k of the H steps (:func:`stochattn.scaling.fit_conformal_scale` on the window itself,
+    ``finite_sample=False``), as the paper matches its shown window; ``coverage`` is the matched coverage (k/H
+    unless steps tie). A method without spread on the window cannot be matched: factor and width are NaN."""
+    from stochattn.scaling import apply_scale, fit_conformal_scale
+
+    loaded = {m: load_npz(p) for m, p in runs.items()}
+    if "sa" not in loaded:
+        raise ValueError("window_match: SA's run (the coverage reference) is missing")
+    out = {}
+    sa = loaded["sa"]
+    lo, hi = _interval(sa["samples"][:, row], level)
+    y = sa["y"][row]
+    k = int(np.sum((y >= lo) & (y <= hi)))
+    for method in method_order(loaded):
+        run = loaded[method]
+        samples, point, truth = run["samples"][:, row], run["point"][row], run["y"][row]
+        factor = 1.0
+        if method != "sa":
+            try:
+                factor = fit_conformal_scale(samples, point, truth, k / len(truth), level, finite_sample=False)
+            except ValueError:  # no spread on this window (or k = 0): nothing to match
+                factor = math.nan
+        if not math.isfinite(factor):
+            out[method] = {"covered": k, "steps": len(truth), "factor": math.nan, "width": math.nan,
+                           "coverage": math.nan}  # fmt: skip
+            continue
+        m_lo, m_hi = _interval(apply_scale(samples, point, factor), level)
+        out[method] = {"covered": k, "steps": len(truth), "factor": factor, "width": float(np.mean(m_hi - m_lo)),
+                       "coverage": float(np.mean((truth >= m_lo) & (truth <= m_hi)))}  # fmt: skip
+    return out
+
+
+def runs_by_config(samples: Iterable[str | os.PathLike], prepared: Iterable[str | os.PathLike]
+                   ) -> dict[str, tuple[dict[str, str | os.PathLike], str | os.PathLike]]:  # fmt: skip
+    """``{"ETTh1 H=96": ({method: samples.npz}, prepared.npz)}`` from the workflow's file lists
+    (``.../<ETTxN>/H<h>/<method>/samples.npz`` and ``.../<ETTxN>/H<h>/prepared.npz``), in configuration order."""
+    configs: dict[str, tuple[dict[str, str | os.PathLike], str | os.PathLike]] = {}
+    for path in sorted(prepared, key=_config_key):
+        folder = Path(path).parent
+        runs = {Path(s).parent.name: s for s in samples if Path(s).parent.parent == folder}
+        configs[config_label(*_config_key(path))] = (runs, path)
+    return configs
+
+
+def sharpness_table(
+    configs: Mapping[str, tuple[Mapping[str, str | os.PathLike], str | os.PathLike]],
+    *,
+    column: str,
+    window: int,
+    columns: Sequence[str],
+) -> pd.DataFrame:
+    """Tidy rows of the paper's Table timesfm_sharpness: per configuration (``configs``: label -> (method ->
+    samples.npz, prepared.npz)), on test window ``window`` of column ``column``: ``sa_coverage_95`` (k/H) and
+    ``width_at_sa_95`` of every method matched to it there (:func:`window_match`)."""
+    rows = []
+    for label, (runs, prepared) in configs.items():
+        row = window_row(load_npz(prepared), column, window, columns)
+        match = window_match(runs, row)
+        sa = match["sa"]
+        rows.append(mean_row(label, "sa", "sa_coverage_95", [sa["covered"] / sa["steps"]]))
+        rows.extend(mean_row(label, m, "width_at_sa_95", [v["width"]]) for m, v in match.items())
+    return tidy_frame(rows)
+
+
 def coverage_figure(
     runs: Mapping[str, str | os.PathLike],
     prepared_path: str | os.PathLike,
@@ -201,20 +292,25 @@ def coverage_figure(
     window: int,
     columns: Sequence[str],
     title: str,
-    matched: bool = False,
+    matched: str | None = None,
     metrics: Mapping[str, str | os.PathLike] | None = None,
     context_shown: int = 192,
 ) -> list[Path]:
     """One panel per method (``runs``: method -> samples.npz) on one test series: the last ``context_shown``
     context steps, the truth, the point forecast and the central 95 % interval of the samples (interpolated
-    quantiles); the title gives the window's coverage (k / H). ``matched``: every method but SA rescaled around
-    its point forecast by ``metrics[method]["matched"]["factor_95"]`` (fitted on the cal windows to SA's cal
-    coverage). Returns the PNG and PDF paths."""
+    quantiles); the title gives the window's coverage (k / H) and the interval's mean width. ``matched``: None
+    (native intervals); ``"window"``: every method but SA rescaled around its point forecast to SA's coverage on
+    this window (:func:`window_match`, the paper's Fig. timesfm_scaled_appendix); ``"cal"``: by
+    ``metrics[method]["matched"]["factor_95"]``, fitted on the cal windows to SA's cal coverage (never on this
+    window). Returns the PNG and PDF paths."""
     from stochattn.figures import method_color, new_figure, save_figure, subplot_grid
     from stochattn.scaling import apply_scale
 
+    if matched not in (None, "window", "cal"):
+        raise ValueError(f"matched must be None, 'window' or 'cal', got {matched!r}")
     prepared = load_npz(prepared_path)
     row = window_row(prepared, column, window, columns)
+    on_window = window_match(runs, row) if matched == "window" else {}
     ctx = prepared["x_test"][row][-context_shown:]
     methods = method_order(runs)
     nrows, ncols = subplot_grid(len(methods), max_cols=4)
@@ -224,9 +320,11 @@ def coverage_figure(
         run = load_npz(runs[method])
         samples, point, y = run["samples"][:, row], run["point"][row], run["y"][row]
         note = "native"
-        if matched and method != "sa":
-            factor = float(load_json(metrics[method])["matched"]["factor_95"])
-            samples = apply_scale(samples, point, factor)
+        if matched is not None and method != "sa":
+            factor = (on_window[method]["factor"] if matched == "window"
+                      else float(load_json(metrics[method])["matched"]["factor_95"]))  # fmt: skip
+            if math.isfinite(factor):
+                samples = apply_scale(samples, point, factor)
             note = f"x{factor:.2f}"
         lo, hi = _interval(samples)
         steps = np.arange(1, len(y) + 1)
@@ -235,7 +333,8 @@ def coverage_figure(
         ax.fill_between(steps, lo, hi, color=method_color(method), alpha=0.3, lw=0)
         ax.plot(steps, y, color="black", lw=0.9, label="truth")
         ax.plot(steps, point, color=method_color(method), lw=1.0, label="forecast")
-        ax.set_title(f"{method_label(method)} ({note}): {k}/{len(y)} = {k / len(y):.0%}", fontsize=8)
+        ax.set_title(f"{method_label(method)} ({note}): {k}/{len(y)} = {k / len(y):.0%}, width "
+                     f"{float(np.mean(hi - lo)):.2f}", fontsize=8)  # fmt: skip
         ax.tick_params(labelsize=7)
     for ax in axes[len(methods):]:
         ax.set_visible(False)
