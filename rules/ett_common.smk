@@ -92,6 +92,9 @@ def ett_caption():
                  f"{t['batch_size']}, at most {t['max_epochs']} epochs (paper: 50), best validation epoch.")  # fmt: skip
     parts.append(f"S = {config['num_samples']} samples per method; flip invariance and positivity clamp off; "
                  "normalised units; coverage pooled over every column, window and step unless stated.")  # fmt: skip
+    f = ETT["figure"]
+    parts.append(f"Stated window (ett_sharpness, the coverage figures): column {f['column']}, test window "
+                 f"{int(f['window'])} of each configuration (the figures: {f['dataset']} H={f['horizon']}).")  # fmt: skip
     if config["report"]["note"]:
         parts.append(config["report"]["note"])
     return " ".join(parts)
