@@ -158,8 +158,8 @@ def test_dry_run_paper_protocol(tmp_path):
         "ett_calibrate_sa": 8,
         "ett_method": 8 * 5,
         "ett_evaluate": 8,
-        "ett_table": 3,
-        "ett_figure": 2,
+        "ett_table": 4,
+        "ett_figure": 3,
         # the ERA5 slice on WeatherBench and the official ClimaX checkpoint: no stand-in, no pretraining
         "era5_fetch": 1,
         "era5_fetch_checkpoint": 1,
