@@ -106,14 +106,15 @@ def ett_adapter_metas():
 
 def ett_table_inputs(wildcards):
     """What an ETT table reads, and nothing else (so its provenance names exactly the files it depends on): the
-    zero-shot table the adapters' records; the per-window sharpness table every run's samples and the prepared
-    windows; every other table the runs' metrics."""
+    zero-shot table the adapters' records; the per-window sharpness table every run's samples, the prepared
+    windows and SA's meta.json (its nu); every other table the runs' metrics."""
     if wildcards.table == "zero_shot":
         return {"adapters": ett_adapter_metas()}
     if wildcards.table == "sharpness":
         configs = [(d, h) for d in ETT_DATASETS_RUN for h in ETT_HORIZONS]
         return {"samples": [ett_run(d, h, m, "samples.npz") for d, h in configs for m in ETT_METHODS],
-                "prepared": [f"results/ett/{d}/H{h}/prepared.npz" for d, h in configs]}  # fmt: skip
+                "prepared": [f"results/ett/{d}/H{h}/prepared.npz" for d, h in configs],
+                "sa_meta": [ett_run(d, h, "sa", "meta.json") for d, h in configs]}  # fmt: skip
     return {"metrics": ett_metrics()}
 
 

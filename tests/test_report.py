@@ -559,3 +559,25 @@ def test_sa_rows_name_their_nu_and_the_boundary():
     labels = [ln.split("|")[1].strip() for ln in md.splitlines() if ln.startswith("|")][2:]
     assert labels == ["SA (nu=1, boundary)", "SA (scale-match) (nu=4)", "SWAG"]
     assert R.nu_label("SA", float("nan")) == "SA"
+
+
+def test_nu_columns_mark_the_boundary_by_the_fraction_of_splits(tmp_path):
+    """A nu column (rows = data sets) prints "1 (boundary)" where every split's calibration ended at nu = 1
+    wanting more dispersion, the share of splits where only some did, nothing otherwise; the cost table carries
+    the fraction from the runs' metrics.json (at_boundary), and LaTeX escapes the marker."""
+    files = make_fake_uci(tmp_path, datasets=("yacht", "energy"), n_splits=2, methods=("sa", "sa_match", "swag"))
+    flags = {("yacht", 0): True, ("yacht", 1): True, ("energy", 0): True, ("energy", 1): False}
+    for (dataset, split, method), f in files.items():
+        if method == "sa":
+            rec = load_json(f["metrics"])
+            rec["nu"], rec["at_boundary"] = 1.0, flags[(dataset, split)]
+            save_json(f["metrics"], rec)
+    tidy = U.uci_cost_table(R.load_runs(metrics_paths(files), progress=False))
+    assert _get(tidy, "yacht", "sa", "at_boundary").value == 1.0
+    assert _get(tidy, "energy", "sa", "at_boundary").value == 0.5
+    md = R.to_markdown(tidy, U.COST_TABLE)
+    row = {ln.split("|")[1].strip(): ln for ln in md.splitlines() if ln.startswith("| ")}
+    assert "| 1 (boundary) |" in row["Yacht"] and "| 1 (boundary on 50% of splits) |" in row["Energy"]
+    assert "boundary" not in row["Yacht"].replace("1 (boundary)", "")  # SA-sm's nu (40) carries no marker
+    tex = R.to_latex(tidy, U.COST_TABLE)
+    assert r"1 (boundary on 50\% of splits)" in tex

@@ -42,6 +42,7 @@ __all__ = [
     "METHOD_LABELS",
     "NU_METRICS",
     "nu_label",
+    "nu_rows",
     "DATASET_LABELS",
     "TIDY_COLUMNS",
     "STD_DDOF",
@@ -130,6 +131,16 @@ NU_METRICS = ("nu", "at_boundary")
 (``TableSpec.rows == "methods"``) labels each method that has them."""
 
 
+def nu_rows(row: str, method: str, record: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The tidy rows (:data:`NU_METRICS`) of an SA run's nu and boundary flag (a metrics.json or meta.json with
+    ``nu``, ``at_boundary``), which label its row or fill a nu column; none for a run without nu."""
+    nu = as_float(record.get("nu"))
+    if not math.isfinite(nu):
+        return []
+    boundary = 1.0 if as_float(record.get("at_boundary")) == 1.0 else 0.0
+    return [mean_row(row, method, "nu", [nu]), mean_row(row, method, "at_boundary", [boundary])]
+
+
 def _ordered(names: Iterable[str], order: Sequence[str]) -> list[str]:
     """Unique ``names`` in the order of ``order``, unknown ones after, alphabetically."""
     uniq = set(names)
@@ -215,6 +226,7 @@ def load_runs(metrics_paths: Iterable[str | os.PathLike], *, progress: bool = Tr
         row["sigma_y"] = as_float(rec.get("sigma_y"))
         row["temperature"] = as_float(rec.get("temperature", 1.0 if row["method"] == "sa" else math.nan))
         row["nu"] = as_float(rec.get("nu"))
+        row["at_boundary"] = as_float(rec.get("at_boundary"))
         for block in SCALAR_BLOCKS:
             values = rec.get(block)
             if values is None and block == "scaled":
@@ -504,8 +516,21 @@ def _layout(tidy: pd.DataFrame, spec: TableSpec) -> _Layout:
     for dataset in dataset_order(tidy["dataset"]):
         cells = [_cells(g.spec, [look.get((dataset, m, g.spec.metric), (math.nan, math.nan)) for m in g.methods])
                  for g in groups]
+        for g, g_cells in zip(groups, cells):
+            if g.spec.metric == NU_METRICS[0]:
+                for m, cell in zip(g.methods, g_cells):
+                    _mark_boundary(cell, look.get((dataset, m, NU_METRICS[1]), (math.nan, math.nan))[0])
         rows.append((dataset_label(dataset), cells))
     return _Layout(groups, rows)
+
+
+def _mark_boundary(cell: _Cell, fraction: float) -> None:
+    """Append the boundary marker to a nu cell (``"1 (boundary)"``) when the calibration ended at the domain's low
+    end (``at_boundary``: the fraction of the row's splits that did; ``"(boundary on 50% of splits)"`` when only
+    some)."""
+    if not cell.text or not math.isfinite(fraction) or fraction <= 0.0:
+        return
+    cell.text += " (boundary)" if fraction >= 1.0 else f" (boundary on {fraction:.0%} of splits)"
 
 
 def _method_rows_layout(tidy: pd.DataFrame, spec: TableSpec, look: dict) -> _Layout:
@@ -666,7 +691,7 @@ def to_latex(
                 elif c.latex is not None:
                     cells.append(rf"$\mathbf{{{c.latex}}}$" if c.bold else f"${c.latex}$")
                 else:
-                    cells.append(rf"\textbf{{{c.text}}}" if c.bold else c.text)
+                    cells.append(rf"\textbf{{{latex_escape(c.text)}}}" if c.bold else latex_escape(c.text))
         out.append(" & ".join(cells) + r" \\")
     out.append(r"\bottomrule")
     out.append(r"\end{tabular}" + ("%" if spec.wide else ""))

@@ -62,7 +62,16 @@ from stochattn.figures import (
 )
 from stochattn.io import load_json, load_npz
 from stochattn.metrics import _level_key, lat_weighted_rmse
-from stochattn.report import ColumnGroup, TableSpec, as_float, mean_row, method_label, method_order, tidy_frame
+from stochattn.report import (
+    ColumnGroup,
+    TableSpec,
+    as_float,
+    mean_row,
+    method_label,
+    method_order,
+    nu_rows,
+    tidy_frame,
+)
 
 __all__ = [
     "ROW",
@@ -137,15 +146,6 @@ def _sa_or_matched(method: str, metrics: Mapping[str, Any], key: str) -> float:
 def _scaled_w1(method: str, metrics: Mapping[str, Any]) -> float:
     """Temperature-scaled W1 (SA: native, as the paper reports it)."""
     return as_float(metrics["native" if method == REFERENCE else "scaled"]["w1"])
-
-
-def nu_rows(row: str, method: str, metrics: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The tidy rows (:data:`stochattn.report.NU_METRICS`) that label an SA run's row with its nu and boundary flag
-    (metrics.json's ``nu``, ``at_boundary``); none for a run without nu."""
-    if metrics.get("nu") is None:
-        return []
-    return [mean_row(row, method, "nu", [as_float(metrics["nu"])]),
-            mean_row(row, method, "at_boundary", [1.0 if metrics.get("at_boundary") else 0.0])]  # fmt: skip
 
 
 def total_seconds(meta: Mapping[str, Any] | PathLike) -> float:

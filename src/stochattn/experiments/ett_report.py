@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from stochattn.io import load_json, load_npz
-from stochattn.report import ColumnGroup, TableSpec, mean_row, method_label, method_order, tidy_frame
+from stochattn.report import ColumnGroup, TableSpec, mean_row, method_label, method_order, nu_rows, tidy_frame
 
 __all__ = ["config_label", "load_ett_runs", "SHARPNESS_TABLE", "POOLED_TABLE", "ZERO_SHOT_TABLE", "ETT_TABLE_SPECS",
            "coverage_figure", "window_row"]  # fmt: skip
@@ -58,13 +58,13 @@ def _parse(path: str | os.PathLike) -> tuple[str, int, str]:
 
 def load_ett_runs(metrics_paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
     """One row per run: ``dataset, horizon, config, method`` and the metrics (``native_<k>``, ``matched_<k>``,
-    ``seconds_total``, ``nu``), sorted by data set, horizon and method order."""
+    ``seconds_total``, ``nu``, ``at_boundary``), sorted by data set, horizon and method order."""
     rows = []
     for path in metrics_paths:
         dataset, horizon, method = _parse(path)
         m = load_json(path)
         row: dict[str, Any] = {"dataset": dataset, "horizon": horizon, "config": config_label(dataset, horizon),
-                               "method": method, "nu": m.get("nu")}  # fmt: skip
+                               "method": method, "nu": m.get("nu"), "at_boundary": m.get("at_boundary")}  # fmt: skip
         row.update({f"native_{k}": v for k, v in m["native"].items()})
         row.update({f"matched_{k}": v for k, v in m.get("matched", {}).items()})
         row["seconds_total"] = float(sum(v for v in m["seconds"].values() if isinstance(v, (int, float))))
@@ -95,6 +95,7 @@ def sharpness_pooled_table(runs: pd.DataFrame) -> pd.DataFrame:
             else:
                 width = _value(run, "matched_width_95")
             rows.append(mean_row(label, run["method"], "width_at_sa_95", [width]))
+            rows.extend(nu_rows(label, run["method"], run))
     return tidy_frame(rows)
 
 
@@ -105,6 +106,7 @@ def pooled_table(runs: pd.DataFrame) -> pd.DataFrame:
         for key in (*(f"coverage_{lvl}" for lvl in LEVELS), "w1", "mae", "crps"):
             rows.append(mean_row(run["config"], run["method"], key, [_value(run, f"native_{key}")]))
         rows.append(mean_row(run["config"], run["method"], "seconds", [run["seconds_total"]]))
+        rows.extend(nu_rows(run["config"], run["method"], run))
     return tidy_frame(rows)
 
 
@@ -130,6 +132,7 @@ _SHARP_GROUPS = (
     ColumnGroup("sa_coverage_95", "SA cov.", r"SA cov.", methods=("sa",), header="SA PI-95 cov.",
                 latex_header=r"SA PI-95 cov."),  # fmt: skip
     ColumnGroup("width_at_sa_95", "Width", _SHARP, bold=2),
+    ColumnGroup("nu", "nu", r"$\nu$", methods=("sa",), header="SA nu", latex_header=r"SA $\nu$", fmt="significant"),
 )
 SHARPNESS_TABLE = TableSpec(
     name="ett_sharpness",
@@ -138,7 +141,8 @@ SHARPNESS_TABLE = TableSpec(
     "window per configuration (column and window in the caption), SA's empirical PI-95 coverage k/H and each "
     "method's mean PI-95 width on that window at SA's coverage (normalised units; SA native, every other method "
     "rescaled around its forecast by the smallest conformal factor that covers the same k of the H steps of that "
-    "window, as the paper matches its window). Lower is sharper; the two sharpest are bold.",
+    "window, as the paper matches its window). Lower is sharper; the two sharpest are bold. SA nu: SA's calibrated "
+    "nu, '(boundary)' where its calibration ended at nu = 1 still wanting more dispersion.",
     latex_description=r"TimesFM sharpness at matched coverage on one test window per configuration: SA's empirical "
     r"PI-95 coverage $k/H$ and each method's mean PI-95 width on that window, conformally matched to SA's coverage "
     r"there (normalised units). Two sharpest in bold.",
@@ -151,7 +155,8 @@ SHARPNESS_POOLED_TABLE = TableSpec(
     description="Beyond the paper: sharpness at matched coverage pooled over every test series and step: SA's "
     "PI-95 coverage on all test windows and each method's mean PI-95 width at SA's coverage (normalised units; SA "
     "native, every other run rescaled by a conformal factor fitted on the cal windows to SA's cal coverage). Lower "
-    "is sharper; the two sharpest are bold.",
+    "is sharper; the two sharpest are bold. SA nu: SA's calibrated nu, '(boundary)' where its calibration ended at "
+    "nu = 1 still wanting more dispersion.",
     latex_description=r"Pooled over all test windows: SA's PI-95 coverage and each method's mean PI-95 width at "
     r"SA's coverage (baselines conformally rescaled on the cal windows). Two sharpest in bold.",
     label="tab:ett_sharpness_pooled",
@@ -167,11 +172,13 @@ POOLED_TABLE = TableSpec(
         ColumnGroup("mae", "MAE", "MAE", bold=1),
         ColumnGroup("crps", "CRPS", "CRPS", bold=1),
         ColumnGroup("seconds", "s", "Cost (s)", fmt="significant", bold=1),
+        ColumnGroup("nu", "nu", r"$\nu$", methods=("sa", "sa_match"), fmt="significant"),
     ),
     description="Beyond the paper: native metrics pooled over every column, test window and step of each "
     "configuration (normalised units): central-interval coverage at 25/50/75/95 % (closest to nominal bold), PIT "
     "W1, MAE of the point forecast, CRPS (lower bold) and total wall-clock seconds of the method (training of its "
-    "own adapters, calibration, sampling).",
+    "own adapters, calibration, sampling); nu: SA's calibrated nu (SA: Algorithm 2's loss arg-min, SA-sm: the "
+    "surrogate's scale-matching point), '(boundary)' where the calibration ended at nu = 1 wanting more dispersion.",
     latex_description=r"Pooled over all columns, test windows and steps (normalised units): coverage of the "
     r"central 25/50/75/95\% intervals, PIT $W_1$, MAE, CRPS and wall-clock cost per method.",
     label="tab:ett_pooled",
@@ -280,6 +287,9 @@ def sharpness_table(
         sa = match["sa"]
         rows.append(mean_row(label, "sa", "sa_coverage_95", [sa["covered"] / sa["steps"]]))
         rows.extend(mean_row(label, m, "width_at_sa_95", [v["width"]]) for m, v in match.items())
+        sa_meta = Path(runs["sa"]).with_name("meta.json")  # SA's nu (listed among the table's inputs)
+        if sa_meta.is_file():
+            rows.extend(nu_rows(label, "sa", load_json(sa_meta)))
     return tidy_frame(rows)
 
 
