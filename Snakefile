@@ -47,6 +47,7 @@ include: "rules/ett_common.smk"
 include: "rules/ett.smk"
 include: "rules/era5_common.smk"
 include: "rules/era5.smk"
+include: "rules/paper.smk"
 
 
 # Target rules and the fetch rule (which needs the network on a cluster's login node) run locally (localrule).
@@ -59,6 +60,7 @@ rule all:
         figure_files("teaser_sinusoid"),
         ett_targets() if ETT["enabled"] else [],
         era5_targets() if ERA5["enabled"] else [],
+        PAPER_COMPARISON_FILES,
     localrule: True
 
 

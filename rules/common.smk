@@ -204,7 +204,7 @@ def uci_targets():
     return files
 
 
-UCI_TABLES = ["master", "crps", "cost"]
+UCI_TABLES = ["master", "matched", "crps", "cost"]
 
 
 def method_inputs(wildcards):

@@ -10,7 +10,8 @@ ERA5_STAGES = ["standin", "pretrain", "adapt", "sa", "swag", "multiswag", "ivon"
                "evaluate", "analyses"]  # fmt: skip
 ERA5_METHOD_FUNCTIONS = ["sa", "swag", "multiswag", "ivon", "contextual_dropout", "hsa"]
 ERA5_DIR = "results/era5"
-ERA5_TABLES = ["climax_summary", "climax_crps_decomp", "swag_sweep_val", "swag_sweep_test", "climax_skill"]
+ERA5_TABLES = ["climax_summary", "climax_crps_decomp", "swag_sweep_val", "swag_sweep_test", "climax_skill",
+               "climax_cost"]
 ERA5_FIGURES = {
     "climax_pit_combined": "pit_combined",
     "climax_cost": "cost_figure",
@@ -144,6 +145,7 @@ def era5_table_inputs(wildcards):
         "swag_sweep_val": sweep,
         "swag_sweep_test": sweep,
         "climax_skill": {"adapter": f"{ERA5_DIR}/adapter.json"},
+        "climax_cost": {"metas": list(era5_run_files("meta.json").values())},
     }[wildcards.era5_table]
 
 

@@ -81,8 +81,8 @@ rule uci_pit_figure:
 
 
 rule uci_sharpness_figure:
-    """PI-95 widths per test point normalised by SA's mean width; the other methods conformally matched to SA's
-    calibration-split coverage (stochattn.experiments.uci_figures)."""
+    """PI-95 widths per test point normalised by SA's mean width; the other methods temperature-scaled on the
+    calibration split, as the paper (stochattn.experiments.uci_figures)."""
     input:
         unpack(lambda w: {"samples_and_metrics": flat_paths(samples_and_metrics(w.dataset))}),
     output:
@@ -227,3 +227,4 @@ rule teaser_sinusoid:
         code=code_for("stochattn.experiments.uci_figures:teaser_sinusoid", "stochattn.provenance:provenance_record"),
     script:
         "../workflow_scripts/figure.py"
+

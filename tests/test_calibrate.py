@@ -112,11 +112,12 @@ def test_bo_is_deterministic_for_a_seed_and_records_both_operating_points():
 
 
 @pytest.mark.parametrize("nu_true, low, expected", [(0.25, 1, True), (2.0, 1, False), (16.0, 1, False),
-                                                    (2.0, 4, True)])  # fmt: skip
+                                                    (2.0, 8, True)])  # fmt: skip
 def test_boundary_flag_exactly_when_nu_is_the_low_end_and_the_surrogate_wants_more_dispersion(nu_true, low, expected):
     """at_boundary: Algorithm 2's nu is the domain's low end (nu = 1: SA's largest dispersion) AND the surrogate's
     continuous scale-matching optimum lies below it. nu_true = 2 may end at nu = 1 by the loss, but its surrogate
-    optimum (~2) is inside the domain: no flag."""
+    optimum (~2) is inside the domain: no flag. (With low = 4 the loss's own arg-min, nu ~ 5 where E[R] = (2/pi) s0,
+    lies inside the domain: no flag either; low = 8 is past both.)"""
     r = bo_calibrate(_synthetic_evaluate(nu_true=nu_true, seed=1), s0=1.0, domain=IntegerDomain(low, 1024), budget=10,
                      seed=2)  # fmt: skip
     below = r.nu_surrogate_continuous < low
@@ -124,6 +125,33 @@ def test_boundary_flag_exactly_when_nu_is_the_low_end_and_the_surrogate_wants_mo
     assert r.at_boundary is (below and r.nu == low) and r.at_boundary is expected
     assert r.at_boundary_surrogate is (below and r.nu_surrogate == low)
     assert r.to_dict()["at_boundary"] is expected
+
+
+def test_scale_match_design_closes_in_on_the_scale_matching_nu_and_log_spaced_spans_the_domain():
+    """Default design: the pilot at the low end, then nu = nu_p (s(nu_p) / s0)^2 (SA's 1/nu variance law), then the
+    log-log secant: on a law s ~ nu^-1/2 the second point is nu_true itself and the third its nearest free
+    neighbour. On a law that bends (exponent -1/4 from nu = 1) the secant still finds the root. The labelled
+    variant spans the domain. An SA at its most dispersed still too narrow gets the domain's lowest values."""
+    from stochattn.calibrate import scale_match_design
+
+    ev = _synthetic_evaluate(nu_true=16, noise=0.0)
+    r = bo_calibrate(ev, s0=1.0, domain=IntegerDomain(1, 4096), budget=6, seed=0)
+    assert r.design == "scale_match" and [h["nu"] for h in r.history()[:3]] == [1, 16, 17]
+    assert [h["source"] for h in r.history()] == ["initial"] * 3 + ["thompson"] * 3
+    assert all(8 <= h["nu"] <= 32 for h in r.history()[3:])  # the proposals refine around nu_true = 16
+    spanning = bo_calibrate(ev, s0=1.0, domain=IntegerDomain(1, 4096), budget=6, seed=0, design="log_spaced")
+    assert [h["nu"] for h in spanning.history()[:3]] == [1, 64, 4096] and spanning.to_dict()["design"] == "log_spaced"
+    # a bending law s = 4 (nu / 1)^-1/4 near 1, steeper later: s = 1 at nu = 100 with a secant of (1, 4), (256, 1)
+    law = {1: 4.0, 256: 1.0 / 16 ** 0.5 * 2.0}  # s(256) = 0.5
+    secant = scale_match_design([EvalResult(nu=n, loss=1.0, scale=v) for n, v in law.items()], 1.0,
+                                IntegerDomain(1, 4096))  # fmt: skip
+    assert secant == round(math.exp(math.log(256) * math.log(4) / math.log(8)))  # ln s linear in ln nu: s = 1 there
+    too_narrow = [EvalResult(nu=1, loss=1.0, scale=0.25)]
+    assert scale_match_design(too_narrow, 1.0, IntegerDomain(1, 4096)) == 2  # nu0 = 1/16 -> 1 (taken) -> 2
+    r = bo_calibrate(_synthetic_evaluate(nu_true=0.25, noise=0.0), s0=1.0, budget=4, seed=0)
+    assert [h["nu"] for h in r.history()[:3]] == [1, 2, 3]
+    with pytest.raises(ValueError, match="design"):
+        bo_calibrate(ev, s0=1.0, design="random")
 
 
 def test_loss_argmin_averages_repeated_evaluations_of_one_nu():

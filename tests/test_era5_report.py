@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from stochattn import report as R
@@ -32,7 +33,7 @@ def _fields(rng: np.random.Generator, clim: np.ndarray, n: int) -> np.ndarray:
     return clim + 600.0 * rng.standard_normal((n, D))
 
 
-def _bo_run(seed: int) -> dict:
+def _bo_run(seed: int, low: int = 1, high: int = 512) -> dict:
     """A real bo_calibrate record on a synthetic EvalStats: s(nu) = 2 nu^-1/2 (noisy), s0 = 1, so nu* ~ 4."""
     rng = np.random.default_rng(100 + seed)
 
@@ -40,7 +41,7 @@ def _bo_run(seed: int) -> dict:
         scale = 2.0 * nu**-0.5 * math.exp(0.02 * rng.standard_normal())
         return EvalResult(nu=nu, loss=(scale - 1.0) ** 2 + 0.5, scale=scale)
 
-    res = bo_calibrate(evaluate, 1.0, domain=IntegerDomain(1, 512), budget=6, initial_design=3, seed=seed,
+    res = bo_calibrate(evaluate, 1.0, domain=IntegerDomain(low, high), budget=6, initial_design=3, seed=seed,
                        num_posterior_draws=200).to_dict()  # fmt: skip
     return res
 
@@ -85,6 +86,7 @@ def era5(tmp_path_factory):
                      "score_oriented": {"nu": 25, "pit": pit(0.7), "crps": 135.4, "energy": 209.7, "w1": 0.08}},
         },
         "bo_seeds": [_bo_run(seed) for seed in (0, 1, 2)],
+        "bo_second_range": [_bo_run(seed, 2, 64) for seed in (0, 1, 2)],
         "latency": {"batch": 4, "deterministic": 0.42, "threads": 2, "device": {"device": "cpu", "torch_threads": 2},
                     "sa": [{"nu": nu, "seconds": 0.45 + 0.01 * np.log2(nu)} for nu in (1, 2, 4, 8, 64, 512)]},
     }  # fmt: skip
@@ -138,9 +140,11 @@ def test_summary_table_holds_the_run_numbers(era5):
         if m == "sa":
             assert value(tidy, m, "w1_scaled") == met["native"]["w1"]
             assert value(tidy, m, "width_95_matched") == met["native"]["width_95"]
+            assert value(tidy, m, "width_95_scaled") == met["native"]["width_95"]
         else:
             assert value(tidy, m, "w1_scaled") == met["scaled"]["w1"] != met["native"]["w1"]
             assert value(tidy, m, "width_95_matched") == met["matched"]["width_95"]
+            assert value(tidy, m, "width_95_scaled") == met["scaled"]["width_95"]  # the paper's PI-95
     assert set(tidy["n"]) == {1}
 
 
@@ -149,7 +153,8 @@ def test_summary_bold_marks_follow_the_paper(era5):
     short = {m: R.method_label(m) for m in SPREADS}
     short["sa"] = "SA (nu=4)"  # SA's row names its calibrated nu, as the paper's "SA (nu=4)"
     for metric, title, pick in (("acc_ensemble_mean", "ACC ens.", max), ("w1_native", "W1 native", min),
-                                ("w1_scaled", "W1 scaled", min), ("width_95_matched", "PI-95", min)):  # fmt: skip
+                                ("w1_scaled", "W1 scaled", min), ("width_95_scaled", "PI-95", min),
+                                ("width_95_matched", "PI-95 @SA cov.", min)):  # fmt: skip
         best = pick(SPREADS, key=lambda m: value(tidy, m, metric))
         assert short[best] in bold_columns(tidy, E.CLIMAX_SUMMARY, title), metric
     closest = min(SPREADS, key=lambda m: abs(value(tidy, m, "coverage_95_native") - 0.95))
@@ -214,6 +219,7 @@ def test_every_table_writes(era5, tmp_path):
         "swag_sweep_val": E.SWAG_SWEEP_VAL.build(era5["sweep"]),
         "swag_sweep_test": E.SWAG_SWEEP_TEST.build(era5["sweep"]),
         "climax_skill": E.CLIMAX_SKILL.build(era5["adapter"]),
+        "climax_cost": E.CLIMAX_COST.build(era5["metas"]),
     }
     assert set(tidies) == set(E.ERA5_TABLE_SPECS)
     prov = {"rule": "test", "inputs": [], "config_subset": {}, "seeds": {}}
@@ -226,16 +232,37 @@ def test_every_table_writes(era5, tmp_path):
 # --------------------------------------------------------------------------------------------------------------
 # figures
 # --------------------------------------------------------------------------------------------------------------
-def test_sharpness_ratios_are_cellwise_and_sa_is_one(era5):
+def test_sharpness_figure_widths_are_temperature_scaled_over_sas_mean_width(era5, monkeypatch, tmp_path):
+    """The paper's climax_sharpness: every (forecast, cell) width of a baseline temperature-scaled by its fitted T,
+    divided by SA's MEAN native width, so the mean of a method's values is the ratio of mean widths."""
     samples, metrics = era5["samples"], era5["metrics"]
-    ratios, dropped = E.cellwise_width_ratios(samples, metrics, 0.95)
-    assert dropped == []
-    assert np.all(ratios["sa"] == 1.0)
+    drawn = {}
+    monkeypatch.setattr(E, "draw_sharpness", lambda ax, widths, level: drawn.update(widths))
+    E.sharpness_figure(samples, metrics, 95, out_base=tmp_path / "sharp", title=CAPTION)
     sa, sw = load_npz(samples["sa"]), load_npz(samples["swag"])
-    factor = load_json(metrics["swag"])["matched"]["factor_95"]
+    t = load_json(metrics["swag"])["temperature"]
     w_sa = np.subtract(*central_interval(sa["samples"], 0.95)[::-1]).ravel()
-    w_sw = np.subtract(*central_interval(apply_scale(sw["samples"], sw["point"], factor), 0.95)[::-1]).ravel()
-    np.testing.assert_allclose(ratios["swag"], w_sw / w_sa, rtol=1e-10)
+    w_sw = np.subtract(*central_interval(apply_scale(sw["samples"], sw["point"], t), 0.95)[::-1]).ravel()
+    np.testing.assert_allclose(drawn["swag"], w_sw / w_sa.mean(), rtol=1e-10)
+    assert drawn["sa"].mean() == pytest.approx(1.0)
+    scaled = load_json(metrics["swag"])["scaled"]["width_95"] / load_json(metrics["sa"])["native"]["width_95"]
+    assert drawn["swag"].mean() == pytest.approx(scaled, rel=1e-6)  # = the summary table's PI-95 ratio
+
+
+def test_bo_sensitivity_draws_the_second_search_range(era5, tmp_path, monkeypatch):
+    """App. BO sensitivity: the same seeds on a second search range, drawn dashed beside the first; both ranges'
+    surrogate optimum lands at the synthetic nu* = 4."""
+    an = load_json(era5["an"])
+    for run in (*an["bo_seeds"], *an["bo_second_range"]):
+        assert abs(math.log(run["nu_surrogate_continuous"] / 4.0)) < 0.3
+    assert {r["domain"]["low"] for r in an["bo_second_range"]} == {2}
+    figures = []
+    monkeypatch.setattr(E, "save_figure", lambda fig, base: figures.append(fig) or [])
+    E.bo_sensitivity(era5["an"], out_base=tmp_path / "bo", title=CAPTION)
+    top = figures[0].axes[0]
+    dashed = [ln for ln in top.get_lines() if ln.get_linestyle() == "--"]
+    assert len(dashed) == 3 and all("[2, 64]" in ln.get_label() for ln in dashed)
+    assert "second search range [2, 64]" in top.get_title()
 
 
 def test_beta_star_is_ln_nu_cont(era5):
@@ -250,6 +277,21 @@ def test_beta_star_is_ln_nu_cont(era5):
 
 def test_total_seconds_sums_every_component(era5):
     assert E.total_seconds(era5["metas"]["sa"]) == 0.0 + 2.0 + 1.0 + 5.0
+
+
+def test_cost_table_puts_each_method_against_sas_bo_seconds(era5):
+    """climax_cost (the paper's cost contrast as numbers): adaptation = train + calibrate (SA: its 2 s of BO),
+    ratio to SA's BO, totals; the same numbers as build_table from the workflow's meta.json list."""
+    tidy = E.CLIMAX_COST.build(era5["metas"])
+    for m, path in era5["metas"].items():
+        sec = load_json(path)["seconds"]
+        assert value(tidy, m, "seconds_adaptation") == sec["train"] + sec["calibrate"]
+        assert value(tidy, m, "adaptation_over_sa_calibration") == pytest.approx((sec["train"] + sec["calibrate"]) / 2.0)
+        assert value(tidy, m, "seconds_total") == pytest.approx(E.total_seconds(path))
+    _, again = E.build_table("climax_cost", metas=list(era5["metas"].values()))
+    pd.testing.assert_frame_equal(again, tidy)
+    md = R.to_markdown(tidy, E.CLIMAX_COST)
+    assert "SA (nu=4)" in md
 
 
 def test_every_figure_writes_png_and_pdf(era5, tmp_path):

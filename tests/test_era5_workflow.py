@@ -49,7 +49,8 @@ def test_era5_run_writes_every_output_with_provenance(era5_run):
     assert [r["scale"] for r in sweep["rows"]] == [1.0, 4.0]
     analyses = json.loads((work / "results" / "era5" / "analyses.json").read_text())
     assert [r["nu"] for r in analyses["score_sweep"]["grid"]] == [1, 8] and len(analyses["bo_seeds"]) == 1
-    for name in ("climax_summary", "climax_crps_decomp", "swag_sweep_val", "swag_sweep_test", "climax_skill"):
+    for name in ("climax_summary", "climax_crps_decomp", "swag_sweep_val", "swag_sweep_test", "climax_skill",
+                 "climax_cost"):
         for ext in ("csv", "md", "tex"):
             _prov_ok(work / "results" / "tables" / f"{name}.{ext}", work)
         assert "AQUAPLANET STAND-IN" in (work / "results" / "tables" / f"{name}.md").read_text()

@@ -46,7 +46,7 @@ def test_ett_run_writes_every_output_with_provenance(ett_run):
     backbone = json.loads((work / "results" / "ett" / "backbone" / "station1.json").read_text())
     assert sorted(backbone["sources"]) == ["ETTh2", "ETTm2"]
     assert not (work / "results" / "data" / "ett" / "ETTm1.csv").exists()
-    for name in ("ett_sharpness", "ett_sharpness_pooled", "ett_pooled", "ett_zero_shot"):
+    for name in ("ett_sharpness", "ett_sharpness_pooled", "ett_pooled", "ett_cost", "ett_zero_shot"):
         for ext in ("csv", "md", "tex"):
             _prov_ok(work / "results" / "tables" / f"{name}.{ext}", work)
         md = (work / "results" / "tables" / f"{name}.md").read_text()

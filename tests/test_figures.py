@@ -78,25 +78,35 @@ def test_pit_histograms(tmp_path, fake):
 
 
 def test_normalised_widths_match_table_ratio(fake):
+    """Default (the paper's): every method but SA temperature-scaled, so a method's widths are T x its native
+    widths and their mean is the table's Panel B ratio; scaling="matched" gives the uci_matched table's ratio."""
     files, runs = fake
     widths = UF.normalised_widths(sharp_inputs(files, "yacht"), 0.95, dataset="yacht")
     assert list(widths) == list(METHODS)
     assert all(w.shape == (3 * 40,) for w in widths.values())
     assert widths["sa"].mean() == pytest.approx(1.0, rel=1e-12)
-    # sa_match, swag, mc_dropout are SA's draws x 1.5, 2, 0.5 around the same point: matched to SA's calibration
-    # coverage, every width is s_(j) x SA's (s_(j) per split: the j-th smallest SA calibration score)
+    # sa_match, swag, mc_dropout are SA's draws x 1.5, 2, 0.5 around the same point: temperature scaling undoes
+    # the known spread, so all three have the same widths (T x c equal across them)
+    for method in RESCALED:
+        np.testing.assert_allclose(widths[method], widths["swag"], rtol=1e-5)
+    matched = UF.normalised_widths(sharp_inputs(files, "yacht"), 0.95, dataset="yacht", scaling="matched")
+    # matched to SA's calibration coverage, every width is s_(j) x SA's (s_(j) per split: the j-th smallest SA
+    # calibration score)
     q = np.repeat([sa_score_quantile(files[("yacht", k, "sa")]["samples"]) for k in range(3)], 40)
     for method in RESCALED:
-        np.testing.assert_allclose(widths[method], q * widths["sa"], rtol=1e-9)
-    # equal split sizes: the mean normalised width is the table's Panel B ratio
+        np.testing.assert_allclose(matched[method], q * matched["sa"], rtol=1e-9)
+    # equal split sizes: the mean normalised width is the table's Panel B ratio (each scaling its own)
     tidy = U.uci_master_table(runs)
     for method in METHODS:
-        row = tidy[(tidy.dataset == "yacht") & (tidy.method == method) & (tidy.metric == "pi95_width_ratio")]
-        assert widths[method].mean() == pytest.approx(row.value.iloc[0], rel=1e-10)
+        for metric, w in (("pi95_width_ratio", widths), ("pi95_width_ratio_matched", matched)):
+            row = tidy[(tidy.dataset == "yacht") & (tidy.method == method) & (tidy.metric == metric)]
+            assert w[method].mean() == pytest.approx(row.value.iloc[0], rel=1e-10)
     # dict form of the input gives the same numbers
     dict_form = {m: {"samples": [p for p, _ in v], "metrics": [q for _, q in v]}
                  for m, v in sharp_inputs(files, "yacht").items()}
     np.testing.assert_array_equal(UF.normalised_widths(dict_form)["swag"], widths["swag"])
+    with pytest.raises(ValueError, match="scaling"):
+        UF.normalised_widths(dict_form, scaling="conformal")
 
 
 def test_normalised_widths_errors(fake):
@@ -110,15 +120,21 @@ def test_normalised_widths_errors(fake):
         UF.normalised_widths({"sa": {"samples": [inputs["sa"][0][0]], "metrics": []}})
 
 
-def test_normalised_widths_need_the_matched_factor_not_the_temperature(tmp_path, fake):
+def test_normalised_widths_need_the_factor_of_their_scaling(tmp_path, fake):
     files, _ = fake
     inputs = sharp_inputs(files, "yacht", methods=("sa", "swag"), n_splits=1)
     rec = load_json(inputs["swag"][0][1])
     assert rec["temperature"] > 0 and rec["matched"]["factor_95"] != pytest.approx(rec["temperature"])
     del rec["matched"]
     save_json(tmp_path / "metrics.json", rec)
+    runs = {"sa": inputs["sa"], "swag": [(inputs["swag"][0][0], tmp_path / "metrics.json")]}
+    UF.normalised_widths(runs)  # temperature: present
     with pytest.raises(ValueError, match="factor_95"):
-        UF.normalised_widths({"sa": inputs["sa"], "swag": [(inputs["swag"][0][0], tmp_path / "metrics.json")]})
+        UF.normalised_widths(runs, scaling="matched")
+    rec["temperature"] = None
+    save_json(tmp_path / "metrics.json", rec)
+    with pytest.raises(ValueError, match="temperature"):
+        UF.normalised_widths(runs)
 
 
 def test_sharpness_boxplot_whiskers_p5_p95_and_mean(tmp_path, fake):

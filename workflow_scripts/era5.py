@@ -79,7 +79,8 @@ elif rule == "era5_table":
 
     started = time.time()
     spec, tidy = era5_report.build_table(w.era5_table, **{k: sm.input.get(k) for k in
-                                                          ("metrics", "spatial", "sweep", "adapter", "analyses")})
+                                                          ("metrics", "spatial", "sweep", "adapter", "analyses",
+                                                           "metas")})
     written = report.write_table(
         tidy, os.path.splitext(sm.output.csv)[0], p.caption,
         {"rule": rule, "inputs": list(sm.input), "config_subset": p.config_subset, "seeds": p.seeds,
@@ -123,7 +124,7 @@ else:
                          lora=p.lora, sa_cfg=p.sa_cfg, nu_grid=a["nu_grid"], bo_seeds=a["bo_seeds"],
                          latency_nu=a["latency_nu"], latency_batch=a["latency_batch"],
                          latency_repeats=a["latency_repeats"], num_samples=p.num_samples, seed=p.seed,
-                         sa_sites=p.sa_sites, allow_pickle=p.allow_pickle, progress=progress,
-                         provenance=job.stage())  # fmt: skip
+                         sa_sites=p.sa_sites, second_range=a.get("bo_second_range"), allow_pickle=p.allow_pickle,
+                         progress=progress, provenance=job.stage())  # fmt: skip
     else:
         raise ValueError(f"workflow_scripts/era5.py: no stage for rule {rule!r}")

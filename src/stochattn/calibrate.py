@@ -275,8 +275,9 @@ class IntegerDomain:
         """k points spread evenly in log nu over the domain (endpoints included), projected and de-duplicated.
 
         NOTE[DIFF]: Algorithm 3 names an initial design size K0 but not the design; this log-spaced grid
-        (``geomspace(low, high, k)``, endpoints included; the geometric midpoint when k = 1) is our choice, and
-        the K0 evaluations replace the BayesOptSuggest proposals of Algorithm 2's first K0 iterations (the
+        (``geomspace(low, high, k)``, endpoints included; the geometric midpoint when k = 1) is the labelled
+        variant ``bo_calibrate(design="log_spaced")`` (the default design is :func:`scale_match_design`). Either
+        way the K0 evaluations replace the BayesOptSuggest proposals of Algorithm 2's first K0 iterations (the
         posterior needs 3 points at 2 distinct nu under the reference prior).
         """
         if k < 1:
@@ -326,6 +327,7 @@ class CalibrationResult:
     posterior_draws: Dict[str, List[float]]  # a, ln_b, eps2, nu_cont from the final posterior
     seed: int
     seconds: float = 0.0
+    design: str = "scale_match"  # where the initial design lay (bo_calibrate's design)
 
     def history(self) -> List[Dict[str, float]]:
         """Flat list of (k, nu, loss, scale, ...) rows, one per evaluation."""
@@ -341,6 +343,57 @@ class CalibrationResult:
         out["history"] = self.history()
         del out["steps"]
         return out
+
+
+DESIGNS = ("scale_match", "log_spaced")
+
+
+def scale_match_design(evaluated: Sequence[EvalResult], s0: float, domain: IntegerDomain) -> int:
+    """The next initial-design point: where the scale matches ``s0``, by the evaluations so far (a pilot at nu = 1
+    first). One evaluation: SA's variance law (Proposition: a row's SA covariance is ``1/nu`` that of one draw)
+    gives ``s(nu) ~ s(nu_p) (nu / nu_p)^(-1/2)``, so ``nu = nu_p (s(nu_p) / s0)^2``. Several: the secant through the
+    last two distinct nu in log-log (slope -1/2 where the secant is flat or rising). Projected on the domain; a
+    value already evaluated gives way to the nearest one not yet evaluated (:func:`_top_up`).
+
+    NOTE[DIFF]: Algorithm 3 names the initial design's size K0, not where it lies. A design spread over the
+    whole domain (nu = 1, 64, 4096) decides the answer by itself on scalar targets: Algorithm 2 returns the
+    arg-min of the observed loss over every evaluation, and a far design point often wins it (yacht with the
+    paper's backbone: nu = 50 / 15 / 64 against the surrogate's 13 / 17 / 26). Here the K0 points close in on
+    the scale-matching nu (a root search on the log-log law the surrogate itself fits), and the Thompson proposals
+    refine it; the domain-spanning design stays available (``design="log_spaced"``)."""
+    by_nu: Dict[int, float] = {}
+    for r in evaluated:
+        by_nu[int(r.nu)] = float(r.scale)
+    last = evaluated[-1]
+    ln_nu, ln_s = math.log(last.nu), math.log(last.scale)
+    slope = -0.5
+    others = [nu for nu in by_nu if nu != last.nu]
+    if others:
+        prev = others[-1]
+        secant = (ln_s - math.log(by_nu[prev])) / (ln_nu - math.log(prev))
+        if secant < -0.05:
+            slope = secant
+    target = math.exp(ln_nu + (math.log(s0) - ln_s) / slope)
+    return _top_up([*by_nu, domain.project(target)], domain, len(by_nu) + 1)[-1]
+
+
+def _top_up(points: List[int], domain: IntegerDomain, k: int) -> List[int]:
+    """``points`` de-duplicated, then topped up to ``k`` distinct values (as far as the domain has them) with the
+    domain values nearest (in log nu) to the last point given: a narrow domain or points collapsing on one value."""
+    out: List[int] = []
+    for v in points:
+        if int(v) not in out:
+            out.append(int(v))
+    values = np.arange(domain.low, domain.high + 1) if domain.values is None else domain.values
+    if len(out) >= k or len(out) >= len(values):
+        return out
+    ref = math.log(points[-1]) if points else math.log(domain.low)
+    for v in sorted(values.tolist(), key=lambda v: (abs(math.log(v) - ref), v)):
+        if len(out) >= k:
+            break
+        if int(v) not in out:
+            out.append(int(v))
+    return out
 
 
 def _loss_by_nu(steps: Sequence[BOStep]) -> Dict[int, float]:
@@ -363,6 +416,7 @@ def bo_calibrate(
     domain: Optional[IntegerDomain] = None,
     budget: int = 12,
     initial_design: int = 3,
+    design: str = "scale_match",
     seed: int = 0,
     num_posterior_draws: int = 4000,
     prior: Optional[Tuple[np.ndarray, np.ndarray, float, float]] = None,
@@ -375,8 +429,12 @@ def bo_calibrate(
         s0: target scale (:func:`target_scale` on the calibration split).
         domain: the integer search domain Xi (default all integers in [1, 4096]).
         budget: K, the total number of evaluations (initial design included).
-        initial_design: K0 >= 3 log-spaced evaluations before the first Thompson proposal (3 make the reference
-            posterior proper).
+        initial_design: K0 >= 3 evaluations before the first Thompson proposal (3 make the reference posterior
+            proper).
+        design: where the K0 points lie: ``"scale_match"`` (default; :func:`scale_match_design`: the domain's low
+            end, then each point where the evaluations so far put the scale-matching nu: SA's 1/nu variance law,
+            then the log-log secant) or ``"log_spaced"`` (:meth:`IntegerDomain.initial_design`: spread over the
+            whole domain).
         seed: seeds the Thompson draws (the model's own sampling is seeded by whoever builds ``evaluate``).
         num_posterior_draws: draws of the final posterior used for ``nu_surrogate`` and the recorded draws.
 
@@ -391,24 +449,24 @@ def bo_calibrate(
         raise ValueError("initial_design must be >= 3 with the reference prior (the eps^2 posterior needs 3 points)")
     if budget < initial_design:
         raise ValueError(f"budget ({budget}) must be >= initial_design ({initial_design})")
+    if design not in DESIGNS:
+        raise ValueError(f"design must be one of {DESIGNS}, got {design!r}")
     rng = np.random.default_rng(seed)
     start = time.perf_counter()
     steps: List[BOStep] = []
-    design = domain.initial_design(initial_design)
-    # a domain too narrow for K0 distinct points: top up with its remaining values
-    candidates = iter(range(domain.low, domain.high + 1)) if domain.values is None else iter(domain.values.tolist())
-    while len(design) < min(initial_design, domain.high - domain.low + 1 if domain.values is None else len(domain.values)):
-        v = next(candidates)
-        if v not in design:
-            design.append(int(v))
+    # log_spaced: the whole design now; scale_match: the pilot now, each next point from the evaluations so far
+    points = _top_up(domain.initial_design(initial_design), domain, initial_design) if design == "log_spaced" else [
+        domain.low]
     iterator = range(budget)
     if progress:
         from .progress import progress as show_progress
 
         iterator = show_progress(iterator, desc="calibrating nu", unit="BO step")
     for k in iterator:
-        if k < len(design):
-            nu_k, source, cont, draw = design[k], "initial", None, {}
+        if design == "scale_match" and 0 < k < initial_design:  # each design point from the evaluations so far
+            points = points[:k] + [scale_match_design([st.result for st in steps], s0, domain)]
+        if k < min(len(points), initial_design):
+            nu_k, source, cont, draw = points[k], "initial", None, {}
         else:
             post = LogLogPosterior.fit([s.result.nu for s in steps], [s.result.scale for s in steps], prior)
             d = post.sample(rng, 1)
@@ -449,6 +507,7 @@ def bo_calibrate(
         posterior_draws={k: np.asarray(v).tolist() for k, v in draws.items()},
         seed=seed,
         seconds=time.perf_counter() - start,
+        design=design,
     )
 
 

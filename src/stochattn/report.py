@@ -41,6 +41,8 @@ from stochattn.provenance import provenance_record, write_provenance
 __all__ = [
     "METHOD_LABELS",
     "NU_METRICS",
+    "COST_GROUPS",
+    "cost_rows",
     "nu_label",
     "nu_rows",
     "DATASET_LABELS",
@@ -139,6 +141,22 @@ def nu_rows(row: str, method: str, record: Mapping[str, Any]) -> list[dict[str, 
         return []
     boundary = 1.0 if as_float(record.get("at_boundary")) == 1.0 else 0.0
     return [mean_row(row, method, "nu", [nu]), mean_row(row, method, "at_boundary", [boundary])]
+
+
+def cost_rows(row: str, method: str, seconds: Mapping[str, Any], sa_calibrate: float) -> list[dict[str, Any]]:
+    """Tidy cost rows of one run (its ``seconds``: train, calibrate, predict and, for a method starting from a
+    shared adapted model, backbone_train): ``seconds_total`` (all of them), ``seconds_adaptation`` (train +
+    calibrate: what the method itself spends to obtain its predictive distribution; SA: its BO alone) and
+    ``adaptation_over_sa_calibration`` (that over SA's BO seconds ``sa_calibrate``; the paper's cost contrast)."""
+    def part(key: str) -> float:
+        v = as_float(seconds.get(key))
+        return v if math.isfinite(v) else 0.0
+
+    total = sum(part(k) for k, v in seconds.items() if isinstance(v, (int, float)) and not isinstance(v, bool))
+    adaptation = part("train") + part("calibrate")
+    ratio = adaptation / sa_calibrate if math.isfinite(sa_calibrate) and sa_calibrate > 0 else math.nan
+    return [mean_row(row, method, "seconds_total", [total]), mean_row(row, method, "seconds_adaptation", [adaptation]),
+            mean_row(row, method, "adaptation_over_sa_calibration", [ratio])]  # fmt: skip
 
 
 def _ordered(names: Iterable[str], order: Sequence[str]) -> list[str]:
@@ -403,6 +421,16 @@ class TableSpec:
     def __post_init__(self) -> None:
         if self.rows not in ("datasets", "methods"):
             raise ValueError(f"TableSpec {self.name!r}: rows must be 'datasets' or 'methods', got {self.rows!r}")
+
+
+COST_GROUPS = (
+    ColumnGroup("seconds_adaptation", "Adapt. s", r"Adaptation (s) $\downarrow$", fmt="significant", bold=1),
+    ColumnGroup("adaptation_over_sa_calibration", "Adapt./SA-BO", r"Adaptation / SA's BO $\downarrow$",
+                fmt="significant", bold=1),
+    ColumnGroup("seconds_total", "Total s", r"Total (s) $\downarrow$", fmt="significant", bold=1),
+)
+"""Column groups of a foundation-model cost table (:func:`cost_rows`): adaptation seconds (SA: its BO), their ratio
+to SA's BO seconds, total seconds."""
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -613,6 +613,7 @@ def sa_analyses(
     num_samples: int,
     seed: int,
     sa_sites: Sequence[str] = ("blocks", "var_agg"),
+    second_range: Optional[Sequence[int]] = None,
     allow_pickle: bool = False,
     progress: bool = True,
     provenance: Optional[Mapping[str, Any]] = None,
@@ -624,7 +625,9 @@ def sa_analyses(
       calibration-first nu of ``calibration_path`` (Fig. nu_ablation).
     * ``bo_seeds``: the BO routine (Algorithms 2-3, the ``sa`` run's settings) rerun with each seed: both operating
       points, the evaluated (nu, loss) pairs, and 200 draws of the final posterior (a, ln b, eps^2, nu_cont) for the
-      surrogate curves and the beta* = ln nu* histogram (Figs. bo_sensitivity, bo_beta_hist).
+      surrogate curves and the beta* = ln nu* histogram (Figs. bo_sensitivity, bo_beta_hist); with
+      ``second_range`` (low, high), ``bo_second_range``: the same seeds on that search range (App. "BO
+      sensitivity": "stable under a different search range").
     * ``latency``: median per-pass seconds (batch ``latency_batch``) of the deterministic model and of SA at each
       nu of ``latency_nu`` on this job's device (Fig. latency_appendix).
     """
@@ -665,22 +668,26 @@ def sa_analyses(
                           "energy": float(metrics.normalised_energy_score(draws, y_test_phys).mean()),
                           **_calibration_summary(y_test_phys, draws, draws.mean(0), seed)}  # fmt: skip
         out["score_sweep"] = {"grid": rows, "nu_score": int(nu_score), "nu_energy": int(nu_energy), "test": test}
-        # BO over several seeds
+        # BO over several seeds, on the sa run's search range and (App. "BO sensitivity") on a second one
         s0 = target_scale(y_cal, point_cal)
-        runs = []
-        for bo_seed in show_progress(list(bo_seeds), desc="BO seeds", disable=not progress):
-            g = torch.Generator().manual_seed(int(bo_seed))
-            sampler.patch.set_generator(g)  # each seed's BO draws its batches and SA noise from its own stream
-            evaluate = lambda nu: eval_stats(  # noqa: E731
-                nu, sampler, x_cal, y_cal, point_cal, batch_size=sa_cfg["batch_size"],
-                num_batches=sa_cfg["num_batches"], num_passes=sa_cfg["num_passes"], generator=g,
-            )
-            res = bo_calibrate(evaluate, s0, domain=IntegerDomain(int(sa_cfg["nu_min"]), int(sa_cfg["nu_max"])),
-                               budget=sa_cfg["budget"], initial_design=sa_cfg["initial_design"], seed=int(bo_seed),
-                               progress=False).to_dict()  # fmt: skip
-            res["posterior_draws"] = {k: list(v[:200]) for k, v in res["posterior_draws"].items()}
-            runs.append(res)
-        out["bo_seeds"] = runs
+        ranges = [("bo_seeds", (int(sa_cfg["nu_min"]), int(sa_cfg["nu_max"])))]
+        if second_range is not None:
+            ranges.append(("bo_second_range", (int(second_range[0]), int(second_range[1]))))
+        for key, (low, high) in ranges:
+            runs = []
+            for bo_seed in show_progress(list(bo_seeds), desc=f"BO seeds [{low}, {high}]", disable=not progress):
+                g = torch.Generator().manual_seed(int(bo_seed))
+                sampler.patch.set_generator(g)  # each seed's BO draws its batches and SA noise from its own stream
+                evaluate = lambda nu: eval_stats(  # noqa: E731
+                    nu, sampler, x_cal, y_cal, point_cal, batch_size=sa_cfg["batch_size"],
+                    num_batches=sa_cfg["num_batches"], num_passes=sa_cfg["num_passes"], generator=g,
+                )
+                res = bo_calibrate(evaluate, s0, domain=IntegerDomain(low, high), budget=sa_cfg["budget"],
+                                   initial_design=sa_cfg["initial_design"], design=sa_cfg.get("design", "scale_match"),
+                                   seed=int(bo_seed), progress=False).to_dict()  # fmt: skip
+                res["posterior_draws"] = {k: list(v[:200]) for k, v in res["posterior_draws"].items()}
+                runs.append(res)
+            out[key] = runs
         # per-pass latency
         xb = x_cal[:latency_batch]
         det = _latency(sampler, xb, None, latency_repeats)

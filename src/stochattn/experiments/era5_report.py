@@ -23,9 +23,9 @@ its group, as the paper bolds the best method of each column.
 Figures (``f(..., out_base, title) -> [png, pdf]``; ``title`` is the workflow's caption, a wrapped suptitle):
 
     pit_combined      Fig. climax_pit_combined: (a) native PIT per method, (b) baselines temperature-scaled, SA native
-    cost_figure       Fig. climax_cost: total wall clock per method (log axis)
-    sharpness_figure  Figs. climax_sharpness / sharp25 / sharp50 / sharp75: PI width / SA's width at the same
-                      (forecast, cell), baselines conformally matched to SA's coverage
+    cost_figure       Fig. climax_cost: adaptation wall clock per method (SA: its BO alone; log axis)
+    sharpness_figure  Figs. climax_sharpness / sharp25 / sharp50 / sharp75: PI widths / SA's mean width per
+                      (forecast, cell), baselines temperature-scaled (the paper's; the mean is the ratio of means)
     latency_figure    Fig. latency_appendix: per-pass seconds vs nu, deterministic line, BO-selected nu
     bo_sensitivity    Fig. bo_sensitivity: normalised surrogate loss f(nu) / f* per BO seed (posterior draws)
     bo_beta_hist      Fig. bo_beta_hist: beta* = ln nu_cont over the posterior draws of every seed
@@ -63,8 +63,10 @@ from stochattn.figures import (
 from stochattn.io import load_json, load_npz
 from stochattn.metrics import _level_key, lat_weighted_rmse
 from stochattn.report import (
+    COST_GROUPS,
     ColumnGroup,
     TableSpec,
+    cost_rows,
     as_float,
     mean_row,
     method_label,
@@ -88,7 +90,6 @@ __all__ = [
     "CLIMAX_SKILL",
     "ERA5_TABLE_SPECS",
     "total_seconds",
-    "cellwise_width_ratios",
     "beta_star",
     "pit_combined",
     "cost_figure",
@@ -143,6 +144,12 @@ def _sa_or_matched(method: str, metrics: Mapping[str, Any], key: str) -> float:
     return as_float((metrics.get("matched") or {}).get(key))
 
 
+def _sa_or_scaled(method: str, metrics: Mapping[str, Any], key: str) -> float:
+    """``native[key]`` for SA, ``scaled[key]`` (temperature-scaled on the cal pairs, the paper's post-scaling)
+    for every other run."""
+    return as_float(metrics["native" if method == REFERENCE else "scaled"][key])
+
+
 def _scaled_w1(method: str, metrics: Mapping[str, Any]) -> float:
     """Temperature-scaled W1 (SA: native, as the paper reports it)."""
     return as_float(metrics["native" if method == REFERENCE else "scaled"]["w1"])
@@ -161,7 +168,8 @@ def total_seconds(meta: Mapping[str, Any] | PathLike) -> float:
 def summary_table(runs: Mapping[str, Any], row: str = ROW) -> pd.DataFrame:
     """Tidy rows of :data:`CLIMAX_SUMMARY` per method (``runs``: ``{method: (metrics.json, spatial.json)}``):
     ``acc_ensemble_mean``, ``acc_single_sample``, ``rmse_ensemble_mean`` (spatial.json), ``w1_native``,
-    ``w1_scaled`` (SA native), ``width_95_matched`` (SA native, others at SA's coverage), ``coverage_95_native``."""
+    ``w1_scaled`` (SA native), ``width_95_scaled`` (the paper's PI-95: SA native, others temperature-scaled),
+    ``width_95_matched`` (beyond the paper: SA native, others at SA's coverage), ``coverage_95_native``."""
     files = _run_files(runs)
     rows = []
     for method in method_order(files):
@@ -172,11 +180,24 @@ def summary_table(runs: Mapping[str, Any], row: str = ROW) -> pd.DataFrame:
             "rmse_ensemble_mean": spatial["rmse_ensemble_mean"],
             "w1_native": metrics["native"]["w1"],
             "w1_scaled": _scaled_w1(method, metrics),
+            "width_95_scaled": _sa_or_scaled(method, metrics, "width_95"),
             "width_95_matched": _sa_or_matched(method, metrics, "width_95"),
             "coverage_95_native": metrics["native"]["coverage_95"],
         }
         rows.extend(mean_row(row, method, key, [as_float(v)]) for key, v in values.items())
         rows.extend(nu_rows(row, method, metrics))
+    return tidy_frame(rows)
+
+
+def cost_table(metas: Mapping[str, PathLike], row: str = ROW) -> pd.DataFrame:
+    """Tidy rows of :data:`CLIMAX_COST` per method (``metas``: method -> meta.json): adaptation seconds (train +
+    calibrate; SA: its BO alone), their ratio to SA's BO seconds and the total (:func:`stochattn.report.cost_rows`)."""
+    seconds = {m: (_load(p).get("seconds") or {}) for m, p in metas.items()}
+    sa_bo = as_float(seconds.get(REFERENCE, {}).get("calibrate"))
+    rows = []
+    for method in method_order(seconds):
+        rows.extend(cost_rows(row, method, seconds[method], sa_bo))
+        rows.extend(nu_rows(row, method, _load(metas[method])))
     return tidy_frame(rows)
 
 
@@ -266,18 +287,22 @@ CLIMAX_SUMMARY = TableSpec(
         ColumnGroup("rmse_ensemble_mean", "RMSE ens.", r"RMSE (ens.\ mean) $\downarrow$", bold=1, decimals=1),
         ColumnGroup("w1_native", "W1 native", r"Native $W_1 \downarrow$", bold=1, decimals=4),
         ColumnGroup("w1_scaled", "W1 scaled", r"Scaled $W_1 \downarrow$", bold=1, decimals=4),
-        ColumnGroup("width_95_matched", "PI-95", r"PI-95 width $\downarrow$", fmt="adaptive", bold=1, decimals=1),
+        ColumnGroup("width_95_scaled", "PI-95", r"PI-95 width $\downarrow$", fmt="adaptive", bold=1, decimals=1),
+        ColumnGroup("width_95_matched", "PI-95 @SA cov.", r"PI-95 @SA cov.\ $\downarrow$", fmt="adaptive", bold=1,
+                    decimals=1),  # fmt: skip
         ColumnGroup("coverage_95_native", "Cov95", r"PI-95 cov.\ (native)", best="target", target=0.95, bold=1),
     ),
     description="ClimaX 72 h Z500 calibration and sharpness (Table climax_summary, extended): latitude-weighted "
     "ACC of the ensemble mean and of single samples (mean over members of each member's ACC), latitude-weighted "
     "RMSE of the ensemble mean (m^2 s^-2), native PIT W1, scaled W1 (every method but SA temperature-scaled on the "
-    "cal pairs; SA native), mean PI-95 width (m^2 s^-2) at SA's coverage (SA native, every other run rescaled by a "
+    "cal pairs; SA native), mean PI-95 width (m^2 s^-2; SA native, every other run temperature-scaled on the cal "
+    "pairs, as the paper), beyond the paper the mean PI-95 width at SA's coverage (every other run rescaled by a "
     "conformal factor fitted on the cal pairs to SA's cal coverage) and the native PI-95 coverage. Best per column "
     "bold (ACC highest, coverage closest to 0.95, the rest lowest).",
     latex_description=r"ClimaX 72\,h $Z_{500}$: ACC of the ensemble mean and of single samples, latitude-weighted "
-    r"RMSE of the ensemble mean, native and scaled PIT $W_1$ (SA native, baselines temperature-scaled), PI-95 width "
-    r"at SA's coverage (baselines conformally rescaled on the cal pairs) and native PI-95 coverage. Units "
+    r"RMSE of the ensemble mean, native and scaled PIT $W_1$ and PI-95 width (SA native, baselines "
+    r"temperature-scaled), PI-95 width at SA's coverage (baselines conformally rescaled on the cal pairs; beyond "
+    r"the paper) and native PI-95 coverage. Units "
     r"m$^2$\,s$^{-2}$; best per column in bold.",
     label="tab:climax_summary",
     build=summary_table,
@@ -362,8 +387,22 @@ CLIMAX_SKILL = TableSpec(
     rows="methods",
 )
 
+CLIMAX_COST = TableSpec(
+    name="climax_cost",
+    groups=COST_GROUPS,
+    description="ClimaX cost (wall-clock seconds on the job's device; the paper's Fig. climax_cost as numbers): each "
+    "method's adaptation (its own training and calibration; SA: its BO calibration of nu alone, the bar the paper "
+    "draws), that over SA's BO seconds (the paper's 'nearly three orders of magnitude' contrast), and the total "
+    "(adaptation, sampling, and the shared adapter's training where the method starts from it). Lowest bold.",
+    latex_description=r"ClimaX wall-clock cost: adaptation seconds (SA: its BO alone), their ratio to SA's BO "
+    r"seconds, and total seconds. Lowest in bold.",
+    label="tab:climax_cost",
+    build=cost_table,
+    rows="methods",
+)
+
 ERA5_TABLE_SPECS = {spec.name: spec for spec in (CLIMAX_SUMMARY, CLIMAX_CRPS_DECOMP, SWAG_SWEEP_VAL, SWAG_SWEEP_TEST,
-                                                 CLIMAX_SKILL)}  # fmt: skip
+                                                 CLIMAX_SKILL, CLIMAX_COST)}  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -414,41 +453,17 @@ def pit_combined(metrics: Mapping[str, PathLike], out_base: PathLike, title: str
 
 
 def cost_figure(metas: Mapping[str, PathLike], out_base: PathLike, title: str) -> list[Path]:
-    """Fig. climax_cost: total wall-clock seconds per method (:func:`total_seconds` of each meta.json: train +
-    calibrate + predict + the shared adapter's training where the method starts from it), horizontal bars on a
-    log axis (:func:`stochattn.experiments.uci_figures.cost_figure`). Returns ``[png, pdf]``."""
-    methods = _ordered_paths(metas, "metas")
-    label = "ClimaX\n(train + calibrate + predict + adapter)\n" + textwrap.fill(title, 55)
-    tidy = tidy_frame([mean_row(label, m, "seconds_total", [total_seconds(metas[m])]) for m in methods])
-    return uci_figures.cost_figure(tidy, out_base, metric="seconds_total", dataset=label)
-
-
-def cellwise_width_ratios(samples: Mapping[str, PathLike], metrics: Mapping[str, PathLike],
-                          level: float = 0.95) -> tuple[dict[str, np.ndarray], list[str]]:  # fmt: skip
-    """Per (forecast, cell) central ``level``-interval width of every method divided by SA's width at the same
-    (forecast, cell): every method but SA rescaled by its conformal factor ``matched["factor_<k>"]`` (to SA's cal
-    coverage), SA native (:func:`stochattn.experiments.uci_figures.normalised_widths`, whose common divisor cancels
-    in the ratio), so SA's ratios are exactly 1. Cells where SA's width is 0 are left out.
-
-    Returns ``({method: (n * 2048 or fewer,) ratios}, [methods left out: no finite positive matched factor at
-    level])``; raises ValueError without ``"sa"`` or when the runs' test parts differ in shape.
-    """
-    methods = _ordered_paths(samples, "samples")
-    if REFERENCE not in samples:
-        raise ValueError(f"samples needs {REFERENCE!r}: widths are divided by SA's")
-    key = f"factor_{_level_key(level)}"
-    dropped = []
-    for m in methods:
-        factor = as_float((load_json(metrics[m]).get("matched") or {}).get(key))
-        if m != REFERENCE and not (math.isfinite(factor) and factor > 0):
-            dropped.append(m)
-    kept = [m for m in methods if m not in dropped]
-    widths = uci_figures.normalised_widths({m: [(samples[m], metrics[m])] for m in kept}, level)
-    ref = widths[REFERENCE]
-    if any(w.shape != ref.shape for w in widths.values()):
-        raise ValueError(f"runs of different test shapes: { {m: w.shape for m, w in widths.items()} }")
-    ok = np.isfinite(ref) & (ref > 0)
-    return {m: widths[m][ok] / ref[ok] for m in kept}, dropped
+    """Fig. climax_cost, as the paper draws it: each method's adaptation seconds (train + calibrate; SA: its BO
+    calibration of nu alone, on the shared adapted model), horizontal bars on a log axis with the ratio to SA's BO
+    in the labels (:func:`stochattn.experiments.uci_figures.cost_figure`); totals in the table climax_cost.
+    Returns ``[png, pdf]``."""
+    tidy = cost_table({m: metas[m] for m in _ordered_paths(metas, "metas")}, row="ClimaX")
+    ratios = tidy[tidy["metric"] == "adaptation_over_sa_calibration"].set_index("method")["value"]
+    shown = ", ".join(f"{method_label(m, True)} {v:.3g}x" for m, v in ratios.items() if m != REFERENCE and
+                      math.isfinite(v))  # fmt: skip
+    label = "ClimaX: adaptation (SA: BO only)\n" + textwrap.fill(f"vs SA's BO: {shown}. {title}", 55)
+    tidy = tidy.assign(dataset=label)
+    return uci_figures.cost_figure(tidy, out_base, metric="seconds_adaptation", dataset=label)
 
 
 def sharpness_figure(
@@ -458,21 +473,24 @@ def sharpness_figure(
     out_base: PathLike,
     title: str,
 ) -> list[Path]:
-    """Figs. climax_sharpness (``level`` 0.95) and sharp25 / sharp50 / sharp75: box plot over (forecast, cell) of
-    each method's PI width / SA's width there (:func:`cellwise_width_ratios`; baselines at SA's coverage, SA = 1);
-    whiskers P5 / P95, diamond = mean of the ratios. ``level`` a fraction (or percent, e.g. 95).
-    Returns ``[png, pdf]``."""
+    """Figs. climax_sharpness (``level`` 0.95) and sharp25 / sharp50 / sharp75, as the paper: the distribution
+    over (forecast, cell) of each method's PI width divided by SA's MEAN width, baselines temperature-scaled on the
+    cal pairs, SA native (:func:`stochattn.experiments.uci_figures.normalised_widths`), so a method's mean (the
+    diamond, also printed) is the ratio of its mean width to SA's (the paper's "MultiSWAG ~1.02x"); whiskers
+    P5 / P95. ``level`` a fraction (or percent, e.g. 95). Returns ``[png, pdf]``."""
     level = float(level) / 100 if float(level) > 1 else float(level)
-    ratios, dropped = cellwise_width_ratios(samples, metrics, level)
+    methods = _ordered_paths(samples, "samples")
+    if REFERENCE not in samples:
+        raise ValueError(f"samples needs {REFERENCE!r}: widths are divided by SA's mean width")
+    widths = uci_figures.normalised_widths({m: [(samples[m], metrics[m])] for m in methods}, level)
     pct = f"{round(level * 100):g}"
-    fig = new_figure(1.4 + 0.85 * len(ratios), 3.8)
+    fig = new_figure(1.4 + 0.85 * len(widths), 3.8)
     ax = fig.add_subplot()
-    draw_sharpness(ax, ratios, level)
-    ax.set_ylabel(f"PI-{pct} width / SA's width\n(same forecast and cell)")
-    head = (f"PI-{pct} sharpness per (forecast, cell); SA native, others matched to SA's cal coverage; whiskers "
-            f"P5 / P95, diamond = mean")
-    if dropped:
-        head += f"; no matched factor: {', '.join(method_label(m) for m in dropped)}"
+    draw_sharpness(ax, widths, level)
+    ax.set_ylabel(f"PI-{pct} width / SA's mean width")
+    ratios = ", ".join(f"{method_label(m, True)} {float(np.mean(w)):.2f}x" for m, w in widths.items() if m != REFERENCE)
+    head = (f"PI-{pct} widths per (forecast, cell) / SA's mean width; SA native, baselines temperature-scaled; "
+            f"whiskers P5 / P95, diamond = mean ({ratios})")
     ax.set_title(textwrap.fill(head, 70), fontsize=8)
     _suptitle(fig, title)
     return save_figure(fig, out_base)
@@ -531,34 +549,44 @@ def _surrogate_curves(run: Mapping[str, Any], nu: np.ndarray) -> tuple[np.ndarra
 def bo_sensitivity(analyses: PathLike, out_base: PathLike, title: str) -> list[Path]:
     """Fig. bo_sensitivity: per BO seed of an.json ``bo_seeds`` (one colour each), the normalised surrogate loss
     f(nu) / f* (f = :func:`stochattn.calibrate.surrogate_objective`, f* its minimum over the domain) of every
-    recorded posterior draw (light), of the draws' mean parameters (bold) and the chosen nu (dotted); below, the
-    evaluated (nu, observed L_SA) points of the seed's history, normalised by the seed's smallest loss.
-    Returns ``[png, pdf]``."""
-    runs = load_json(analyses)["bo_seeds"]
+    recorded posterior draw (light), of the draws' mean parameters (bold) and the chosen nu (dotted); the same
+    seeds on the second search range (``bo_second_range``, dashed), as the appendix; below, the evaluated (nu,
+    observed L_SA) points of each seed's history, normalised by the seed's smallest loss. Returns ``[png, pdf]``."""
+    an = load_json(analyses)
+    runs = an["bo_seeds"]
     if not runs:
         raise ValueError(f"{analyses}: no bo_seeds")
-    low = min(float(r["domain"]["low"]) for r in runs)
-    high = max(float(r["domain"]["high"]) for r in runs)
+    second = an.get("bo_second_range") or []
+    low = min(float(r["domain"]["low"]) for r in (*runs, *second))
+    high = max(float(r["domain"]["high"]) for r in (*runs, *second))
     nu = np.geomspace(low, high, 400)
     fig = new_figure(6.0, 5.2)
     ax, ax_h = fig.subplots(2, 1, sharex=True, height_ratios=[2.2, 1.0])
-    for i, run in enumerate(runs):
-        color = PALETTE[i % len(PALETTE)]
-        draws, mean = _surrogate_curves(run, nu)
-        ax.plot(nu, draws.T, color=color, alpha=max(0.02, min(0.3, 8.0 / len(draws))), lw=0.5)
-        ax.plot(nu, mean, color=color, lw=2.0,
-                label=f"seed {run.get('seed', i)}: $\\nu_{{cont}}$={run['nu_surrogate_continuous']:.3g}, "
-                      f"chosen $\\nu$={run['nu_loss_argmin']}")  # fmt: skip
-        ax.axvline(run["nu_loss_argmin"], color=color, ls=":", lw=1.0)
-        hist = run["history"]
-        loss = np.asarray([h["loss"] for h in hist], dtype=np.float64)
-        ax_h.scatter([h["nu"] for h in hist], loss / loss.min(), color=color, s=18, alpha=0.8, zorder=3)
+    for group, ls, marker in ((runs, "-", "o"), (second, "--", "x")):
+        for i, run in enumerate(group):
+            color = PALETTE[i % len(PALETTE)]
+            draws, mean = _surrogate_curves(run, nu)
+            dom = run["domain"]
+            if ls == "-":
+                ax.plot(nu, draws.T, color=color, alpha=max(0.02, min(0.3, 8.0 / len(draws))), lw=0.5)
+            ax.plot(nu, mean, color=color, lw=2.0 if ls == "-" else 1.2, ls=ls,
+                    label=f"seed {run.get('seed', i)} [{dom['low']}, {dom['high']}]: $\\nu_{{cont}}$="
+                          f"{run['nu_surrogate_continuous']:.3g}, chosen $\\nu$={run['nu_loss_argmin']}")
+            ax.axvline(run["nu_loss_argmin"], color=color, ls=":", lw=1.0)
+            hist = run["history"]
+            loss = np.asarray([h["loss"] for h in hist], dtype=np.float64)
+            ax_h.scatter([h["nu"] for h in hist], loss / loss.min(), color=color, s=18, alpha=0.8, zorder=3,
+                         marker=marker)  # fmt: skip
     ax.set_xscale("log")
     if ax.get_ylim()[1] > 10:  # the loss varies over decades: log axis
         ax.set_yscale("log")
     ax.set_ylabel(r"surrogate $f(\nu)/f^*$")
-    ax.legend(fontsize=7, frameon=False)
-    ax.set_title("posterior draws (light), mean parameters (bold); f* = minimum over the domain", fontsize=8)
+    ax.legend(fontsize=6, frameon=False)
+    head = "posterior draws (light), mean parameters (bold); f* = minimum over the domain"
+    if second:
+        d = second[0]["domain"]
+        head += f"; dashed / x: second search range [{d['low']}, {d['high']}]"
+    ax.set_title(head, fontsize=8)
     ax_h.set_ylabel("observed $L_{SA}$ / min", fontsize=8)
     ax_h.set_xlabel(r"$\nu$")
     ax_h.set_xlim(low, high)
@@ -693,18 +721,18 @@ def teaser_axes(
     title: str,
 ) -> list[Path]:
     """Teaser panel (b), measured: one small panel per axis, one bar per method - accuracy (ACC of the ensemble
-    mean, spatial.json), calibration (native W1, metrics.json), sharpness (mean PI-95 width at SA's coverage / SA's
-    native width, metrics.json ``matched``) and cost (:func:`total_seconds` of meta.json, log axis); values on the
+    mean, spatial.json), calibration (native W1, metrics.json), sharpness (mean temperature-scaled PI-95 width /
+    SA's native width, metrics.json ``scaled``, as the paper post-scales) and cost (:func:`total_seconds` of meta.json, log axis); values on the
     bars, so the axes can be seen not to collapse into one ranking. Returns ``[png, pdf]``."""
     methods = [m for m in _ordered_paths(metrics, "metrics") if m in spatial and m in metas]
     recs = {m: load_json(metrics[m]) for m in methods}
-    sa_width = _sa_or_matched(REFERENCE, recs[REFERENCE], "width_95") if REFERENCE in recs else math.nan
+    sa_width = _sa_or_scaled(REFERENCE, recs[REFERENCE], "width_95") if REFERENCE in recs else math.nan
     axes_data = (
         ("Accuracy: ACC (ens. mean) ↑", [as_float(load_json(spatial[m])["acc_ensemble_mean"]) for m in methods],
          "{:.3f}", False),
         ("Calibration: native $W_1$ ↓", [as_float(recs[m]["native"]["w1"]) for m in methods], "{:.3f}", False),
-        ("Sharpness: PI-95 width / SA ↓\n(at SA's coverage)",
-         [_sa_or_matched(m, recs[m], "width_95") / sa_width for m in methods], "{:.2f}", False),
+        ("Sharpness: PI-95 width / SA ↓\n(temperature-scaled)",
+         [_sa_or_scaled(m, recs[m], "width_95") / sa_width for m in methods], "{:.2f}", False),
         ("Cost: total wall clock ↓", [total_seconds(metas[m]) for m in methods], None, True),
     )  # fmt: skip
     fig = new_figure(2.9 * len(axes_data), 3.4)
@@ -737,10 +765,12 @@ def teaser_axes(
 
 def build_table(name: str, metrics: Optional[Sequence[PathLike]] = None, spatial: Optional[Sequence[PathLike]] = None,
                 sweep: Optional[PathLike] = None, adapter: Optional[PathLike] = None,
-                analyses: Optional[PathLike] = None) -> tuple[TableSpec, pd.DataFrame]:  # fmt: skip
+                analyses: Optional[PathLike] = None, metas: Optional[Sequence[PathLike]] = None
+                ) -> tuple[TableSpec, pd.DataFrame]:  # fmt: skip
     """``(spec, tidy)`` of the ClimaX table ``name`` from the workflow's files (``metrics`` / ``spatial``: every
     run's ``runs/<method>/metrics.json`` / ``spatial.json``); each table needs only the files it reads
-    (climax_summary: metrics, spatial; climax_crps_decomp: + analyses; swag_sweep_*: sweep; climax_skill: adapter)."""
+    (climax_summary: metrics, spatial; climax_crps_decomp: + analyses; swag_sweep_*: sweep; climax_skill: adapter;
+    climax_cost: every run's meta.json)."""
     if name not in ERA5_TABLE_SPECS:
         raise ValueError(f"unknown ClimaX table {name!r}; known: {', '.join(ERA5_TABLE_SPECS)}")
     by_method = {Path(m).parent.name: (m, s) for m, s in zip(metrics or (), spatial or ())}
@@ -750,5 +780,6 @@ def build_table(name: str, metrics: Optional[Sequence[PathLike]] = None, spatial
         "swag_sweep_val": lambda: swag_sweep_val_table(sweep),
         "swag_sweep_test": lambda: swag_sweep_test_table(sweep),
         "climax_skill": lambda: skill_table(adapter),
+        "climax_cost": lambda: cost_table({Path(m).parent.name: m for m in metas or ()}),
     }
     return ERA5_TABLE_SPECS[name], builders[name]()

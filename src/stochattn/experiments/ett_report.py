@@ -34,7 +34,17 @@ import numpy as np
 import pandas as pd
 
 from stochattn.io import load_json, load_npz
-from stochattn.report import ColumnGroup, TableSpec, mean_row, method_label, method_order, nu_rows, tidy_frame
+from stochattn.report import (
+    COST_GROUPS,
+    ColumnGroup,
+    TableSpec,
+    cost_rows,
+    mean_row,
+    method_label,
+    method_order,
+    nu_rows,
+    tidy_frame,
+)
 
 __all__ = ["config_label", "load_ett_runs", "SHARPNESS_TABLE", "POOLED_TABLE", "ZERO_SHOT_TABLE", "ETT_TABLE_SPECS",
            "coverage_figure", "window_row"]  # fmt: skip
@@ -68,6 +78,7 @@ def load_ett_runs(metrics_paths: Iterable[str | os.PathLike]) -> pd.DataFrame:
         row.update({f"native_{k}": v for k, v in m["native"].items()})
         row.update({f"matched_{k}": v for k, v in m.get("matched", {}).items()})
         row["seconds_total"] = float(sum(v for v in m["seconds"].values() if isinstance(v, (int, float))))
+        row["seconds"] = dict(m["seconds"])
         rows.append(row)
     if not rows:
         raise ValueError("load_ett_runs: no metrics.json given")
@@ -107,6 +118,19 @@ def pooled_table(runs: pd.DataFrame) -> pd.DataFrame:
             rows.append(mean_row(run["config"], run["method"], key, [_value(run, f"native_{key}")]))
         rows.append(mean_row(run["config"], run["method"], "seconds", [run["seconds_total"]]))
         rows.extend(nu_rows(run["config"], run["method"], run))
+    return tidy_frame(rows)
+
+
+def cost_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Tidy cost rows per configuration (:func:`stochattn.report.cost_rows`): each method's adaptation seconds
+    (its own training + calibration; SA: its BO alone), their ratio to SA's BO seconds, total seconds, SA's nu."""
+    rows = []
+    for (_, _), d in runs.groupby(["dataset", "horizon"], sort=False):
+        sa = d[d["method"] == "sa"]
+        sa_bo = float(sa["seconds"].iloc[0].get("calibrate", math.nan)) if not sa.empty else math.nan
+        for _, run in d.iterrows():
+            rows.extend(cost_rows(run["config"], run["method"], run["seconds"], sa_bo))
+            rows.extend(nu_rows(run["config"], run["method"], run))
     return tidy_frame(rows)
 
 
@@ -186,6 +210,21 @@ POOLED_TABLE = TableSpec(
     wide=True,
 )
 
+COST_TABLE = TableSpec(
+    name="ett_cost",
+    groups=(*COST_GROUPS, ColumnGroup("nu", "nu", r"$\nu$", methods=("sa",), header="SA nu",
+                                      latex_header=r"SA $\nu$", fmt="significant")),  # fmt: skip
+    description="Cost per configuration (wall-clock seconds on the job's device): each method's adaptation (its own "
+    "adapter training and calibration; SA: its BO calibration of nu alone, on the shared adapted model), that over "
+    "SA's BO seconds (the paper's cost contrast), and the total (adaptation, sampling, and the shared adapter's "
+    "training where the method starts from it). Lowest bold.",
+    latex_description=r"Wall-clock cost per configuration: adaptation seconds (SA: its BO alone), their ratio to "
+    r"SA's BO seconds, and total seconds. Lowest in bold.",
+    label="tab:ett_cost",
+    build=cost_table,
+    wide=True,
+)
+
 ZERO_SHOT_TABLE = TableSpec(
     name="ett_zero_shot",
     groups=(ColumnGroup("test_mae", "MAE", "Test MAE", methods=ZERO_SHOT_COLUMNS, short_labels=False, bold=1),),
@@ -197,7 +236,7 @@ ZERO_SHOT_TABLE = TableSpec(
     build=None,
 )
 
-ETT_TABLE_SPECS = {spec.name: spec for spec in (SHARPNESS_TABLE, SHARPNESS_POOLED_TABLE, POOLED_TABLE,
+ETT_TABLE_SPECS = {spec.name: spec for spec in (SHARPNESS_TABLE, SHARPNESS_POOLED_TABLE, POOLED_TABLE, COST_TABLE,
                                                  ZERO_SHOT_TABLE)}  # fmt: skip
 
 
@@ -224,7 +263,8 @@ def window_match(runs: Mapping[str, str | os.PathLike], row: int, level: float =
     native central-``level`` coverage k/H, and per method the factor that matches it on that window and the
     window's mean interval width after matching.
 
-    Returns ``{method: {"covered": k, "steps": H, "factor": c, "width": mean width, "coverage": k'/H}}``: SA native
+    Returns ``{method: {"covered": k, "steps": H, "factor": c, "width": mean width, "coverage": k'/H,
+    "native_coverage": the method's own coverage there before matching}}``: SA native
     (c = 1); every other method rescaled around its forecast (:func:`stochattn.scaling.apply_scale`) by the
     smallest c that covers k of the H steps (:func:`stochattn.scaling.fit_conformal_scale` on the window itself,
     ``finite_sample=False``), as the paper matches its shown window; ``coverage`` is the matched coverage (k/H
@@ -242,6 +282,8 @@ def window_match(runs: Mapping[str, str | os.PathLike], row: int, level: float =
     for method in method_order(loaded):
         run = loaded[method]
         samples, point, truth = run["samples"][:, row], run["point"][row], run["y"][row]
+        n_lo, n_hi = _interval(samples, level)
+        native = float(np.mean((truth >= n_lo) & (truth <= n_hi)))
         factor = 1.0
         if method != "sa":
             try:
@@ -250,11 +292,11 @@ def window_match(runs: Mapping[str, str | os.PathLike], row: int, level: float =
                 factor = math.nan
         if not math.isfinite(factor):
             out[method] = {"covered": k, "steps": len(truth), "factor": math.nan, "width": math.nan,
-                           "coverage": math.nan}  # fmt: skip
+                           "coverage": math.nan, "native_coverage": native}  # fmt: skip
             continue
         m_lo, m_hi = _interval(apply_scale(samples, point, factor), level)
         out[method] = {"covered": k, "steps": len(truth), "factor": factor, "width": float(np.mean(m_hi - m_lo)),
-                       "coverage": float(np.mean((truth >= m_lo) & (truth <= m_hi)))}  # fmt: skip
+                       "coverage": float(np.mean((truth >= m_lo) & (truth <= m_hi))), "native_coverage": native}
     return out
 
 
@@ -287,6 +329,8 @@ def sharpness_table(
         sa = match["sa"]
         rows.append(mean_row(label, "sa", "sa_coverage_95", [sa["covered"] / sa["steps"]]))
         rows.extend(mean_row(label, m, "width_at_sa_95", [v["width"]]) for m, v in match.items())
+        # each method's own coverage on the window (the paper's Fig. timesfm_diagnostic; CSV only)
+        rows.extend(mean_row(label, m, "native_coverage_95", [v["native_coverage"]]) for m, v in match.items())
         sa_meta = Path(runs["sa"]).with_name("meta.json")  # SA's nu (listed among the table's inputs)
         if sa_meta.is_file():
             rows.extend(nu_rows(label, "sa", load_json(sa_meta)))

@@ -66,7 +66,8 @@ def sa_runs(data, net, cfg, num_samples, seed, progress, nu_template=None) -> Di
         )
         calib = bo_calibrate(
             evaluate, s0, domain=IntegerDomain(int(cfg["nu_min"]), int(cfg["nu_max"])), budget=cfg["budget"],
-            initial_design=cfg["initial_design"], seed=seed, progress=progress,
+            initial_design=cfg["initial_design"], design=cfg.get("design", "scale_match"), seed=seed,
+            progress=progress,
         )
         t1 = time.perf_counter()
         nus = {"loss_argmin": calib.nu_loss_argmin, "surrogate": calib.nu_surrogate}

@@ -4,7 +4,8 @@ Drawn with the shared helpers of :mod:`stochattn.figures` (Agg figure, method co
 every writer returns the list of files it wrote. Provenance (``<file>.prov.json``) is written by the caller.
 
     pit_histograms     native pooled PIT per method (small multiples, 10 bins, density, W1 in each title)
-    normalised_widths  per-point PI widths at matched coverage / SA's mean native width (sharpness figures' data)
+    normalised_widths  per-point PI widths, post-scaled (temperature, the paper's; or matched) / SA's mean native
+                       width (sharpness figures' data)
     sharpness_boxplot  those widths as a box plot; whiskers P5/P95, diamond = mean
     yacht_appendix     (a) PIT histograms overlaid, (b) the sharpness box plot (paper fig. uci_yacht_appendix)
     teaser_sinusoid    1-D toy data: observations, shared trend, each method's central PI as a band
@@ -119,27 +120,48 @@ def _pairs(entry: Any, method: str) -> list[tuple[Path, Path]]:
     return [(Path(s), Path(m)) for s, m in pairs]
 
 
+SCALINGS = ("temperature", "matched")
+"""Post-scalings of the sharpness figures: ``temperature`` (the paper's: metrics.json ``temperature``, fitted on the
+calibration split) or ``matched`` (conformal to SA's calibration coverage: ``matched["factor_<level>"]``)."""
+
+
+def _post_scale_factor(meta: Mapping[str, Any], scaling: str, level: float, path: PathLike) -> float:
+    """The factor that post-scales a non-SA run (:data:`SCALINGS`); ValueError unless finite and > 0."""
+    if scaling == "temperature":
+        key, factor = "temperature", as_float(meta.get("temperature"))
+    else:
+        key = f"factor_{_level_key(level)}"
+        factor = as_float((meta.get("matched") or {}).get(key))
+    if not (math.isfinite(factor) and factor > 0):
+        raise ValueError(f"{path}: the {scaling} factor {key!r} must be a finite number > 0, got {factor!r}")
+    return factor
+
+
 def normalised_widths(
     samples_and_metrics: Mapping[str, Any],
     level: float = 0.95,
     *,
     dataset: str | None = None,
+    scaling: str = "temperature",
 ) -> dict[str, np.ndarray]:
-    """Per-point central-interval widths of every method at matched coverage, pooled over splits, divided by SA's
-    mean native width.
+    """Per-point central-interval widths of every method, post-scaled, pooled over splits, divided by SA's mean
+    native width.
 
     For each (samples.npz, metrics.json) pair: ``samples`` (S, n) and ``point`` (n,) of the test split; every
-    method but SA (baselines and ``sa_match``) is scaled with ``apply_scale(samples, point, c)``, c =
-    ``metrics["matched"]["factor_<level>"]``: the conformal factor fitted on the calibration split so that the
-    method covers SA's empirical coverage there (stochattn.experiments.evaluate.matched_block); SA stays native.
+    method but SA (baselines and ``sa_match``) is scaled with ``apply_scale(samples, point, c)``: ``scaling=
+    "temperature"`` (the paper's) c = ``metrics["temperature"]``, the factor fitted on the calibration split;
+    ``"matched"`` c = ``metrics["matched"]["factor_<level>"]``, the conformal factor so that the method covers
+    SA's empirical coverage there (stochattn.experiments.evaluate.matched_block). SA stays native.
     The widths ``hi - lo`` of :func:`central_interval` at ``level`` of all splits are concatenated; everything is
     divided by the mean of SA's pooled native widths, so the mean of a method's array equals its pooled mean
-    matched width / SA's (the table's Panel B ratio when splits have equal size) and SA's mean is 1.
+    post-scaled width / SA's (the table's Panel B ratio when splits have equal size) and SA's mean is 1.
 
     Returns ``{method: (sum of n over splits,) array}`` in :func:`stochattn.report.method_order`. Raises
-    ValueError without ``"sa"``, for a non-SA run whose metrics.json has no finite positive matched factor at
-    ``level``, or when a metrics.json names a data set other than ``dataset`` (if given).
+    ValueError without ``"sa"``, for a non-SA run whose metrics.json has no finite positive factor, or when a
+    metrics.json names a data set other than ``dataset`` (if given).
     """
+    if scaling not in SCALINGS:
+        raise ValueError(f"scaling must be one of {SCALINGS}, got {scaling!r}")
     if not isinstance(samples_and_metrics, Mapping) or not samples_and_metrics:
         raise TypeError("samples_and_metrics must be a non-empty mapping method -> per-split files")
     if "sa" not in samples_and_metrics:
@@ -158,12 +180,7 @@ def normalised_widths(
                     raise ValueError(f"{samples_path} has no {key!r} array")
             samples = data["samples"]
             if method != "sa":
-                key = f"factor_{_level_key(level)}"
-                factor = as_float((meta.get("matched") or {}).get(key))
-                if not (math.isfinite(factor) and factor > 0):
-                    raise ValueError(f"{metrics_path}: matched[{key!r}] must be a finite number > 0 (the conformal "
-                                     f"factor to SA's calibration coverage), got {factor!r}")
-                samples = apply_scale(samples, data["point"], factor)
+                samples = apply_scale(samples, data["point"], _post_scale_factor(meta, scaling, level, metrics_path))
             lo, hi = central_interval(samples, level)
             widths.append(np.asarray(hi - lo, dtype=np.float64).ravel())
         raw[method] = np.concatenate(widths)
@@ -181,7 +198,7 @@ def sharpness_boxplot(
 ) -> list[Path]:
     """Box plot of per-point PI widths normalised by SA's mean native width (:func:`normalised_widths`).
 
-    Every method but SA conformally rescaled to SA's empirical coverage on the calibration split, SA native.
+    Every method but SA temperature-scaled on the calibration split (the paper's), SA native.
     Boxes: quartiles; line: median; whiskers: P5 / P95 (no fliers); white diamond: mean (= the method's width
     ratio); dashed line at 1 (SA's mean).
     Returns ``[png, pdf]``.
@@ -190,8 +207,8 @@ def sharpness_boxplot(
     fig = new_figure(1.0 + 0.9 * len(widths), 3.4)
     ax = fig.add_subplot()
     draw_sharpness(ax, widths, level)
-    ax.set_title(f"{dataset_label(dataset)}: PI-{round(level * 100):g} sharpness (SA = 1; others matched to "
-                 f"SA's calibration coverage)", fontsize=9)
+    ax.set_title(f"{dataset_label(dataset)}: PI-{round(level * 100):g} sharpness (SA = 1; baselines "
+                 f"temperature-scaled)", fontsize=9)
     return save_figure(fig, out_base)
 
 
@@ -216,7 +233,7 @@ def yacht_appendix(
     draw_pit_overlay(ax_a, pits, bins)
     ax_a.set_title("(a) Native PIT (pooled over splits)", fontsize=10)
     draw_sharpness(ax_b, widths, level)
-    ax_b.set_title(f"(b) PI-{round(level * 100):g} width / SA (others matched to SA's coverage)", fontsize=10)
+    ax_b.set_title(f"(b) PI-{round(level * 100):g} width / SA (baselines temperature-scaled)", fontsize=10)
     fig.suptitle(f"UCI {dataset_label(dataset)}")
     return save_figure(fig, out_base)
 

@@ -1,0 +1,129 @@
+"""The reproduction report: the reference file's numbers (each with its source), their transcription from the paper,
+and the comparison with our tables."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from stochattn.experiments import era5_report, ett_report, uci_tables
+from stochattn.experiments import paper_comparison as P
+from stochattn.report import mean_row, tidy_frame
+
+REPO = Path(__file__).resolve().parents[1]
+REFERENCE = REPO / "config" / "paper_results.yaml"
+PAPER = REPO.parent / "shared" / "paper" / "stochastic-attention.tex"
+EXTRA_METRICS = {"ett_sharpness": {"native_coverage_95"}}  # tidy rows a table writes beyond its shown columns
+
+
+def blocks():
+    return yaml.safe_load(REFERENCE.read_text())
+
+
+def our_specs():
+    specs = {f"uci_{n}": s for n, s in uci_tables.UCI_TABLE_SPECS.items()}
+    specs.update({("ett_" + n if not n.startswith("ett_") else n): s for n, s in ett_report.ETT_TABLE_SPECS.items()})
+    specs.update(era5_report.ERA5_TABLE_SPECS)
+    return specs
+
+
+def test_every_number_names_its_source_and_an_existing_statistic_of_ours():
+    cells = P.paper_cells(REFERENCE)
+    assert len(cells) > 200 and cells["paper"].map(math.isfinite).all()
+    specs = our_specs()
+    for name, b in blocks().items():
+        assert re.search(r"(tab|fig):\w+|L\d+", b["source"]), (name, b["source"])
+        assert b["table"] in specs, (name, b["table"])
+        shown = {g.metric for g in specs[b["table"]].groups} | EXTRA_METRICS.get(b["table"], set())
+        for metric in [b["metric"]] if "metric" in b else b["metrics"]:
+            assert metric in shown, (name, metric)
+
+
+@pytest.mark.skipif(not PAPER.is_file(), reason="the paper's .tex is not beside the repository")
+def test_the_reference_values_are_the_papers_own():
+    """Transcription check: every labelled source exists in the .tex, and each table row's values appear, in
+    order, among the numbers of the paper's row of that table (rows found by their label)."""
+    tex = PAPER.read_text()
+    lines = tex.splitlines()
+    for name, b in blocks().items():
+        for label in re.findall(r"(?:tab|fig):\w+", b["source"]):
+            assert f"\\label{{{label}}}" in tex, (name, label)
+        for line_no in re.findall(r"L(\d+)", b["source"]):
+            assert 0 < int(line_no) <= len(lines), (name, line_no)
+        if "rows" not in b or not str(b["source"]).startswith("Table tab:"):
+            continue
+        label = re.search(r"tab:\w+", b["source"])[0]
+        start = tex.index(f"\\label{{{label}}}")
+        body = tex[start: tex.index("\\end{tabular}", start)].splitlines()
+        for row, values in b["rows"].items():
+            key = _tex_row_key(row)
+            hits = [ln for ln in body if "&" in ln and re.match(rf"\s*{re.escape(key)}(?!\w)", ln, re.IGNORECASE)]
+            assert len(hits) == 1, (name, row, key)
+            numbers = [float(x) for x in re.findall(r"(?<![\w.])\d+\.\d+", hits[0])]
+            values = [float(v) for v in (values if isinstance(values, list) else [values])]
+            assert _contains_run(numbers, values), (name, row, values, numbers)
+
+
+def _tex_row_key(row: str) -> str:
+    m = re.match(r"(ETT[hm][12]) H=(\d+)", row)
+    return f"{m[1]} (H={m[2]})" if m else {"power": "Power"}.get(row, row)
+
+
+def _contains_run(numbers, values):
+    """``values`` appear in ``numbers`` in order (the paper's row may interleave other columns, e.g. std)."""
+    it = iter(numbers)
+    return all(any(math.isclose(v, x, rel_tol=1e-9) for x in it) for v in values)
+
+
+def test_compare_puts_ours_next_to_the_papers_with_ratio_verdict_and_run():
+    reference = {
+        "w1": {"source": "Table tab:uci_master, Panel A", "table": "uci_master", "metric": "w1_native_pooled",
+               "methods": ["sa", "swag"], "rows": {"yacht": [0.02, 0.04], "wine": [0.2, 0.2]}},
+        "cov": {"source": "Table tab:timesfm_sharpness", "table": "ett_sharpness", "metric": "sa_coverage_95",
+                "scale": 0.01, "methods": ["sa"], "rows": {"ETTh1 H=96": 61.46}},
+        "climax": {"source": "Table tab:climax_summary", "table": "climax_summary", "methods": ["sa"],
+                   "metrics": {"w1_native": [0.056]}, "row": "Z500 72 h"},
+    }  # fmt: skip
+    cells = P.paper_cells(reference)
+    assert cells.loc[cells["block"] == "cov", "paper"].item() == pytest.approx(0.6146)
+    tables = {
+        "uci_master": tidy_frame([mean_row("yacht", "sa", "w1_native_pooled", [0.021]),
+                                  mean_row("yacht", "swag", "w1_native_pooled", [0.1]),
+                                  mean_row("wine", "sa", "w1_native_pooled", [0.3])]),
+        "ett_sharpness": tidy_frame([mean_row("ETTh1 H=96", "sa", "sa_coverage_95", [0.59])]),
+    }  # fmt: skip
+    runs = {"uci": "FT-Transformer 1 block(s), REDUCED", "ett": "STAND-IN TimesFM"}
+    out = P.compare(cells, tables, runs)
+    assert list(out.columns) == list(P.COLUMNS)
+    look = out.set_index(["row", "method", "metric"])
+    assert look.loc[("yacht", "sa", "w1_native_pooled"), "verdict"] == "within 10%"
+    assert look.loc[("yacht", "swag", "w1_native_pooled"), "ratio"] == pytest.approx(2.5)
+    assert look.loc[("yacht", "swag", "w1_native_pooled"), "verdict"] == "differs > 2x"
+    assert look.loc[("wine", "sa", "w1_native_pooled"), "verdict"] == "within 2x"
+    assert look.loc[("wine", "swag", "w1_native_pooled"), "verdict"] == "not run"  # no such cell of ours
+    assert look.loc[("ETTh1 H=96", "sa", "sa_coverage_95"), "run"] == "STAND-IN TimesFM"
+    assert look.loc[("Z500 72 h", "sa", "w1_native"), "verdict"] == "not run"  # the ERA5 table was not made
+    assert look.loc[("Z500 72 h", "sa", "w1_native"), "run"] == "not run"
+    md = P.to_markdown(out, "header: stand-ins named")
+    assert md.startswith("# Reproduction report") and "header: stand-ins named" in md
+    assert "## Table tab:uci_master, Panel A" in md and "| Yacht |" not in md and "| yacht | SA |" in md
+    with pytest.raises(ValueError, match="no source"):
+        P.paper_cells({"x": {**reference["w1"], "source": ""}})
+    with pytest.raises(ValueError, match="2 values for 1 methods"):
+        P.paper_cells({"x": {**reference["cov"], "rows": {"ETTh1 H=96": [1, 2]}}})
+
+
+def test_write_comparison_is_atomic_with_provenance(tmp_path):
+    out = P.compare(P.paper_cells(REFERENCE), {}, {"uci": "reduced"})
+    written = P.write_comparison(out, tmp_path / "paper_comparison", "hdr",
+                                 {"rule": "test", "inputs": [], "config_subset": {}, "seeds": {}})  # fmt: skip
+    assert [p.name for p in written] == ["paper_comparison.csv", "paper_comparison.md", "paper_comparison.csv.prov.json",
+                                         "paper_comparison.md.prov.json"]  # fmt: skip
+    back = pd.read_csv(written[0])
+    assert len(back) == len(out) and set(back["verdict"]) == {"not run"}
+    assert not list(tmp_path.glob(".*tmp"))
