@@ -197,9 +197,19 @@ def uci_dataset_figures(dataset):
     return [f for n in names for f in figure_files(n)]
 
 
+def _sharpness_grid():
+    from stochattn.experiments.uci_figures import SHARPNESS_GRID_DATASETS
+
+    return [d for d in SHARPNESS_GRID_DATASETS if d in DATASETS]
+
+
+SHARPNESS_GRID = _sharpness_grid()
+
+
 def uci_targets():
     files = [f for t in UCI_TABLES for f in table_files(f"uci_{t}")]
     files += [f for d in DATASETS for f in uci_dataset_figures(d)]
+    files += figure_files("uci_sharpness_remaining") if SHARPNESS_GRID else []
     files += figure_files("uci_cost")
     return files
 

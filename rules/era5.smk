@@ -1,4 +1,5 @@
-# The ERA5 experiment (paper §6.2, §7, App. C.2, App. "Additional ClimaX Results"): ClimaX + LoRA, 72 h Z500.
+# The ERA5 experiment (paper §6.2, §7, App. C.2, App. "Additional ClimaX Results"): ClimaX + LoRA, Z500 at era5.lead_hours
+# (72 h in the paper).
 # Library: stochattn.experiments.era5 (stages), stochattn.experiments.era5_report (tables, figures), stochattn.data
 # .era5 (WeatherBench files, ClimaX preprocessing) and stochattn.data.aquaplanet (the offline stand-in). Every ERA5
 # rule but the figures runs workflow_scripts/era5.py, which dispatches on the rule's name to one library call.
@@ -135,7 +136,7 @@ rule era5_pretrain_standin:
 
 
 rule era5_prepare:
-    """(input, 72 h Z500) pairs of the fine-tuning data: train / val / cal (alternate validation pairs) / test."""
+    """(input, Z500 at era5.lead_hours) pairs of the fine-tuning data: train / val / cal (alternate validation pairs) / test."""
     input:
         f"{ERA5_DIR}/processed/finetune",
     output:
@@ -161,7 +162,7 @@ rule era5_prepare:
 
 
 rule era5_adapt:
-    """The LoRA adapter for 72 h Z500 (best validation epoch; the backbone competes as epoch 0) and the test skill
+    """The LoRA adapter for Z500 at era5.lead_hours (best validation epoch; the backbone competes as epoch 0) and the test skill
     of the backbone, the adapter, persistence and climatology."""
     input:
         prepared=f"{ERA5_DIR}/pairs.npz",
@@ -341,6 +342,7 @@ rule era5_evaluate:
     params:
         methods=ERA5_METHODS,
         levels=config["evaluate"]["levels"],
+        lead_hours=ERA5["lead_hours"],
         seed=era5_seed("evaluate"),
         code=code_for("stochattn.experiments.evaluate:evaluate_split", "stochattn.experiments.era5:evaluate_spatial"),
     script:
@@ -375,6 +377,7 @@ rule era5_table:
         runtime=15,
     params:
         caption=era5_caption(),
+        lead_hours=ERA5["lead_hours"],
         config_subset=era5_provenance_config(),
         seeds={"evaluate": era5_seed("evaluate")},
         code=code_for("stochattn.experiments.era5_report:build_table", "stochattn.report:write_table"),

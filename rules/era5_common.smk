@@ -19,6 +19,7 @@ ERA5_FIGURES = {
     "climax_sharp25": "sharpness_figure",
     "climax_sharp50": "sharpness_figure",
     "climax_sharp75": "sharpness_figure",
+    "climax_sharp_levels": "sharpness_figure",  # the paper's combined PI-25 / 50 / 75 figure
     "latency_appendix": "latency_figure",
     "bo_sensitivity": "bo_sensitivity",
     "bo_beta_hist": "bo_beta_hist",
@@ -158,7 +159,7 @@ def era5_figure_args(name):
     if name == "climax_cost":
         return {"metas": era5_run_files("meta.json"), "title": title}
     if name.startswith("climax_sharp"):
-        level = 0.95 if name == "climax_sharpness" else int(name[-2:]) / 100
+        level = {"climax_sharpness": 0.95, "climax_sharp_levels": [0.25, 0.5, 0.75]}.get(name) or int(name[-2:]) / 100
         return {"samples": era5_run_files("samples.npz"), "metrics": era5_run_files("metrics.json"), "level": level,
                 "title": title}  # fmt: skip
     if name in ("latency_appendix", "bo_sensitivity", "bo_beta_hist", "nu_ablation"):

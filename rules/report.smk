@@ -116,6 +116,40 @@ rule uci_sharpness_figure:
         "../workflow_scripts/figure.py"
 
 
+rule uci_sharpness_grid:
+    """The paper's six-panel Fig. uci_sharpness_remaining_1 (the run's data sets among Concrete, Energy, Kin8nm,
+    Naval, Power, Protein) in one file; the single-panel files stay beside it."""
+    input:
+        samples_and_metrics=[p for d in SHARPNESS_GRID for p in flat_paths(samples_and_metrics(d))],
+    output:
+        png=report(
+            "results/figures/uci_sharpness_remaining.png",
+            caption="../report/uci_sharpness.rst",
+            category="UCI sharpness",
+            labels={"dataset": "six-panel"},
+        ),
+        pdf="results/figures/uci_sharpness_remaining.pdf",
+        png_prov="results/figures/uci_sharpness_remaining.png.prov.json",
+        pdf_prov="results/figures/uci_sharpness_remaining.pdf.prov.json",
+    log:
+        "logs/report/uci_sharpness_remaining.log",
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
+    params:
+        figure="stochattn.experiments.uci_figures:sharpness_grid",
+        args={"samples_and_metrics": {d: samples_and_metrics(d) for d in SHARPNESS_GRID}},
+        caption=protocol_note(),
+        config_subset=provenance_config(),
+        seeds=SEED_RULE,
+        code=code_for("stochattn.experiments.uci_figures:sharpness_grid", "stochattn.provenance:provenance_record"),
+    script:
+        "../workflow_scripts/figure.py"
+
+
 rule uci_yacht_appendix:
     """Paper fig. uci_yacht_appendix: (a) native PIT overlaid, (b) PI-95 sharpness relative to SA."""
     input:

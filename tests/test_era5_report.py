@@ -302,6 +302,7 @@ def test_every_figure_writes_png_and_pdf(era5, tmp_path):
         "cost": lambda b: E.cost_figure(me, out_base=b, title=CAPTION),
         "sharp95": lambda b: E.sharpness_figure(sm, m, 0.95, out_base=b, title=CAPTION),
         "sharp25": lambda b: E.sharpness_figure(sm, m, 25, out_base=b, title=CAPTION),
+        "sharp_levels": lambda b: E.sharpness_figure(sm, m, [25, 50, 75], out_base=b, title=CAPTION),
         "latency": lambda b: E.latency_figure(era5["an"], out_base=b, title=CAPTION),
         "bo": lambda b: E.bo_sensitivity(era5["an"], out_base=b, title=CAPTION),
         "beta": lambda b: E.bo_beta_hist(era5["an"], out_base=b, title=CAPTION),

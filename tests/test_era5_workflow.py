@@ -74,7 +74,7 @@ def test_every_era5_table_and_figure_audits_clean(era5_run, tmp_path):
     from stochattn import audit
 
     work = era5_run["work"]
-    assert_every_output_audits_clean(work, 17)
+    assert_every_output_audits_clean(work, 19)  # 6 tables, 13 figures
     nodes = {n.path: n for n in audit._iter(audit.audit("results/tables/climax_crps_decomp.csv", work))}
     rules = {n.rule for n in nodes.values()}
     assert {"era5_standin", "era5_preprocess", "era5_prepare", "era5_pretrain_standin", "era5_adapt",

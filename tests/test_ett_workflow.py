@@ -65,7 +65,7 @@ def test_every_ett_table_and_figure_audits_clean(ett_run):
     from stochattn import audit
 
     work = ett_run["work"]
-    assert_every_output_audits_clean(work, 7)
+    assert_every_output_audits_clean(work, 8)  # 5 tables, 3 figures
     rules = {n.rule for n in audit._iter(audit.audit("results/tables/ett_pooled.csv", work))}
     assert {"fetch_ett", "ett_prepare", "ett_pretrain_standin", "ett_adapt", "ett_calibrate_sa", "ett_method",
             "ett_evaluate", "ett_table"} <= rules, rules  # fmt: skip

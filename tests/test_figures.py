@@ -259,3 +259,20 @@ def test_figure_rule_entries_cover_the_shared_helpers():
     assert {"stochattn.figures:draw_pit_overlay", "stochattn.figures:draw_sharpness",
             "stochattn.experiments.uci_figures:normalised_widths"} <= set(appendix)
     assert "stochattn.figures:format_seconds" in code_closure(["stochattn.experiments.uci_figures:cost_figure"])
+
+
+def test_sharpness_grid_has_one_lettered_panel_per_data_set(tmp_path, fake, monkeypatch):
+    """The paper's six-panel figure in one file: a panel per data set in the given order, titled (a), (b), ...,
+    each drawing that data set's temperature-scaled widths."""
+    files, _ = fake
+    inputs = {d: sharp_inputs(files, d) for d in ("yacht", "energy")}
+    out = tmp_path / "grid"
+    assert_figure_files(UF.sharpness_grid(inputs, out, columns=3), out)
+    figures = []
+    monkeypatch.setattr(UF, "save_figure", lambda fig, base: figures.append(fig) or [])
+    UF.sharpness_grid(inputs, out, columns=3)
+    axes = figures[0].axes
+    assert [ax.get_title() for ax in axes if ax.get_visible()] == ["(a) Yacht", "(b) Energy"]
+    assert len(axes) == 2  # two data sets: one row of two, not a half-empty grid of three
+    with pytest.raises(ValueError, match="no data set"):
+        UF.sharpness_grid({}, out)

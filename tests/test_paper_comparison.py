@@ -109,6 +109,12 @@ def test_compare_puts_ours_next_to_the_papers_with_ratio_verdict_and_run():
     assert look.loc[("ETTh1 H=96", "sa", "sa_coverage_95"), "run"] == "STAND-IN TimesFM"
     assert look.loc[("Z500 72 h", "sa", "w1_native"), "verdict"] == "not run"  # the ERA5 table was not made
     assert look.loc[("Z500 72 h", "sa", "w1_native"), "run"] == "not run"
+    # a stand-in at another lead: its row stands for the paper's (the run label says so), keyed by the paper's row
+    tables["climax_summary"] = tidy_frame([mean_row("Z500 24 h", "sa", "w1_native", [0.07])])
+    runs["era5"] = "AQUAPLANET STAND-IN, Z500 at 24 h (the paper: 72 h)"
+    lead = P.compare(cells, tables, runs, {"Z500 72 h": "Z500 24 h"}).set_index(["row", "method", "metric"])
+    assert lead.loc[("Z500 72 h", "sa", "w1_native"), "ours"] == 0.07
+    assert lead.loc[("Z500 72 h", "sa", "w1_native"), "verdict"] == "within 2x"
     md = P.to_markdown(out, "header: stand-ins named")
     assert md.startswith("# Reproduction report") and "header: stand-ins named" in md
     assert "## Table tab:uci_master, Panel A" in md and "| Yacht |" not in md and "| yacht | SA |" in md

@@ -147,6 +147,7 @@ def test_dry_run_paper_protocol(tmp_path):
         "uci_table": len(TABLES),
         "uci_pit_figure": 8,
         "uci_sharpness_figure": 8,
+        "uci_sharpness_grid": 1,  # the paper's six-panel figure
         "uci_yacht_appendix": 1,
         "uci_cost_figure": 1,
         "teaser_sinusoid": 1,
@@ -172,7 +173,7 @@ def test_dry_run_paper_protocol(tmp_path):
         "era5_analyses": 1,
         "era5_evaluate": 1,
         "era5_table": 6,
-        "era5_figure": 12,
+        "era5_figure": 13,
         "paper_comparison": 1,  # the reproduction report over every slice's tables
         "all": 1,
     }

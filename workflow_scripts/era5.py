@@ -66,7 +66,7 @@ elif rule == "era5_evaluate":
         return files + ([samples[REFERENCE]] if method != REFERENCE and REFERENCE in samples else [])
 
     evaluate_split(samples, {m: sm.output[m] for m in methods}, seed=p.seed, levels=tuple(p.levels),
-                   dataset="ERA5 Z500 72 h", split=None,
+                   dataset=f"ERA5 Z500 {p.lead_hours} h", split=None,
                    provenance={m: job.stage(inputs_of(m)) for m in methods})  # fmt: skip
     evaluate_spatial(samples, {m: sm.output[m] for m in methods}, sm.input.prepared,
                      {m: sm.output[f"{m}_spatial"] for m in methods}, provenance=job.stage)  # fmt: skip
@@ -80,7 +80,7 @@ elif rule == "era5_table":
     started = time.time()
     spec, tidy = era5_report.build_table(w.era5_table, **{k: sm.input.get(k) for k in
                                                           ("metrics", "spatial", "sweep", "adapter", "analyses",
-                                                           "metas")})
+                                                           "metas")}, lead_hours=p.lead_hours)
     written = report.write_table(
         tidy, os.path.splitext(sm.output.csv)[0], p.caption,
         {"rule": rule, "inputs": list(sm.input), "config_subset": p.config_subset, "seeds": p.seeds,

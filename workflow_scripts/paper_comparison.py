@@ -12,7 +12,7 @@ from stochattn.experiments import paper_comparison as P  # noqa: E402
 
 sm, p = snakemake, snakemake.params  # noqa: F821
 started = time.time()
-comparison = P.compare(P.paper_cells(p.reference), P.load_tables(sm.input.tables), p.runs)
+comparison = P.compare(P.paper_cells(p.reference), P.load_tables(sm.input.tables), p.runs, p.aliases)
 header = "What ran, per slice: " + "; ".join(f"{k}: {v}" for k, v in p.runs.items()) + (
     ". The paper's values: config/paper_results.yaml (each block with its table / figure label or line).")
 written = P.write_comparison(

@@ -389,7 +389,8 @@ def adapt(
     meta_prepared = load_json(Path(prepared_path).with_suffix(".json"))
     variables, lead_hours = meta_prepared["variables"], meta_prepared["lead_hours"]
     net = lora_forecaster(backbone_path, variables, lead_hours, lora, seed, allow_pickle)
-    record = adapters.fit_adapter(net, data, train, seed=seed, progress=progress, desc="LoRA ClimaX 72 h Z500")
+    record = adapters.fit_adapter(net, data, train, seed=seed, progress=progress,
+                                  desc=f"LoRA ClimaX {lead_hours:g} h Z500")  # fmt: skip
     adapters.save_adapter(net, out_path, lora=dict(lora), variables=list(variables), lead_hours=lead_hours)
     physical = lambda a: np.asarray(a, np.float64) * data["y_std"] + data["y_mean"]  # noqa: E731
     truth = physical(data["y_test"])

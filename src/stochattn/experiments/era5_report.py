@@ -24,8 +24,8 @@ Figures (``f(..., out_base, title) -> [png, pdf]``; ``title`` is the workflow's 
 
     pit_combined      Fig. climax_pit_combined: (a) native PIT per method, (b) baselines temperature-scaled, SA native
     cost_figure       Fig. climax_cost: adaptation wall clock per method (SA: its BO alone; log axis)
-    sharpness_figure  Figs. climax_sharpness / sharp25 / sharp50 / sharp75: PI widths / SA's mean width per
-                      (forecast, cell), baselines temperature-scaled (the paper's; the mean is the ratio of means)
+    sharpness_figure  Figs. climax_sharpness / sharp25 / sharp50 / sharp75 (and the three combined): PI widths /
+                      SA's mean width per (forecast, cell), baselines temperature-scaled (the mean: ratio of means)
     latency_figure    Fig. latency_appendix: per-pass seconds vs nu, deterministic line, BO-selected nu
     bo_sensitivity    Fig. bo_sensitivity: normalised surrogate loss f(nu) / f* per BO seed (posterior draws)
     bo_beta_hist      Fig. bo_beta_hist: beta* = ln nu_cont over the posterior draws of every seed
@@ -77,6 +77,7 @@ from stochattn.report import (
 
 __all__ = [
     "ROW",
+    "row_label",
     "SKILL_COLUMNS",
     "summary_table",
     "crps_decomp_table",
@@ -103,7 +104,12 @@ __all__ = [
 ]
 
 ROW = "Z500 72 h"
-"""The row label (tidy ``dataset``) of the ClimaX tables."""
+"""The row label (tidy ``dataset``) of the ClimaX tables at the paper's lead (:func:`row_label` for another)."""
+
+
+def row_label(lead_hours: float = 72) -> str:
+    """The row label of the ClimaX tables for a lead time: ``"Z500 72 h"`` (:data:`ROW`) at the paper's."""
+    return f"Z500 {float(lead_hours):g} h"
 SKILL_COLUMNS: dict[str, str] = {
     "backbone": "backbone (zero-shot)",
     "adapted": "LoRA-adapted",
@@ -292,14 +298,15 @@ CLIMAX_SUMMARY = TableSpec(
                     decimals=1),  # fmt: skip
         ColumnGroup("coverage_95_native", "Cov95", r"PI-95 cov.\ (native)", best="target", target=0.95, bold=1),
     ),
-    description="ClimaX 72 h Z500 calibration and sharpness (Table climax_summary, extended): latitude-weighted "
+    description="ClimaX Z500 calibration and sharpness at the lead of the row label (Table climax_summary, 72 h in the "
+    "paper; extended): latitude-weighted "
     "ACC of the ensemble mean and of single samples (mean over members of each member's ACC), latitude-weighted "
     "RMSE of the ensemble mean (m^2 s^-2), native PIT W1, scaled W1 (every method but SA temperature-scaled on the "
     "cal pairs; SA native), mean PI-95 width (m^2 s^-2; SA native, every other run temperature-scaled on the cal "
     "pairs, as the paper), beyond the paper the mean PI-95 width at SA's coverage (every other run rescaled by a "
     "conformal factor fitted on the cal pairs to SA's cal coverage) and the native PI-95 coverage. Best per column "
     "bold (ACC highest, coverage closest to 0.95, the rest lowest).",
-    latex_description=r"ClimaX 72\,h $Z_{500}$: ACC of the ensemble mean and of single samples, latitude-weighted "
+    latex_description=r"ClimaX $Z_{500}$: ACC of the ensemble mean and of single samples, latitude-weighted "
     r"RMSE of the ensemble mean, native and scaled PIT $W_1$ and PI-95 width (SA native, baselines "
     r"temperature-scaled), PI-95 width at SA's coverage (baselines conformally rescaled on the cal pairs; beyond "
     r"the paper) and native PI-95 coverage. Units "
@@ -376,11 +383,11 @@ CLIMAX_SKILL = TableSpec(
         ColumnGroup("rmse_over_climatology", "RMSE/clim.", r"RMSE / clim.", methods=tuple(SKILL_COLUMNS.values()),
                     short_labels=False),  # fmt: skip
     ),
-    description="Deterministic 72 h Z500 test skill (m^2 s^-2): latitude-weighted RMSE and ACC of the backbone "
+    description="Deterministic Z500 test skill at the row's lead (m^2 s^-2): latitude-weighted RMSE and ACC of the backbone "
     "zero-shot, the LoRA-adapted model, persistence (the field at the initial time) and climatology (the training "
     "years' time mean; ACC against the test partition's mean, as ClimaX's), and each RMSE over climatology's. "
     "Best bold.",
-    latex_description=r"Deterministic 72\,h $Z_{500}$ test skill: latitude-weighted RMSE (m$^2$\,s$^{-2}$) and "
+    latex_description=r"Deterministic $Z_{500}$ test skill: latitude-weighted RMSE (m$^2$\,s$^{-2}$) and "
     r"ACC of the zero-shot backbone, the LoRA-adapted model, persistence and climatology.",
     label="tab:climax_skill",
     build=skill_table,
@@ -469,7 +476,7 @@ def cost_figure(metas: Mapping[str, PathLike], out_base: PathLike, title: str) -
 def sharpness_figure(
     samples: Mapping[str, PathLike],
     metrics: Mapping[str, PathLike],
-    level: float,
+    level: float | Sequence[float],
     out_base: PathLike,
     title: str,
 ) -> list[Path]:
@@ -477,21 +484,26 @@ def sharpness_figure(
     over (forecast, cell) of each method's PI width divided by SA's MEAN width, baselines temperature-scaled on the
     cal pairs, SA native (:func:`stochattn.experiments.uci_figures.normalised_widths`), so a method's mean (the
     diamond, also printed) is the ratio of its mean width to SA's (the paper's "MultiSWAG ~1.02x"); whiskers
-    P5 / P95. ``level`` a fraction (or percent, e.g. 95). Returns ``[png, pdf]``."""
-    level = float(level) / 100 if float(level) > 1 else float(level)
+    P5 / P95. ``level`` a fraction or percent (e.g. 95), or several: one panel each, side by side (the paper's
+    combined PI-25 / 50 / 75 figure, panels (a) (b) (c)). Returns ``[png, pdf]``."""
+    levels = [float(v) / 100 if float(v) > 1 else float(v) for v in np.atleast_1d(level)]
     methods = _ordered_paths(samples, "samples")
     if REFERENCE not in samples:
         raise ValueError(f"samples needs {REFERENCE!r}: widths are divided by SA's mean width")
-    widths = uci_figures.normalised_widths({m: [(samples[m], metrics[m])] for m in methods}, level)
-    pct = f"{round(level * 100):g}"
-    fig = new_figure(1.4 + 0.85 * len(widths), 3.8)
-    ax = fig.add_subplot()
-    draw_sharpness(ax, widths, level)
-    ax.set_ylabel(f"PI-{pct} width / SA's mean width")
-    ratios = ", ".join(f"{method_label(m, True)} {float(np.mean(w)):.2f}x" for m, w in widths.items() if m != REFERENCE)
-    head = (f"PI-{pct} widths per (forecast, cell) / SA's mean width; SA native, baselines temperature-scaled; "
-            f"whiskers P5 / P95, diamond = mean ({ratios})")
-    ax.set_title(textwrap.fill(head, 70), fontsize=8)
+    fig = new_figure(len(levels) * (1.4 + 0.85 * len(methods)), 3.8)
+    axes = np.atleast_1d(fig.subplots(1, len(levels)))
+    for i, (ax, lvl) in enumerate(zip(axes, levels)):
+        widths = uci_figures.normalised_widths({m: [(samples[m], metrics[m])] for m in methods}, lvl)
+        pct = f"{round(lvl * 100):g}"
+        draw_sharpness(ax, widths, lvl)
+        ax.set_ylabel(f"PI-{pct} width / SA's mean width")
+        ratios = ", ".join(f"{method_label(m, True)} {float(np.mean(w)):.2f}x" for m, w in widths.items()
+                           if m != REFERENCE)  # fmt: skip
+        head = (f"PI-{pct} widths per (forecast, cell) / SA's mean width; SA native, baselines temperature-scaled; "
+                f"whiskers P5 / P95, diamond = mean ({ratios})")
+        if len(levels) > 1:
+            head = f"({chr(ord('a') + i)}) PI-{pct}. " + head
+        ax.set_title(textwrap.fill(head, 70), fontsize=8)
     _suptitle(fig, title)
     return save_figure(fig, out_base)
 
@@ -765,21 +777,22 @@ def teaser_axes(
 
 def build_table(name: str, metrics: Optional[Sequence[PathLike]] = None, spatial: Optional[Sequence[PathLike]] = None,
                 sweep: Optional[PathLike] = None, adapter: Optional[PathLike] = None,
-                analyses: Optional[PathLike] = None, metas: Optional[Sequence[PathLike]] = None
-                ) -> tuple[TableSpec, pd.DataFrame]:  # fmt: skip
+                analyses: Optional[PathLike] = None, metas: Optional[Sequence[PathLike]] = None,
+                lead_hours: float = 72) -> tuple[TableSpec, pd.DataFrame]:  # fmt: skip
     """``(spec, tidy)`` of the ClimaX table ``name`` from the workflow's files (``metrics`` / ``spatial``: every
     run's ``runs/<method>/metrics.json`` / ``spatial.json``); each table needs only the files it reads
     (climax_summary: metrics, spatial; climax_crps_decomp: + analyses; swag_sweep_*: sweep; climax_skill: adapter;
-    climax_cost: every run's meta.json)."""
+    climax_cost: every run's meta.json); the row label names ``lead_hours`` (:func:`row_label`)."""
     if name not in ERA5_TABLE_SPECS:
         raise ValueError(f"unknown ClimaX table {name!r}; known: {', '.join(ERA5_TABLE_SPECS)}")
     by_method = {Path(m).parent.name: (m, s) for m, s in zip(metrics or (), spatial or ())}
+    row = row_label(lead_hours)
     builders = {
-        "climax_summary": lambda: summary_table(by_method),
-        "climax_crps_decomp": lambda: crps_decomp_table(by_method, analyses),
-        "swag_sweep_val": lambda: swag_sweep_val_table(sweep),
-        "swag_sweep_test": lambda: swag_sweep_test_table(sweep),
-        "climax_skill": lambda: skill_table(adapter),
-        "climax_cost": lambda: cost_table({Path(m).parent.name: m for m in metas or ()}),
+        "climax_summary": lambda: summary_table(by_method, row),
+        "climax_crps_decomp": lambda: crps_decomp_table(by_method, analyses, row),
+        "swag_sweep_val": lambda: swag_sweep_val_table(sweep, f"{row} (val.)"),
+        "swag_sweep_test": lambda: swag_sweep_test_table(sweep, f"{row} (test)"),
+        "climax_skill": lambda: skill_table(adapter, row),
+        "climax_cost": lambda: cost_table({Path(m).parent.name: m for m in metas or ()}, row),
     }
     return ERA5_TABLE_SPECS[name], builders[name]()

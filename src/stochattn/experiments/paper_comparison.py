@@ -78,17 +78,21 @@ def _verdict(ratio: float) -> str:
     return VERDICTS[0] if r <= 1.1 else VERDICTS[1] if r <= 2.0 else VERDICTS[2]
 
 
-def compare(cells: pd.DataFrame, tables: Mapping[str, pd.DataFrame], runs: Mapping[str, str]) -> pd.DataFrame:
+def compare(cells: pd.DataFrame, tables: Mapping[str, pd.DataFrame], runs: Mapping[str, str],
+            aliases: Mapping[str, str] | None = None) -> pd.DataFrame:  # fmt: skip
     """The comparison (:data:`COLUMNS`): for each paper cell our value of the same (table, row, method, metric)
     from ``tables`` (table name -> its tidy frame; a table this run did not make gives "not run"), the ratio
     ours / paper, the verdict (:data:`VERDICTS`) and ``run``: what ran for the cell's slice (``runs``: slice ->
-    e.g. "stand-in TimesFM (not the public checkpoint)")."""
+    e.g. "stand-in TimesFM (not the public checkpoint)", which must then also name any such difference).
+    ``aliases`` maps a paper row to the row of ours that stands for it (e.g. "Z500 72 h" -> "Z500 24 h" on a
+    stand-in run at another lead); the report keeps the paper's row name."""
+    aliases = dict(aliases or {})
     rows = []
     for c in cells.itertuples(index=False):
         tidy = tables.get(c.table)
         ours = math.nan
         if tidy is not None:
-            hit = tidy[(tidy["dataset"].astype(str) == c.row) & (tidy["method"] == c.method) &
+            hit = tidy[(tidy["dataset"].astype(str) == aliases.get(c.row, c.row)) & (tidy["method"] == c.method) &
                        (tidy["metric"] == c.metric)]  # fmt: skip
             if len(hit):
                 ours = float(hit["value"].iloc[0])

@@ -212,6 +212,36 @@ def sharpness_boxplot(
     return save_figure(fig, out_base)
 
 
+SHARPNESS_GRID_DATASETS = ("concrete", "energy", "kin8nm", "naval", "power", "protein")
+"""The six panels of the paper's Fig. uci_sharpness_remaining_1, in its order (Wine and Yacht have their own)."""
+
+
+def sharpness_grid(
+    samples_and_metrics: Mapping[str, Mapping[str, Any]],
+    out_base: PathLike,
+    *,
+    level: float = 0.95,
+    columns: int = 3,
+) -> list[Path]:
+    """The paper's multi-panel Fig. uci_sharpness_remaining_1: one :func:`sharpness_boxplot` panel per data set
+    (``samples_and_metrics``: data set -> its per-method runs, in panel order), ``columns`` panels a row, each
+    titled "(a) Concrete" ...; baselines temperature-scaled, SA native. Returns ``[png, pdf]``."""
+    if not samples_and_metrics:
+        raise ValueError("sharpness_grid: no data set")
+    names = list(samples_and_metrics)
+    rows = math.ceil(len(names) / columns)
+    fig = new_figure(4.2 * min(columns, len(names)), 3.4 * rows)
+    axes = np.atleast_1d(fig.subplots(rows, min(columns, len(names)), squeeze=False)).ravel()
+    for i, (ax, dataset) in enumerate(zip(axes, names)):
+        widths = normalised_widths(samples_and_metrics[dataset], level, dataset=dataset)
+        draw_sharpness(ax, widths, level)
+        ax.set_title(f"({chr(ord('a') + i)}) {dataset_label(dataset)}", fontsize=10)
+    for ax in axes[len(names):]:
+        ax.set_visible(False)
+    fig.suptitle(f"UCI per-dataset PI-{round(level * 100):g} sharpness (SA = 1.0; baselines temperature-scaled)")
+    return save_figure(fig, out_base)
+
+
 def yacht_appendix(
     runs: pd.DataFrame | Iterable[PathLike],
     samples_and_metrics: Mapping[str, Any],
