@@ -61,6 +61,7 @@ rule all:
         ett_targets() if ETT["enabled"] else [],
         era5_targets() if ERA5["enabled"] else [],
         PAPER_COMPARISON_FILES,
+        TEASER_FILES,
     localrule: True
 
 

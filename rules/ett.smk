@@ -266,7 +266,8 @@ rule ett_table:
         seeds={"evaluate": "ett_seed('evaluate', dataset, horizon)"},
         code=lambda w: code_for(
             "stochattn.experiments.ett_report:load_ett_runs",
-            f"stochattn.experiments.ett_report:{w.table}_table",
+            f"stochattn.experiments.ett_report:{w.table.upper()}_TABLE",  # its layout and builder
+            *([f"stochattn.experiments.ett_report:{w.table}_table"] if w.table in ("sharpness", "zero_shot") else []),
             "stochattn.report:write_table",
         ),
     script:

@@ -49,7 +49,7 @@ def ett_metrics():
     return [ett_run(d, h, m, "metrics.json") for d in ETT_DATASETS_RUN for h in ETT_HORIZONS for m in ETT_METHODS]
 
 
-ETT_TABLES = ["sharpness", "sharpness_pooled", "pooled", "cost", "zero_shot"]
+ETT_TABLES = ["sharpness", "sharpness_pooled", "pooled", "pooled_levels", "pooled_scores", "cost", "zero_shot"]
 # native; matched on the window to SA's coverage there (the paper's); matched by the factors fitted on the cal windows
 ETT_FIGURES = {"ett_coverage": None, "ett_coverage_matched": "window", "ett_coverage_matched_cal": "cal"}
 ETT_COLUMN_NAMES = ["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"]

@@ -80,3 +80,37 @@ rule paper_comparison:
         ),
     script:
         "../workflow_scripts/paper_comparison.py"
+
+
+TEASER_PANELS = [["results/figures/teaser_climax_maps.png"], ["results/figures/teaser_axes.png",
+                 "results/figures/teaser_sinusoid.png"]] if ERA5["enabled"] else [["results/figures/teaser_sinusoid.png"]]
+TEASER_FILES = figure_files("teaser")
+
+
+rule teaser:
+    """The paper's teaser (Fig. teaser) in one file: (a) truth / forecast / bias maps, (b) the four axes measured,
+    (c) the toy's intervals, composed from the three panel figures (which stay as files of their own)."""
+    input:
+        [p for row in TEASER_PANELS for p in row],
+    output:
+        png=report("results/figures/teaser.png", caption="../report/teaser.rst", category="Teaser"),
+        pdf="results/figures/teaser.pdf",
+        png_prov="results/figures/teaser.png.prov.json",
+        pdf_prov="results/figures/teaser.pdf.prov.json",
+    log:
+        "logs/report/teaser.log",
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
+    params:
+        figure="stochattn.figures:compose_panels",
+        args={"rows": TEASER_PANELS, "title": "Useful uncertainty is multi-dimensional (panels: their own captions)"},
+        caption=protocol_note(),
+        config_subset=provenance_config(),
+        seeds=SEED_RULE,
+        code=code_for("stochattn.figures:compose_panels", "stochattn.provenance:provenance_record"),
+    script:
+        "../workflow_scripts/figure.py"

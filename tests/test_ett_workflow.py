@@ -46,7 +46,8 @@ def test_ett_run_writes_every_output_with_provenance(ett_run):
     backbone = json.loads((work / "results" / "ett" / "backbone" / "station1.json").read_text())
     assert sorted(backbone["sources"]) == ["ETTh2", "ETTm2"]
     assert not (work / "results" / "data" / "ett" / "ETTm1.csv").exists()
-    for name in ("ett_sharpness", "ett_sharpness_pooled", "ett_pooled", "ett_cost", "ett_zero_shot"):
+    for name in ("ett_sharpness", "ett_sharpness_pooled", "ett_pooled", "ett_pooled_levels", "ett_pooled_scores",
+                 "ett_cost", "ett_zero_shot"):
         for ext in ("csv", "md", "tex"):
             _prov_ok(work / "results" / "tables" / f"{name}.{ext}", work)
         md = (work / "results" / "tables" / f"{name}.md").read_text()
@@ -65,7 +66,7 @@ def test_every_ett_table_and_figure_audits_clean(ett_run):
     from stochattn import audit
 
     work = ett_run["work"]
-    assert_every_output_audits_clean(work, 8)  # 5 tables, 3 figures
+    assert_every_output_audits_clean(work, 10)  # 7 tables, 3 figures
     rules = {n.rule for n in audit._iter(audit.audit("results/tables/ett_pooled.csv", work))}
     assert {"fetch_ett", "ett_prepare", "ett_pretrain_standin", "ett_adapt", "ett_calibrate_sa", "ett_method",
             "ett_evaluate", "ett_table"} <= rules, rules  # fmt: skip

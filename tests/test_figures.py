@@ -276,3 +276,23 @@ def test_sharpness_grid_has_one_lettered_panel_per_data_set(tmp_path, fake, monk
     assert len(axes) == 2  # two data sets: one row of two, not a half-empty grid of three
     with pytest.raises(ValueError, match="no data set"):
         UF.sharpness_grid({}, out)
+
+
+def test_compose_panels_letters_each_panel_in_reading_order(tmp_path, monkeypatch):
+    """The teaser in one file: panel images laid out in rows at their own aspect ratios, lettered (a), (b), (c)."""
+    paths = []
+    for name, (w, h) in {"maps": (6, 2), "axes": (4, 2), "toy": (3, 2)}.items():
+        fig = F.new_figure(w, h)
+        fig.add_subplot().plot([0, 1], [0, 1])
+        paths.append(F.save_figure(fig, tmp_path / name)[0])
+    out = tmp_path / "teaser"
+    assert_figure_files(F.compose_panels([[paths[0]], paths[1:]], out, title="t"), out)
+    figures = []
+    monkeypatch.setattr(F, "save_figure", lambda fig, base: figures.append(fig) or [])
+    F.compose_panels([[paths[0]], paths[1:]], out)
+    letters = [t.get_text() for ax in figures[0].axes for t in ax.texts]
+    assert letters == ["(a)", "(b)", "(c)"]
+    a, b, c = (ax.get_position() for ax in figures[0].axes)
+    assert a.y0 > b.y1 - 1e-6 and abs(b.y0 - c.y0) < 1e-6 and b.x1 <= c.x0 + 1e-6  # (a) on top, (b) left of (c)
+    with pytest.raises(ValueError, match="no panel"):
+        F.compose_panels([[]], out)

@@ -159,7 +159,7 @@ def test_dry_run_paper_protocol(tmp_path):
         "ett_calibrate_sa": 8,
         "ett_method": 8 * 5,
         "ett_evaluate": 8,
-        "ett_table": 5,
+        "ett_table": 7,
         "ett_figure": 3,
         # the ERA5 slice on WeatherBench and the official ClimaX checkpoint: no stand-in, no pretraining
         "era5_fetch": 1,
@@ -175,6 +175,7 @@ def test_dry_run_paper_protocol(tmp_path):
         "era5_table": 6,
         "era5_figure": 13,
         "paper_comparison": 1,  # the reproduction report over every slice's tables
+        "teaser": 1,  # the teaser's three panels in one file
         "all": 1,
     }
     out = res.stdout
@@ -421,7 +422,8 @@ def test_changing_a_method_parameter_reruns_only_its_dependents(tiny_run):
     assert stats.pop("run_method") == 2
     assert stats.pop("evaluate") == 1
     assert set(stats) <= {"uci_table", "uci_pit_figure", "uci_sharpness_figure", "uci_yacht_appendix",
-                          "uci_cost_figure", "teaser_sinusoid", "all"}, stats  # fmt: skip
+                          "uci_cost_figure", "teaser_sinusoid", "teaser", "paper_comparison", "uci_sharpness_grid",
+                          "all"}, stats  # fmt: skip
     methods = set(re.findall(r"method=(\w+)", res.stdout))
     assert methods == {"swag"}, methods
     # the unchanged config still has nothing to do

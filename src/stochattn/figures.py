@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ __all__ = [
     "draw_pit_overlay",
     "draw_sharpness",
     "format_seconds",
+    "compose_panels",
 ]
 
 DPI = 150
@@ -227,3 +228,38 @@ def format_seconds(s: float) -> str:
     if s >= 60:
         return f"{s / 60:.1f} min"
     return f"{s:.3g} s"
+
+
+def compose_panels(
+    rows: Sequence[Sequence[PathLike]],
+    out_base: PathLike,
+    *,
+    title: str = "",
+    width: float = 14.0,
+) -> list[Path]:
+    """One multi-panel figure from panel images drawn by other jobs (the paper's teaser (a) (b) (c)): ``rows`` of
+    PNG paths, each row as wide as the figure, each panel at its own aspect ratio and lettered (a), (b), ... in
+    reading order. The panels are raster images (at their own DPI), also in the PDF. Returns ``[png, pdf]``."""
+    import matplotlib.image as mpimg
+
+    rows = [list(r) for r in rows if len(r)]
+    if not rows:
+        raise ValueError("compose_panels: no panel")
+    images = [[mpimg.imread(os.fspath(p)) for p in r] for r in rows]
+    # each row's height: the figure width over the sum of its panels' aspect ratios (width / height)
+    heights = [width / sum(im.shape[1] / im.shape[0] for im in r) for r in images]
+    fig = new_figure(width, sum(heights) + (0.4 if title else 0.0))
+    grid = fig.add_gridspec(len(images), 1, height_ratios=heights, hspace=0.02)
+    letter = 0
+    for i, r in enumerate(images):
+        sub = grid[i].subgridspec(1, len(r), width_ratios=[im.shape[1] / im.shape[0] for im in r], wspace=0.02)
+        for j, im in enumerate(r):
+            ax = fig.add_subplot(sub[j])
+            ax.imshow(im)
+            ax.set_axis_off()
+            ax.text(0.0, 1.0, f"({chr(ord('a') + letter)})", transform=ax.transAxes, fontsize=12,
+                    fontweight="bold", va="top", ha="left")  # fmt: skip
+            letter += 1
+    if title:
+        fig.suptitle(title, fontsize=9)
+    return save_figure(fig, out_base)
