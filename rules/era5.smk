@@ -190,14 +190,50 @@ rule era5_adapt:
         "../workflow_scripts/era5.py"
 
 
+rule era5_multiswag_member:
+    """One MultiSWAG-LoRA member: a fresh adapter from its own seed, then its SWAG-LoRA phase (member 0 chooses the
+    SWAG settings on the val pairs, the others reuse them). One job per member: the paper's ten members took ~12
+    V100 days together."""
+    input:
+        unpack(era5_member_inputs),
+    output:
+        state=f"{ERA5_DIR}/runs/multiswag/members/{{component}}.pt",
+        meta=f"{ERA5_DIR}/runs/multiswag/members/{{component}}.json",
+    log:
+        "logs/era5/multiswag_member{component}.log",
+    benchmark:
+        benchmark_file("era5_multiswag_member", "{component}")
+    wildcard_constraints:
+        component=r"\d+",
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=era5_mem_mb(),
+        runtime=480,
+    params:
+        lora=ERA5["lora"],
+        train=ERA5["train"],
+        component=lambda w: int(w.component),
+        method_cfg=era5_method_cfg("multiswag"),
+        num_samples=config["num_samples"],
+        allow_pickle=ERA5["backbone"]["checkpoint"].get("allow_pickle", False),
+        require_skill=ERA5["require_skill"],
+        seed=era5_seed("multiswag"),
+        code=code_for("stochattn.experiments.era5:train_multiswag_member"),
+    script:
+        "../workflow_scripts/era5.py"
+
+
 rule era5_method:
-    """One method (SA writes sa_match and calibration.json too; SWAG its variance-scale sweep): S samples on the
-    test and cal pairs."""
+    """One method (SA writes sa_match and calibration.json too; SWAG its variance-scale sweep; MultiSWAG pools the
+    members of its per-member jobs): S samples on the test and cal pairs."""
     input:
         prepared=f"{ERA5_DIR}/pairs.npz",
         backbone=era5_backbone(),
         adapter=f"{ERA5_DIR}/adapter.pt",
         adapter_meta=f"{ERA5_DIR}/adapter.json",
+        members=lambda w: era5_members() if getattr(w, "era5_method", None) == "multiswag" else [],
     output:
         samples=f"{ERA5_DIR}/runs/{{era5_method}}/samples.npz",
         meta=f"{ERA5_DIR}/runs/{{era5_method}}/meta.json",

@@ -182,3 +182,17 @@ def era5_figure_inputs(wildcards):
         elif isinstance(value, str) and value.startswith("results/"):
             files.append(value)
     return files
+
+
+def era5_members():
+    """The MultiSWAG-LoRA member files, in order (one job each: rule era5_multiswag_member)."""
+    n = int(era5_method_cfg("multiswag")["components"])
+    return [f"{ERA5_DIR}/runs/multiswag/members/{c}.pt" for c in range(n)]
+
+
+def era5_member_inputs(w):
+    inputs = {"prepared": f"{ERA5_DIR}/pairs.npz", "backbone": era5_backbone(), "adapter": f"{ERA5_DIR}/adapter.pt",
+              "adapter_meta": f"{ERA5_DIR}/adapter.json"}  # fmt: skip
+    if int(w.component) > 0:  # member 0 chose the SWAG settings
+        inputs["first"] = f"{ERA5_DIR}/runs/multiswag/members/0.json"
+    return inputs

@@ -168,13 +168,48 @@ rule ett_calibrate_sa:
         "../workflow_scripts/ett.py"
 
 
+rule ett_multiswag_member:
+    """One MultiSWAG-LoRA member of one configuration: a fresh adapter from its own seed, then its SWAG-LoRA phase
+    (member 0 chooses the SWAG settings on the val windows, the others reuse them). One job per member bounds
+    every job's runtime."""
+    input:
+        unpack(lambda w: ett_member_inputs(w)),
+    output:
+        state=f"{ETT_CONFIG}/multiswag/members/{{component}}.pt",
+        meta=f"{ETT_CONFIG}/multiswag/members/{{component}}.json",
+    log:
+        "logs/ett/{ett_dataset}/H{horizon}/multiswag_member{component}.log",
+    benchmark:
+        benchmark_file("ett_multiswag_member", "{ett_dataset}/H{horizon}/{component}")
+    wildcard_constraints:
+        component=r"\d+",
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=8000,
+        runtime=240,
+    params:
+        lora=ETT["lora"],
+        train=ETT["train"],
+        component=lambda w: int(w.component),
+        method_cfg=ett_method_cfg("multiswag"),
+        num_samples=config["num_samples"],
+        seed=lambda w: ett_seed("multiswag", w.ett_dataset, w.horizon),
+        code=code_for("stochattn.experiments.ett:train_multiswag_member"),
+    script:
+        "../workflow_scripts/ett.py"
+
+
 rule ett_method:
-    """One method on one configuration: S predictive samples on the test and cal windows (SA writes sa_match too)."""
+    """One method on one configuration: S predictive samples on the test and cal windows (SA writes sa_match too;
+    MultiSWAG pools the members of its per-member jobs)."""
     input:
         prepared=f"{ETT_CONFIG}/prepared.npz",
         backbone=ett_backbone,
         adapter=f"{ETT_CONFIG}/adapter.pt",
         adapter_meta=f"{ETT_CONFIG}/adapter.json",
+        members=lambda w: ett_members(w) if getattr(w, "ett_method", None) == "multiswag" else [],
     output:
         samples=f"{ETT_CONFIG}/{{ett_method}}/samples.npz",
         meta=f"{ETT_CONFIG}/{{ett_method}}/meta.json",

@@ -159,3 +159,18 @@ def ett_figure_args(matched):
             else ""
         ),
     }
+
+
+def ett_members(w):
+    """The MultiSWAG-LoRA member files of one configuration, in order (one job each: rule ett_multiswag_member)."""
+    n = int(ett_method_cfg("multiswag")["components"])
+    return [f"results/ett/{w.ett_dataset}/H{w.horizon}/multiswag/members/{c}.pt" for c in range(n)]
+
+
+def ett_member_inputs(w):
+    run = f"results/ett/{w.ett_dataset}/H{w.horizon}"
+    inputs = {"prepared": f"{run}/prepared.npz", "backbone": ett_backbone(w), "adapter": f"{run}/adapter.pt",
+              "adapter_meta": f"{run}/adapter.json"}  # fmt: skip
+    if int(w.component) > 0:  # member 0 chose the SWAG settings
+        inputs["first"] = f"{run}/multiswag/members/0.json"
+    return inputs

@@ -185,3 +185,24 @@ def test_adapt_and_methods_write_runs_in_the_contract(csvs, tmp_path):
     with pytest.raises(ValueError, match="unknown method"):
         ett.run_method("mc_dropout", tmp_path / "p.npz", tmp_path / "bb.pt", tmp_path / "adapter.pt", tmp_path / "x",
                        lora=lora, train=train, method_cfg={}, num_samples=3, seed=0)  # fmt: skip
+    # MultiSWAG-LoRA: one job per member (member 0 chooses the SWAG settings, member 1 reads them) pools exactly the
+    # samples of the members trained inside one job, for the same seed
+    ms_cfg = {"components": 2, "epochs": 1, "collect_per_epoch": 3, "grid": [{"lr": 1e-3}]}
+    members = []
+    for c in range(2):
+        path = tmp_path / "members" / f"{c}.pt"
+        rec = ett.train_multiswag_member(tmp_path / "p.npz", tmp_path / "bb.pt", tmp_path / "adapter.pt", path,
+                                         component=c, lora=lora, train=train, method_cfg=ms_cfg, num_samples=4,
+                                         seed=5, first_path=None if c == 0 else tmp_path / "members" / "0.json",
+                                         progress=False)  # fmt: skip
+        assert rec["component"] == c and (c == 0) == ("metric" in rec["selection"])
+        members.append(path)
+    for name, kw in (("ms_jobs", {"members": members}), ("ms_one_job", {})):
+        ett.run_method("multiswag", tmp_path / "p.npz", tmp_path / "bb.pt", tmp_path / "adapter.pt", tmp_path / name,
+                       lora=lora, train=train, method_cfg=ms_cfg, num_samples=4, seed=5, progress=False, **kw)
+    jobs, one = np.load(tmp_path / "ms_jobs" / "samples.npz"), np.load(tmp_path / "ms_one_job" / "samples.npz")
+    np.testing.assert_allclose(jobs["samples"], one["samples"], rtol=1e-5, atol=1e-6)
+    assert np.std(jobs["samples"], axis=0).mean() > 0
+    with pytest.raises(ValueError, match="first_path"):
+        ett.train_multiswag_member(tmp_path / "p.npz", tmp_path / "bb.pt", tmp_path / "adapter.pt", tmp_path / "m.pt",
+                                   component=1, lora=lora, train=train, method_cfg=ms_cfg, num_samples=4, seed=5)

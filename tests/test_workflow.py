@@ -158,6 +158,7 @@ def test_dry_run_paper_protocol(tmp_path):
         "ett_adapt": 8,
         "ett_calibrate_sa": 8,
         "ett_method": 8 * 5,
+        "ett_multiswag_member": 8 * 10,  # one job per MultiSWAG-LoRA member (L = 10)
         "ett_evaluate": 8,
         "ett_table": 7,
         "ett_figure": 3,
@@ -170,6 +171,7 @@ def test_dry_run_paper_protocol(tmp_path):
         "era5_calibrate_sa": 1,
         "era5_swag": 1,
         "era5_method": 4,
+        "era5_multiswag_member": 10,
         "era5_analyses": 1,
         "era5_evaluate": 1,
         "era5_table": 6,

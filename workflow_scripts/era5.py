@@ -115,9 +115,17 @@ else:
                                Path(sm.output.samples).parent, lora=p.lora, train=p.train, method_cfg=p.method_cfg,
                                num_samples=p.num_samples, seed=p.seed, sa_sites=p.sa_sites,
                                swag_scales=p.swag_scales, allow_pickle=p.allow_pickle,
-                               require_skill=p.require_skill, progress=progress,
+                               require_skill=p.require_skill, members=sm.input.get("members"), progress=progress,
                                provenance=job.stage())  # fmt: skip
         print(f"{p.method}: seconds {meta['seconds']}", flush=True)
+    elif rule == "era5_multiswag_member":
+        meta = era5.train_multiswag_member(sm.input.prepared, sm.input.backbone, sm.input.adapter, sm.output.state,
+                                           component=p.component, lora=p.lora, train=p.train,
+                                           method_cfg=p.method_cfg, num_samples=p.num_samples, seed=p.seed,
+                                           first_path=sm.input.get("first"), allow_pickle=p.allow_pickle,
+                                           require_skill=p.require_skill, progress=progress,
+                                           provenance=job.stage())  # fmt: skip
+        print(f"multiswag member {p.component}: {meta['seconds']:.1f} s", flush=True)
     elif rule == "era5_analyses":
         a = p.analyses
         era5.sa_analyses(sm.input.prepared, sm.input.backbone, sm.input.adapter, sm.input.calibration, sm.output[0],

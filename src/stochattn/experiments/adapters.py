@@ -138,28 +138,98 @@ def _swag(data, setup, cfg, num_samples, seed, progress):
                             on_fitted=setup.extra.get("on_swag_fitted"))  # fmt: skip
 
 
-def _multiswag(data, setup, cfg, num_samples, seed, progress):
-    """MultiSWAG-LoRA: L adapters from their own initialisations, each with its own SWAG phase over the adapter.
-
-    NOTE[DIFF]: the members are trained in this job one after the other (UCI runs one job per member); a member
-    here is a LoRA fit, not a full network. Each member's SWAG phase follows SWAG-LoRA's recipe
-    (:func:`swag_lora_cfg`)."""
+def train_multiswag_member(data, setup: AdapterSetup, cfg: Mapping[str, Any], component: int, seed: int,
+                           progress: bool, first_candidate: Optional[Mapping[str, Any]], num_samples: int):  # fmt: skip
+    """One MultiSWAG-LoRA member: a fresh adapter from its own seed (:func:`stochattn.experiments.methods.
+    component_seed`) trained like the configuration's adapter, then its SWAG-LoRA phase (component 0 chooses the
+    SWAG settings on the validation part, the others reuse ``first_candidate``). Returns ``(net, swag, candidate,
+    selection, seconds)``."""
     from ..selection import ValidationSplit
 
     cfg = swag_lora_cfg(cfg, setup)
     t0 = time.perf_counter()
-    members, first, first_selection = [], None, None
+    member_seed = methods.component_seed(seed, component)
+    net = setup.fresh(member_seed)
+    methods.fit_on(net, ValidationSplit.from_prepared(data), setup.train, member_seed, progress,
+                   f"multiswag {component + 1}/{cfg['components']}")  # fmt: skip
+    member, swag, candidate, selection = methods.multiswag_member(data, net, cfg, component, member_seed, progress,
+                                                                  first_candidate, num_samples=num_samples)  # fmt: skip
+    return member, swag, candidate, selection, time.perf_counter() - t0
+
+
+def save_multiswag_member(path: str | Path, net: torch.nn.Module, swag, candidate: Mapping[str, Any]) -> None:
+    """A member's adapter tensors, SWAG posterior and SWAG settings -> ``path`` (torch file, atomic)."""
+    with atomic_path(path) as tmp:
+        torch.save({"adapter": {n: p.detach().cpu() for n, p in net.named_parameters() if p.requires_grad},
+                    "swag": swag.state_dict(), "candidate": dict(candidate)}, tmp)  # fmt: skip
+
+
+def load_multiswag_member(setup: AdapterSetup, path: str | Path, seed: int):
+    """``(net, swag, candidate)`` of a member written by :func:`save_multiswag_member` (``seed``: its own)."""
+    from ..baselines.swag import SWAG
+
+    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    net = load_adapter(setup.fresh(seed), path)
+    return net, SWAG.from_state_dict(ckpt["swag"]), ckpt["candidate"]
+
+
+def _multiswag(data, setup, cfg, num_samples, seed, progress):
+    """MultiSWAG-LoRA: L adapters from their own initialisations, each with its own SWAG phase over the adapter
+    (:func:`train_multiswag_member`). The members written by the workflow's per-member jobs
+    (``setup.extra["multiswag_members"]``: their files, in order, a ``.json`` record beside each) are pooled as
+    they are; without them the L members are trained here one after the other.
+
+    NOTE[DIFF]: a member here is a LoRA fit, not a full network; each member's SWAG phase follows SWAG-LoRA's recipe
+    (:func:`swag_lora_cfg`)."""
+    from ..io import load_json
+
+    paths = setup.extra.get("multiswag_members")
+    if paths:
+        metas = [load_json(Path(p).with_suffix(".json")) for p in paths]
+        if [m["component"] for m in metas] != list(range(len(metas))):
+            raise ValueError(f"MultiSWAG members must be 0..L-1 in order, got {[m['component'] for m in metas]}")
+        loaded = [load_multiswag_member(setup, p, m["seed"]) for p, m in zip(paths, metas)]
+        members = [(net, swag) for net, swag, _ in loaded]
+        run = methods.multiswag_run(data, members, loaded[0][2], metas[0]["selection"],
+                                    sum(m["seconds"] for m in metas), num_samples, seed)  # fmt: skip
+        run["extra"]["components"] = [str(p) for p in paths]
+        return run
+    members, first, first_selection, seconds = [], None, None, 0.0
     for c in range(int(cfg["components"])):
-        member_seed = methods.component_seed(seed, c)
-        net = setup.fresh(member_seed)
-        methods.fit_on(net, ValidationSplit.from_prepared(data), setup.train, member_seed, progress,
-                       f"multiswag {c + 1}/{cfg['components']}")  # fmt: skip
-        member, swag, candidate, selection = methods.multiswag_member(data, net, cfg, c, member_seed, progress, first,
-                                                                      num_samples=num_samples)  # fmt: skip
+        member, swag, candidate, selection, sec = train_multiswag_member(data, setup, cfg, c, seed, progress, first,
+                                                                         num_samples)  # fmt: skip
         if first is None:
             first, first_selection = candidate, selection
         members.append((member, swag))
-    return methods.multiswag_run(data, members, first, first_selection, time.perf_counter() - t0, num_samples, seed)
+        seconds += sec
+    return methods.multiswag_run(data, members, first, first_selection, seconds, num_samples, seed)
+
+
+def write_multiswag_member(data, setup: AdapterSetup, cfg: Mapping[str, Any], out_path: str | Path, *,
+                           component: int, seed: int, num_samples: int, first_path: Optional[str | Path] = None,
+                           progress: bool = True, provenance: Optional[Mapping[str, Any]] = None
+                           ) -> Dict[str, Any]:  # fmt: skip
+    """One MultiSWAG-LoRA member (:func:`train_multiswag_member`) -> ``out_path`` and its record ``<stem>.json``
+    (component, seed, SWAG settings and how they were chosen, seconds); component 0 chooses the settings, the
+    others read them from component 0's record ``first_path``. One job per member, so no cluster job trains more
+    than one adapter (MultiSWAG-LoRA with L = 10 members is ~12 V100 days on ClimaX, the paper's figure)."""
+    from ..io import load_json, save_json
+    from ..provenance import device_info
+
+    if component < 0 or (component > 0) != (first_path is not None):
+        raise ValueError(f"component {component}: first_path (component 0's record) is needed exactly for "
+                         f"components > 0")  # fmt: skip
+    first = None if first_path is None else load_json(first_path)["candidate"]
+    net, swag, candidate, selection, seconds = train_multiswag_member(data, setup, cfg, component, seed, progress,
+                                                                      first, num_samples)  # fmt: skip
+    save_multiswag_member(out_path, net, swag, candidate)
+    meta = {"method": "multiswag", "component": component, "seed": methods.component_seed(seed, component),
+            "candidate": dict(candidate), "seconds": seconds, "device": device_info(),
+            "selection": selection if first_path is None else {"chosen_on": f"component 0 ({first_path})"}}  # fmt: skip
+    if provenance is not None:
+        meta["provenance"] = dict(provenance)
+    save_json(Path(out_path).with_suffix(".json"), meta)
+    return meta
 
 
 IVON_LORA_DEFAULTS = {"lr": 0.03, "rescale_lr": False, "clip_radius": 1e-3, "beta2": 0.99999, "weight_decay": 0.0,

@@ -458,18 +458,22 @@ def run_method(
     swag_scales: Sequence[float] = (),
     allow_pickle: bool = False,
     require_skill: bool = True,
+    members: Optional[Sequence[str | Path]] = None,
     progress: bool = True,
     provenance: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
     """One method: ``samples.npz`` (y (n, 2048), point, samples (S, n, 2048) and the cal part, m^2 s^-2) and
     ``meta.json`` in ``out_dir`` (SA: also ``sa_match`` and ``calibration.json``; SWAG with ``swag_scales``: also
     ``scale_sweep.json``, :func:`swag_scale_sweep`). ``require_skill=False`` lets the baselines' selection keep
-    a candidate that does not beat the training climatology (smoke runs; recorded in meta.json)."""
+    a candidate that does not beat the training climatology (smoke runs; recorded in meta.json). MultiSWAG pools
+    ``members`` (:func:`train_multiswag_member`'s files, in order) when given, else trains its members here."""
     adapters.check_method(method, num_samples)
     data = load_pairs(prepared_path)
     data["require_skill"] = bool(require_skill)
     adapter_meta = load_json(Path(adapter_path).with_suffix(".json"))
     ctx = setup(backbone_path, adapter_path, lora, train, sa_sites=sa_sites, allow_pickle=allow_pickle)
+    if members:
+        ctx.extra["multiswag_members"] = [str(m) for m in members]
     if method == "swag" and swag_scales:  # the sweep samples the very SWAG posterior of the run
 
         def sweep(member, swag):
@@ -702,3 +706,31 @@ def sa_analyses(
         out["provenance"] = dict(provenance)
     save_json(out_path, out)
     return out
+
+
+def train_multiswag_member(
+    prepared_path: str | Path,
+    backbone_path: str | Path,
+    adapter_path: str | Path,
+    out_path: str | Path,
+    *,
+    component: int,
+    lora: Mapping[str, Any],
+    train: Mapping[str, Any],
+    method_cfg: Mapping[str, Any],
+    num_samples: int,
+    seed: int,
+    first_path: Optional[str | Path] = None,
+    allow_pickle: bool = False,
+    require_skill: bool = True,
+    progress: bool = True,
+    provenance: Optional[Mapping[str, Any]] = None,
+) -> Dict[str, Any]:
+    """One MultiSWAG-LoRA member -> ``out_path`` and its record
+    (:func:`stochattn.experiments.adapters.write_multiswag_member`); ``seed``: the multiswag run's."""
+    data = load_pairs(prepared_path)
+    data["require_skill"] = bool(require_skill)
+    ctx = setup(backbone_path, adapter_path, lora, train, allow_pickle=allow_pickle)
+    return adapters.write_multiswag_member(data, ctx, method_cfg, out_path, component=component, seed=seed,
+                                           num_samples=num_samples, first_path=first_path, progress=progress,
+                                           provenance=provenance)  # fmt: skip

@@ -23,7 +23,7 @@ touched once, by the methods' sampling (and by the zero-shot report, which decid
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -329,16 +329,46 @@ def run_method(
     method_cfg: Mapping[str, Any],
     num_samples: int,
     seed: int,
+    members: Optional[Sequence[str | Path]] = None,
     progress: bool = True,
     provenance: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
     """One method on one configuration: ``samples.npz`` (series flattened by the evaluation; arrays (S, n, H))
-    and ``meta.json`` in ``out_dir`` (SA: also ``sa_match`` beside it and ``calibration.json``)."""
+    and ``meta.json`` in ``out_dir`` (SA: also ``sa_match`` beside it and ``calibration.json``). MultiSWAG pools
+    ``members`` (:func:`train_multiswag_member`'s files, in order) when given, else trains its members here."""
     adapters.check_method(method, num_samples)
     data = load_windows(prepared_path)
     adapter_meta = load_json(Path(adapter_path).with_suffix(".json"))
     ctx = setup(backbone_path, adapter_path, int(adapter_meta["horizon"]), lora, train)
+    if members:
+        ctx.extra["multiswag_members"] = [str(m) for m in members]
     run = adapters.method_run(method, data, ctx, method_cfg, num_samples, seed, progress)
     run["seconds"]["backbone_train"] = adapter_meta["seconds"] if method in ADAPTED_METHODS else 0.0
     model = {"backbone": str(backbone_path), "adapter": str(adapter_path) if method in ADAPTED_METHODS else None}
     return methods.write_runs(method, out_dir, run, data, method_cfg, model, train, num_samples, seed, provenance)
+
+
+def train_multiswag_member(
+    prepared_path: str | Path,
+    backbone_path: str | Path,
+    adapter_path: str | Path,
+    out_path: str | Path,
+    *,
+    component: int,
+    lora: Mapping[str, Any],
+    train: Mapping[str, Any],
+    method_cfg: Mapping[str, Any],
+    num_samples: int,
+    seed: int,
+    first_path: Optional[str | Path] = None,
+    progress: bool = True,
+    provenance: Optional[Mapping[str, Any]] = None,
+) -> Dict[str, Any]:
+    """One MultiSWAG-LoRA member of one configuration -> ``out_path`` and its record
+    (:func:`stochattn.experiments.adapters.write_multiswag_member`); ``seed``: the multiswag run's."""
+    data = load_windows(prepared_path)
+    adapter_meta = load_json(Path(adapter_path).with_suffix(".json"))
+    ctx = setup(backbone_path, adapter_path, int(adapter_meta["horizon"]), lora, train)
+    return adapters.write_multiswag_member(data, ctx, method_cfg, out_path, component=component, seed=seed,
+                                           num_samples=num_samples, first_path=first_path, progress=progress,
+                                           provenance=provenance)  # fmt: skip
