@@ -47,6 +47,7 @@ include: "rules/ett_common.smk"
 include: "rules/ett.smk"
 include: "rules/era5_common.smk"
 include: "rules/era5.smk"
+include: "rules/paper_common.smk"
 include: "rules/paper.smk"
 
 

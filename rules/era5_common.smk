@@ -10,8 +10,14 @@ ERA5_STAGES = ["standin", "pretrain", "adapt", "sa", "swag", "multiswag", "ivon"
                "evaluate", "analyses"]  # fmt: skip
 ERA5_METHOD_FUNCTIONS = ["sa", "swag", "multiswag", "ivon", "contextual_dropout", "hsa"]
 ERA5_DIR = "results/era5"
-ERA5_TABLES = ["climax_summary", "climax_crps_decomp", "swag_sweep_val", "swag_sweep_test", "climax_skill",
-               "climax_cost"]
+ERA5_TABLES = [
+    "climax_summary",
+    "climax_crps_decomp",
+    "swag_sweep_val",
+    "swag_sweep_test",
+    "climax_skill",
+    "climax_cost",
+]
 ERA5_FIGURES = {
     "climax_pit_combined": "pit_combined",
     "climax_cost": "cost_figure",

@@ -261,4 +261,3 @@ rule teaser_sinusoid:
         code=code_for("stochattn.experiments.uci_figures:teaser_sinusoid", "stochattn.provenance:provenance_record"),
     script:
         "../workflow_scripts/figure.py"
-
