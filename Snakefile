@@ -26,6 +26,7 @@ report: "report/workflow.rst"
 
 
 include: "rules/common.smk"
+include: "rules/rehearsal.smk"
 
 
 wildcard_constraints:
@@ -49,6 +50,7 @@ include: "rules/era5_common.smk"
 include: "rules/era5.smk"
 include: "rules/paper_common.smk"
 include: "rules/paper.smk"
+include: "rules/rehearsal_assets.smk"
 
 
 # Target rules and the fetch rule (which needs the network on a cluster's login node) run locally (localrule).

@@ -1,5 +1,7 @@
-# The ERA5 experiment (paper §6.2, §7, App. C.2, App. "Additional ClimaX Results"): ClimaX + LoRA, Z500 at era5.lead_hours
-# (72 h in the paper).
+# The ERA5 experiment (paper §6.2, §7, App. C.2, App. "Additional ClimaX Results"): ClimaX + LoRA, Z500 at 72 h in the
+# paper; here every (target, lead) case of era5.targets x era5.lead_hours (rules/era5_common.smk: era5_cases). The data,
+# preprocessing and backbone are shared; from the pairs on, each case has its own jobs in results/era5{era5_sub}
+# (era5_sub: "" for the main case, the first, whose files keep the paper's names; "/<target>_<lead>h" otherwise).
 # Library: stochattn.experiments.era5 (stages), stochattn.experiments.era5_report (tables, figures), stochattn.data
 # .era5 (WeatherBench files, ClimaX preprocessing) and stochattn.data.aquaplanet (the offline stand-in). Every ERA5
 # rule but the figures runs workflow_scripts/era5.py, which dispatches on the rule's name to one library call.
@@ -7,6 +9,10 @@
 # Offline default (era5.source: standin): two Held-Suarez climates generated here in WeatherBench's layout; the
 # backbone is a reduced ClimaX pretrained on one, fine-tuned and tested on the other. On a cluster (weatherbench):
 # the public files and the official 5.625deg.ckpt.
+
+
+wildcard_constraints:
+    era5_sub="(?:" + "|".join(re.escape(c.sub) for c in ERA5_CASES) + ")",
 
 
 if ERA5_STANDIN:
@@ -41,6 +47,8 @@ else:
     rule era5_fetch:
         """The WeatherBench 5.625 deg files of ClimaX's variables and years (mirrors first, else downloaded); their
         SHA-256 as fetched in the provenance beside the folder (WeatherBench publishes none)."""
+        input:
+            rehearsal_input("weatherbench"),
         output:
             data=directory(f"{ERA5_DIR}/data/finetune"),
             prov=f"{ERA5_DIR}/data/finetune.prov.json",
@@ -60,6 +68,8 @@ else:
 
     rule era5_fetch_checkpoint:
         """The official ClimaX 5.625deg.ckpt (SHA-256 recorded in its provenance; verified when pinned)."""
+        input:
+            rehearsal_input("climax"),
         output:
             checkpoint=f"{ERA5_DIR}/backbone/5.625deg.ckpt",
             prov=f"{ERA5_DIR}/backbone/5.625deg.ckpt.prov.json",
@@ -136,16 +146,17 @@ rule era5_pretrain_standin:
 
 
 rule era5_prepare:
-    """(input, Z500 at era5.lead_hours) pairs of the fine-tuning data: train / val / cal (alternate validation pairs) / test."""
+    """(input, target at lead) pairs of the fine-tuning data of one case (Z500 at 72 h in the paper): train / val / cal
+    (alternate validation pairs) / test."""
     input:
         f"{ERA5_DIR}/processed/finetune",
     output:
-        prepared=f"{ERA5_DIR}/pairs.npz",
-        meta=f"{ERA5_DIR}/pairs.json",
+        prepared=f"{ERA5_CASE_DIR}/pairs.npz",
+        meta=f"{ERA5_CASE_DIR}/pairs.json",
     log:
-        "logs/era5/prepare.log",
+        "logs/era5{era5_sub}/prepare.log",
     benchmark:
-        benchmark_file("era5_prepare", "pairs")
+        benchmark_file("era5_prepare", "pairs{era5_sub}")
     conda:
         CONDA_ENV
     threads: 1
@@ -154,7 +165,8 @@ rule era5_prepare:
         runtime=60,
     params:
         variables=era5_variables(),
-        lead_hours=ERA5["lead_hours"],
+        lead_hours=lambda w: era5_case(w).lead,
+        target=lambda w: era5_case(w).target.name,
         max_pairs=ERA5["max_pairs"],
         code=code_for("stochattn.experiments.era5:prepare"),
     script:
@@ -162,18 +174,18 @@ rule era5_prepare:
 
 
 rule era5_adapt:
-    """The LoRA adapter for Z500 at era5.lead_hours (best validation epoch; the backbone competes as epoch 0) and the test skill
-    of the backbone, the adapter, persistence and climatology."""
+    """The LoRA adapter of one case (best validation epoch; the backbone competes as epoch 0) and the test skill of the
+    backbone, the adapter, persistence and climatology."""
     input:
-        prepared=f"{ERA5_DIR}/pairs.npz",
+        prepared=f"{ERA5_CASE_DIR}/pairs.npz",
         backbone=era5_backbone(),
     output:
-        adapter=f"{ERA5_DIR}/adapter.pt",
-        meta=f"{ERA5_DIR}/adapter.json",
+        adapter=f"{ERA5_CASE_DIR}/adapter.pt",
+        meta=f"{ERA5_CASE_DIR}/adapter.json",
     log:
-        "logs/era5/adapt.log",
+        "logs/era5{era5_sub}/adapt.log",
     benchmark:
-        benchmark_file("era5_adapt", "adapter")
+        benchmark_file("era5_adapt", "adapter{era5_sub}")
     conda:
         CONDA_ENV
     threads: 1
@@ -197,12 +209,12 @@ rule era5_multiswag_member:
     input:
         unpack(era5_member_inputs),
     output:
-        state=f"{ERA5_DIR}/runs/multiswag/members/{{component}}.pt",
-        meta=f"{ERA5_DIR}/runs/multiswag/members/{{component}}.json",
+        state=f"{ERA5_CASE_DIR}/runs/multiswag/members/{{component}}.pt",
+        meta=f"{ERA5_CASE_DIR}/runs/multiswag/members/{{component}}.json",
     log:
-        "logs/era5/multiswag_member{component}.log",
+        "logs/era5{era5_sub}/multiswag_member{component}.log",
     benchmark:
-        benchmark_file("era5_multiswag_member", "{component}")
+        benchmark_file("era5_multiswag_member", "{component}{era5_sub}")
     wildcard_constraints:
         component=r"\d+",
     conda:
@@ -229,18 +241,18 @@ rule era5_method:
     """One method (SA writes sa_match and calibration.json too; SWAG its variance-scale sweep; MultiSWAG pools the
     members of its per-member jobs): S samples on the test and cal pairs."""
     input:
-        prepared=f"{ERA5_DIR}/pairs.npz",
+        prepared=f"{ERA5_CASE_DIR}/pairs.npz",
         backbone=era5_backbone(),
-        adapter=f"{ERA5_DIR}/adapter.pt",
-        adapter_meta=f"{ERA5_DIR}/adapter.json",
-        members=lambda w: era5_members() if getattr(w, "era5_method", None) == "multiswag" else [],
+        adapter=f"{ERA5_CASE_DIR}/adapter.pt",
+        adapter_meta=f"{ERA5_CASE_DIR}/adapter.json",
+        members=lambda w: era5_members(w) if getattr(w, "era5_method", None) == "multiswag" else [],
     output:
-        samples=f"{ERA5_DIR}/runs/{{era5_method}}/samples.npz",
-        meta=f"{ERA5_DIR}/runs/{{era5_method}}/meta.json",
+        samples=f"{ERA5_CASE_DIR}/runs/{{era5_method}}/samples.npz",
+        meta=f"{ERA5_CASE_DIR}/runs/{{era5_method}}/meta.json",
     log:
-        "logs/era5/{era5_method}.log",
+        "logs/era5{era5_sub}/{era5_method}.log",
     benchmark:
-        benchmark_file("era5_method", "{era5_method}")
+        benchmark_file("era5_method", "{era5_method}{era5_sub}")
     wildcard_constraints:
         era5_method="|".join(ERA5_RUN_METHODS),
     conda:
@@ -276,9 +288,9 @@ use rule era5_method as era5_calibrate_sa with:
         match_samples=era5_run("sa_match", "samples.npz"),
         match_meta=era5_run("sa_match", "meta.json"),
     log:
-        "logs/era5/sa.log",
+        "logs/era5{era5_sub}/sa.log",
     benchmark:
-        benchmark_file("era5_method", "sa")
+        benchmark_file("era5_method", "sa{era5_sub}")
     params:
         lora=ERA5["lora"],
         train=ERA5["train"],
@@ -302,9 +314,9 @@ use rule era5_method as era5_swag with:
         meta=era5_run("swag", "meta.json"),
         sweep=era5_run("swag", "scale_sweep.json"),
     log:
-        "logs/era5/swag.log",
+        "logs/era5{era5_sub}/swag.log",
     benchmark:
-        benchmark_file("era5_method", "swag")
+        benchmark_file("era5_method", "swag{era5_sub}")
     params:
         lora=ERA5["lora"],
         train=ERA5["train"],
@@ -326,16 +338,16 @@ use rule era5_method as era5_swag with:
 rule era5_analyses:
     """SA's operating-point analyses: score-oriented nu sweep, BO over several seeds, per-pass latency vs nu."""
     input:
-        prepared=f"{ERA5_DIR}/pairs.npz",
+        prepared=f"{ERA5_CASE_DIR}/pairs.npz",
         backbone=era5_backbone(),
-        adapter=f"{ERA5_DIR}/adapter.pt",
+        adapter=f"{ERA5_CASE_DIR}/adapter.pt",
         calibration=era5_run("sa", "calibration.json"),
     output:
-        f"{ERA5_DIR}/analyses.json",
+        f"{ERA5_CASE_DIR}/analyses.json",
     log:
-        "logs/era5/analyses.log",
+        "logs/era5{era5_sub}/analyses.log",
     benchmark:
-        benchmark_file("era5_analyses", "analyses")
+        benchmark_file("era5_analyses", "analyses{era5_sub}")
     conda:
         CONDA_ENV
     threads: 1
@@ -361,14 +373,14 @@ rule era5_evaluate:
     input:
         **{f"{m}_samples": era5_run(m, "samples.npz") for m in ERA5_METHODS},
         **{f"{m}_meta": era5_run(m, "meta.json") for m in ERA5_METHODS},
-        prepared=f"{ERA5_DIR}/pairs.npz",
+        prepared=f"{ERA5_CASE_DIR}/pairs.npz",
     output:
         **{m: era5_run(m, "metrics.json") for m in ERA5_METHODS},
         **{f"{m}_spatial": era5_run(m, "spatial.json") for m in ERA5_METHODS},
     log:
-        "logs/era5/evaluate.log",
+        "logs/era5{era5_sub}/evaluate.log",
     benchmark:
-        benchmark_file("era5_evaluate", "evaluate")
+        benchmark_file("era5_evaluate", "evaluate{era5_sub}")
     conda:
         CONDA_ENV
     threads: 1
@@ -378,7 +390,7 @@ rule era5_evaluate:
     params:
         methods=ERA5_METHODS,
         levels=config["evaluate"]["levels"],
-        lead_hours=ERA5["lead_hours"],
+        label=lambda w: f"ERA5 {era5_case(w).row}",
         seed=era5_seed("evaluate"),
         code=code_for("stochattn.experiments.evaluate:evaluate_split", "stochattn.experiments.era5:evaluate_spatial"),
     script:
@@ -404,7 +416,10 @@ rule era5_table:
     log:
         "logs/report/{era5_table}.log",
     wildcard_constraints:
-        era5_table="|".join(ERA5_TABLES),
+        era5_table="|".join(
+            [t + c.sfx for c in ERA5_CASES for t in ERA5_TABLES]
+            + (["climax_summary_cases"] if len(ERA5_CASES) > 1 else [])
+        ),
     conda:
         CONDA_ENV
     threads: 1
@@ -412,8 +427,8 @@ rule era5_table:
         mem_mb=2000,
         runtime=15,
     params:
-        caption=era5_caption(),
-        lead_hours=ERA5["lead_hours"],
+        caption=lambda w: era5_caption(era5_split_name(w.era5_table)[1]),
+        table=era5_table_params,
         config_subset=era5_provenance_config(),
         seeds={"evaluate": era5_seed("evaluate")},
         code=code_for("stochattn.experiments.era5_report:build_table", "stochattn.report:write_table"),
@@ -438,7 +453,7 @@ rule era5_figure:
     log:
         "logs/report/{era5_figure}.log",
     wildcard_constraints:
-        era5_figure="|".join(ERA5_FIGURES),
+        era5_figure="|".join(f + c.sfx for c in ERA5_CASES for f in ERA5_FIGURES),
     conda:
         CONDA_ENV
     threads: 1
@@ -446,11 +461,22 @@ rule era5_figure:
         mem_mb=4000,
         runtime=15,
     params:
-        figure=lambda w: f"stochattn.experiments.era5_report:{ERA5_FIGURES[w.era5_figure]}",
+        figure=lambda w: f"stochattn.experiments.era5_report:{ERA5_FIGURES[era5_split_name(w.era5_figure)[0]]}",
         args=lambda w: era5_figure_args(w.era5_figure),
-        caption=era5_caption(),
+        caption=lambda w: era5_caption(era5_split_name(w.era5_figure)[1]),
         config_subset=era5_provenance_config(),
         seeds={},
-        code=lambda w: code_for(f"stochattn.experiments.era5_report:{ERA5_FIGURES[w.era5_figure]}"),
+        code=lambda w: code_for(f"stochattn.experiments.era5_report:{ERA5_FIGURES[era5_split_name(w.era5_figure)[0]]}"),
     script:
         "../workflow_scripts/figure.py"
+
+
+# One target rule per (target, lead) case: era5_<target>_<lead>h (e.g. era5_t850_120h), its tables and figures.
+for _case in ERA5_CASES:
+
+    rule:
+        name:
+            f"era5_{_case.name}"
+        input:
+            era5_targets([_case]),
+        localrule: True

@@ -1,6 +1,8 @@
 # Helpers of the ERA5 experiment's rules (rules/era5.smk): names, seeds, paths, per-method configuration, captions.
 # Kept apart from the rules (Snakemake's linter wants functions outside rule files); cheap imports only.
 
+import re
+
 ERA5 = config["era5"]
 ERA5_STANDIN = ERA5["source"] == "standin"
 ERA5_STANDIN_BACKBONE = ERA5["backbone"]["source"] == "standin"
@@ -33,6 +35,7 @@ ERA5_FIGURES = {
     "teaser_climax_maps": "teaser_maps",
     "teaser_axes": "teaser_axes",
 }
+ERA5_NAMES = {*ERA5_TABLES, *ERA5_FIGURES, "climax_summary_cases"}
 if ERA5_STANDIN != ERA5_STANDIN_BACKBONE:
     raise ValueError("config era5: source and backbone.source must both be 'standin' (offline) or neither")
 
@@ -50,12 +53,69 @@ def era5_backbone():
 
 def era5_variables():
     """Input keys of the forecast: every key of the stand-in, ClimaX's 48 variables on WeatherBench."""
+    from stochattn.data.era5 import WEATHERBENCH_VARIABLES
+
     if ERA5_STANDIN:
         s = ERA5["standin"]
-        return [f"{v}_{lv}" for v in s["variables"] for lv in s["levels"]]
+        return [k for v in s["variables"]
+                for k in ([f"{v}_{lv}" for lv in s["levels"]] if WEATHERBENCH_VARIABLES[v][1] else [v])]  # fmt: skip
     from stochattn.backbones.climax import CLIMAX_DEFAULT_VARS
 
     return list(CLIMAX_DEFAULT_VARS)
+
+
+def era5_cases():
+    """Every (target, lead) case of era5.targets x era5.lead_hours (or the explicit list era5.cases), checked at parse time (an unknown target or a
+    lead that is not a multiple of the data's step is a config error naming the allowed values). The first case
+    is the main one: its files keep the paper's names (results/era5/..., climax_summary); each other case lives in
+    results/era5/<target>_<lead>h/ and its tables and figures end in _<target>_<lead>h."""
+    from types import SimpleNamespace
+
+    from stochattn.data.era5 import lead_steps, resolve_target
+
+    leads = ERA5["lead_hours"] if isinstance(ERA5["lead_hours"], list) else [ERA5["lead_hours"]]
+    pairs = [(c["target"], c["lead_hours"]) for c in ERA5.get("cases") or []]
+    pairs = pairs or [(name, lead) for name in ERA5["targets"] for lead in leads]
+    step = int(ERA5["standin"]["output_hours"]) if ERA5_STANDIN else 1  # WeatherBench: hourly
+    cases = []
+    for name, lead in pairs:
+        try:
+            target = resolve_target(str(name), era5_variables())
+        except ValueError as e:
+            raise ValueError(f"config era5.targets: {e}") from None
+        try:
+            lead_steps(lead, step)
+        except ValueError as e:
+            raise ValueError(f"config era5.lead_hours: {e} (the {'stand-in' if ERA5_STANDIN else 'WeatherBench'} "
+                             f"data are {step}-hourly)") from None  # fmt: skip
+        case = f"{target.name}_{int(lead)}h"
+        main = not cases
+        cases.append(SimpleNamespace(name=case, target=target, lead=int(lead), sub="" if main else f"/{case}",
+                                     sfx="" if main else f"_{case}", row=f"{target.label} {int(lead)} h"))  # fmt: skip
+    names = [c.name for c in cases]
+    if len(set(names)) != len(names):
+        raise ValueError(f"config era5: targets and lead_hours repeat a case: {names}")
+    return cases
+
+
+ERA5_CASES = era5_cases()
+ERA5_CASE_BY_SUB = {c.sub: c for c in ERA5_CASES}
+ERA5_CASE_DIR = f"{ERA5_DIR}{{era5_sub}}"  # results/era5 (the main case) or results/era5/<target>_<lead>h
+
+
+def era5_case(w):
+    """The case of a job's wildcards (``era5_sub``), or the one a table or figure name ends with."""
+    if hasattr(w, "era5_sub"):
+        return ERA5_CASE_BY_SUB[w.era5_sub]
+    return era5_split_name(getattr(w, "era5_table", None) or w.era5_figure)[1]
+
+
+def era5_split_name(name):
+    """(table or figure name without the case suffix, case)."""
+    for c in ERA5_CASES[1:]:
+        if name.endswith(c.sfx) and name[: -len(c.sfx)] in ERA5_NAMES:
+            return name[: -len(c.sfx)], c
+    return name, ERA5_CASES[0]
 
 
 def era5_years(climate):
@@ -93,21 +153,28 @@ def era5_method_cfg(method):
     return merged(config["method_params"].get(method, {}), ERA5.get("method_params", {}).get(method))
 
 
-def era5_run(method, name):
-    return f"{ERA5_DIR}/runs/{method}/{name}"
+def era5_run(method, name, sub="{era5_sub}"):
+    """A run file of one case (``sub``: the case's folder suffix; a wildcard in rules)."""
+    return f"{ERA5_DIR}{sub}/runs/{method}/{name}"
 
 
-def era5_targets():
+def era5_targets(cases=None):
+    """Every run score, table and figure of ``cases`` (default: all, with the pooled table when there are
+    several)."""
+    cases = ERA5_CASES if cases is None else cases
+    pooled = ["climax_summary_cases"] if cases is ERA5_CASES and len(ERA5_CASES) > 1 else []
     return [
-        *(era5_run(m, f) for m in ERA5_METHODS for f in ("metrics.json", "spatial.json")),
-        *(f for t in ERA5_TABLES for f in table_files(t)),
-        *(f for name in ERA5_FIGURES for f in figure_files(name)),
+        *(era5_run(m, f, c.sub) for c in cases for m in ERA5_METHODS for f in ("metrics.json", "spatial.json")),
+        *(f for c in cases for t in ERA5_TABLES for f in table_files(t + c.sfx)),
+        *(f for t in pooled for f in table_files(t)),
+        *(f for c in cases for name in ERA5_FIGURES for f in figure_files(name + c.sfx)),
     ]
 
 
-def era5_caption():
-    """Caption paragraph of every ERA5 table and figure: the data and backbone (a stand-in is named as such) and
-    what the run reduces from the paper's protocol."""
+def era5_caption(case=None):
+    """Caption paragraph of every ERA5 table and figure of a case (default: the main one): the data and backbone (a
+    stand-in is named as such), the target, lead and units, and what the run reduces from the paper's protocol."""
+    case = case or ERA5_CASES[0]
     parts = []
     if ERA5_STANDIN:
         s = ERA5["standin"]
@@ -126,8 +193,9 @@ def era5_caption():
     if caps:
         listed = ", ".join(f"{k} {v}" for k, v in caps.items())
         parts.append(f"Forecasts subsampled (evenly spaced): {listed}.")
-    parts.append(f"{ERA5['lead_hours']} h Z500, m^2 s^-2; S = {config['num_samples']} samples per method; SA sites "
-                 f"{'+'.join(ERA5['sa_sites'])}; LoRA r {ERA5['lora']['r']}, alpha {ERA5['lora']['alpha']}.")  # fmt: skip
+    parts.append(f"{case.lead} h {case.target.label}, {case.target.units}; S = {config['num_samples']} samples per "
+                 f"method; SA sites {'+'.join(ERA5['sa_sites'])}; LoRA r {ERA5['lora']['r']}, alpha "
+                 f"{ERA5['lora']['alpha']}.")  # fmt: skip
     if config["report"]["note"]:
         parts.append(config["report"]["note"])
     return " ".join(parts)
@@ -137,45 +205,61 @@ def era5_provenance_config():
     return {"seed": config["seed"], "num_samples": config["num_samples"], "era5": ERA5, "evaluate": config["evaluate"]}
 
 
-def era5_run_files(name, methods=None):
-    return {m: era5_run(m, name) for m in (methods or ERA5_METHODS)}
+def era5_run_files(name, case, methods=None):
+    return {m: era5_run(m, name, case.sub) for m in (methods or ERA5_METHODS)}
 
 
 def era5_table_inputs(wildcards):
     """What a ClimaX table reads, and nothing else (so its provenance names exactly the files it depends on)."""
-    runs = {"metrics": list(era5_run_files("metrics.json").values()),
-            "spatial": list(era5_run_files("spatial.json").values())}  # fmt: skip
-    sweep = {"sweep": era5_run("swag", "scale_sweep.json")}
+    table, case = era5_split_name(wildcards.era5_table)
+    if table == "climax_summary_cases":
+        return {"metrics": [f for c in ERA5_CASES for f in era5_run_files("metrics.json", c).values()],
+                "spatial": [f for c in ERA5_CASES for f in era5_run_files("spatial.json", c).values()]}  # fmt: skip
+    runs = {"metrics": list(era5_run_files("metrics.json", case).values()),
+            "spatial": list(era5_run_files("spatial.json", case).values())}  # fmt: skip
+    sweep = {"sweep": era5_run("swag", "scale_sweep.json", case.sub)}
+    case_dir = f"{ERA5_DIR}{case.sub}"
     return {
         "climax_summary": runs,
-        "climax_crps_decomp": {**runs, "analyses": f"{ERA5_DIR}/analyses.json"},
+        "climax_crps_decomp": {**runs, "analyses": f"{case_dir}/analyses.json"},
         "swag_sweep_val": sweep,
         "swag_sweep_test": sweep,
-        "climax_skill": {"adapter": f"{ERA5_DIR}/adapter.json"},
-        "climax_cost": {"metas": list(era5_run_files("meta.json").values())},
-    }[wildcards.era5_table]
+        "climax_skill": {"adapter": f"{case_dir}/adapter.json"},
+        "climax_cost": {"metas": list(era5_run_files("meta.json", case).values())},
+    }[table]
 
 
-def era5_figure_args(name):
-    """Arguments of the figure writer of ``name`` (stochattn.experiments.era5_report)."""
-    title = f"{name}: {era5_caption()}"
-    analyses = f"{ERA5_DIR}/analyses.json"
+def era5_table_params(wildcards):
+    """Row label parts and units of a ClimaX table (the pooled table: every case's row label by its folder)."""
+    table, case = era5_split_name(wildcards.era5_table)
+    return {"name": table, "lead_hours": case.lead, "target": case.target.label, "units": case.target.units,
+            "case_rows": {f"{ERA5_DIR}{c.sub}": c.row for c in ERA5_CASES}}  # fmt: skip
+
+
+def era5_figure_args(figure):
+    """Arguments of the figure writer of ``figure`` (stochattn.experiments.era5_report), a figure name with its
+    case's suffix."""
+    name, case = era5_split_name(figure)
+    title = f"{figure}: {era5_caption(case)}"
+    analyses = f"{ERA5_DIR}{case.sub}/analyses.json"
+    runs = lambda n: era5_run_files(n, case)  # noqa: E731
     if name == "climax_pit_combined":
-        return {"metrics": era5_run_files("metrics.json"), "title": title}
+        return {"metrics": runs("metrics.json"), "title": title}
     if name == "climax_cost":
-        return {"metas": era5_run_files("meta.json"), "title": title}
+        return {"metas": runs("meta.json"), "title": title}
     if name.startswith("climax_sharp"):
         level = {"climax_sharpness": 0.95, "climax_sharp_levels": [0.25, 0.5, 0.75]}.get(name) or int(name[-2:]) / 100
-        return {"samples": era5_run_files("samples.npz"), "metrics": era5_run_files("metrics.json"), "level": level,
+        return {"samples": runs("samples.npz"), "metrics": runs("metrics.json"), "level": level,
                 "title": title}  # fmt: skip
     if name in ("latency_appendix", "bo_sensitivity", "bo_beta_hist", "nu_ablation"):
         return {"analyses": analyses, "title": title}
     if name == "teaser_climax_maps":
-        return {"samples": era5_run("sa", "samples.npz"), "prepared": f"{ERA5_DIR}/pairs.npz", "title": title,
-                "index": int(ERA5["teaser_index"])}  # fmt: skip
+        units = {} if case.target.name == "z500" else {"target": case.target.label, "units": case.target.units}
+        return {"samples": era5_run("sa", "samples.npz", case.sub), "prepared": f"{ERA5_DIR}{case.sub}/pairs.npz",
+                "title": title, "index": int(ERA5["teaser_index"]), **units}  # fmt: skip
     if name == "teaser_axes":
-        return {"metrics": era5_run_files("metrics.json"), "spatial": era5_run_files("spatial.json"),
-                "metas": era5_run_files("meta.json"), "title": title}  # fmt: skip
+        return {"metrics": runs("metrics.json"), "spatial": runs("spatial.json"),
+                "metas": runs("meta.json"), "title": title}  # fmt: skip
     raise ValueError(f"unknown ERA5 figure {name!r}")
 
 
@@ -190,15 +274,16 @@ def era5_figure_inputs(wildcards):
     return files
 
 
-def era5_members():
-    """The MultiSWAG-LoRA member files, in order (one job each: rule era5_multiswag_member)."""
+def era5_members(w):
+    """The MultiSWAG-LoRA member files of a job's case, in order (one job each: rule era5_multiswag_member)."""
     n = int(era5_method_cfg("multiswag")["components"])
-    return [f"{ERA5_DIR}/runs/multiswag/members/{c}.pt" for c in range(n)]
+    return [f"{ERA5_DIR}{w.era5_sub}/runs/multiswag/members/{c}.pt" for c in range(n)]
 
 
 def era5_member_inputs(w):
-    inputs = {"prepared": f"{ERA5_DIR}/pairs.npz", "backbone": era5_backbone(), "adapter": f"{ERA5_DIR}/adapter.pt",
-              "adapter_meta": f"{ERA5_DIR}/adapter.json"}  # fmt: skip
+    d = f"{ERA5_DIR}{w.era5_sub}"
+    inputs = {"prepared": f"{d}/pairs.npz", "backbone": era5_backbone(), "adapter": f"{d}/adapter.pt",
+              "adapter_meta": f"{d}/adapter.json"}  # fmt: skip
     if int(w.component) > 0:  # member 0 chose the SWAG settings
-        inputs["first"] = f"{ERA5_DIR}/runs/multiswag/members/0.json"
+        inputs["first"] = f"{d}/runs/multiswag/members/0.json"
     return inputs

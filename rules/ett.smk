@@ -83,6 +83,8 @@ rule ett_pretrain_standin:
 rule ett_fetch_checkpoint:
     """The public TimesFM 2.5 200M checkpoint (Hugging Face Hub, cached, SHA-256 recorded / verified; provenance
     beside it)."""
+    input:
+        rehearsal_input("timesfm"),
     output:
         checkpoint="results/ett/backbone/timesfm-2.5-200m.safetensors",
         prov="results/ett/backbone/timesfm-2.5-200m.safetensors.prov.json",

@@ -18,7 +18,7 @@ needs_dinosaur = pytest.mark.skipif(importlib.util.find_spec("dinosaur") is None
 
 TINY = {
     "segments": {2001: 1, 2002: 1},
-    "variables": ["geopotential", "temperature", "geopotential_500"],
+    "variables": ["geopotential", "temperature", "geopotential_500", "2m_temperature"],
     "levels": (500, 850),
     "spin_up_days": 1,
     "progress": False,
@@ -54,6 +54,10 @@ def test_tiny_run_reads_back_in_weatherbench_layout(tiny):
         assert 45_000 < float(z.sel(level=500).min()) and float(z.sel(level=500).max()) < 60_000
         assert 150 < float(t.sel(level=850).min()) and float(t.sel(level=850).max()) < 330
         assert z.attrs["units"] == "m**2 s**-2"
+        # the stand-in's T2m: temperature of the lowest model level (~950 hPa), below 850 hPa: warmer on average
+        t2m = read(root, "2m_temperature", year)
+        assert t2m.name == "t2m" and t2m.shape == (4, 32, 64)
+        assert 3.0 < float((t2m - t.sel(level=850)).mean()) < 30.0
     # the two segments are one run: 2002 continues 2001 (not a fresh start)
     assert not np.array_equal(read(root, "geopotential", 2001).values[0], read(root, "geopotential", 2002).values[0])
     const = E.open_weatherbench_constants(root)

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from stochattn.backbones import climax as C
 from stochattn.patch import SAState, StochasticAttention, attention_modules, iter_patched
+from stochattn.rehearsal import climax_official_state_dict, lightning_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -171,30 +172,9 @@ def test_dropout_only_in_training():
 # ------------------------------------------------------------------------------------------------------------------
 # checkpoint
 # ------------------------------------------------------------------------------------------------------------------
-OLD_NAMES = {"var_embed": "channel_embed", "var_query": "channel_query", "var_agg.": "channel_agg."}
-
-
-def _official_state_dict(model):
-    """``model``'s tensors under the official ClimaX checkpoint names: ``net.`` prefix, pre-release channel_* names."""
-    out = {}
-    for k, v in model.state_dict().items():
-        for new, old in OLD_NAMES.items():
-            if k.startswith(new):
-                k = old + k[len(new) :]
-        out["net." + k] = v.clone()
-    return out
-
-
-def _lightning(state_dict, **extra):
-    return {
-        "epoch": 7,
-        "global_step": 1234,
-        "pytorch-lightning_version": "1.8.0",
-        "state_dict": state_dict,
-        "optimizer_states": [{"state": {0: {"exp_avg": torch.ones(3)}}, "param_groups": [{"lr": 5e-4}]}],
-        "lr_schedulers": [{"last_epoch": 7}],
-        **extra,
-    }
+# the official names (``net.`` prefix, pre-release channel_* names) and the Lightning layout: stochattn.rehearsal
+_official_state_dict = climax_official_state_dict
+_lightning = lightning_checkpoint
 
 
 def test_official_layout_checkpoint_loads_exactly(tmp_path):
@@ -202,7 +182,9 @@ def test_official_layout_checkpoint_loads_exactly(tmp_path):
     sd = _official_state_dict(src)
     assert "net.channel_embed" in sd and "net.channel_agg.in_proj_weight" in sd and "net.var_embed" not in sd
     path = tmp_path / "tiny.ckpt"
-    torch.save(_lightning(sd), path)
+    # the rest of a Lightning file (optimizer moments, schedulers) is ignored
+    torch.save(_lightning(sd, epoch=7, optimizer_states=[{"state": {0: {"exp_avg": torch.ones(3)}},
+                                                          "param_groups": [{"lr": 5e-4}]}]), path)  # fmt: skip
     m = tiny(seed=9)
     assert not torch.equal(m.var_embed, src.var_embed)
     res = C.load_climax_checkpoint(m, path)

@@ -344,3 +344,19 @@ def test_fetch_from_a_mirror_and_a_broken_zip(two_years, tmp_path):
         E.fetch_weatherbench(tmp_path / "f2", ["geopotential"], [2000], mirrors=[mirror],
                              url_template=f"file://{server}/{{folder}}.zip")  # fmt: skip
     assert not list((tmp_path / "f2").rglob("*.nc"))
+
+
+def test_resolve_target_names_labels_and_units_and_refuses_what_the_data_lack():
+    from stochattn.backbones.climax import CLIMAX_DEFAULT_VARS
+
+    z = E.resolve_target("z500", CLIMAX_DEFAULT_VARS)
+    assert (z.variable, z.label, z.units) == ("geopotential_500", "Z500", "m^2 s^-2")
+    assert E.resolve_target("t850").variable == "temperature_850" and E.resolve_target("t850").units == "K"
+    t2m = E.resolve_target("t2m", CLIMAX_DEFAULT_VARS)
+    assert (t2m.variable, t2m.label) == ("2m_temperature", "T2m")
+    assert E.resolve_target("q700", CLIMAX_DEFAULT_VARS).units == "kg kg^-1"
+    for bad in ("z501", "x500", "Z500", "t2", ""):
+        with pytest.raises(ValueError, match="unknown forecast target"):
+            E.resolve_target(bad, CLIMAX_DEFAULT_VARS)
+    with pytest.raises(ValueError, match=r"allowed here: t850, z500, z850$"):  # the stand-in's keys
+        E.resolve_target("t2m", ["geopotential_500", "geopotential_850", "temperature_850"])

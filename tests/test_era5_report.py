@@ -220,6 +220,8 @@ def test_every_table_writes(era5, tmp_path):
         "swag_sweep_test": E.SWAG_SWEEP_TEST.build(era5["sweep"]),
         "climax_skill": E.CLIMAX_SKILL.build(era5["adapter"]),
         "climax_cost": E.CLIMAX_COST.build(era5["metas"]),
+        "climax_summary_cases": E.CLIMAX_SUMMARY_CASES.build({"Z500 72 h": runs_of(era5),
+                                                              "T850 24 h": runs_of(era5)}),  # fmt: skip
     }
     assert set(tidies) == set(E.ERA5_TABLE_SPECS)
     prov = {"rule": "test", "inputs": [], "config_subset": {}, "seeds": {}}
@@ -322,3 +324,30 @@ def test_teaser_maps_refuses_samples_of_another_file(era5, tmp_path):
     save_npz(other, **dict(prep, y_test=prep["y_test"][::-1].copy()))
     with pytest.raises(ValueError, match="not the truth"):
         E.teaser_maps(era5["samples"]["sa"], other, tmp_path / "x", CAPTION, index=0)
+
+
+def test_tables_of_another_target_name_its_label_and_units(era5):
+    """A T850 case: the row label names the target and lead, every description its units (K), none the paper's
+    Z500 or m^2 s^-2; the paper's own target keeps the paper's text."""
+    for name, spec in E.ERA5_TABLE_SPECS.items():
+        t850 = E.for_target(spec, "T850", "K")
+        for text in (t850.description, t850.latex_description):
+            assert "Z500" not in text and "Z_{500}" not in text and "m^2 s^-2" not in text and "m$^2$" not in text
+        assert E.for_target(spec) is spec
+    assert "(K)" in E.for_target(E.CLIMAX_SUMMARY, "T850", "K").description
+    assert r"kg\,kg$^{-1}$" in E.for_target(E.CLIMAX_SUMMARY, "Q700", "kg kg^-1").latex_description
+    spec, tidy = E.build_table("climax_summary", metrics=[era5["metrics"][m] for m in SPREADS],
+                               spatial=[era5["spatial"][m] for m in SPREADS], lead_hours=24, target="T850",
+                               units="K")  # fmt: skip
+    assert set(tidy["dataset"]) == {"T850 24 h"} and "(K)" in spec.description
+    assert E.row_label() == E.ROW == "Z500 72 h"
+
+
+def test_pooled_cases_table_has_one_row_per_case_and_unit_free_columns_only(era5):
+    tidy = E.CLIMAX_SUMMARY_CASES.build({"Z500 72 h": runs_of(era5), "T850 24 h": runs_of(era5)})
+    assert list(dict.fromkeys(tidy["dataset"])) == ["Z500 72 h", "T850 24 h"]
+    assert set(tidy["metric"]) == {"acc_ensemble_mean", "w1_native", "w1_scaled", "coverage_95_native", "nu",
+                                   "at_boundary"}  # fmt: skip
+    one = E.CLIMAX_SUMMARY.build(runs_of(era5))
+    for metric in ("w1_native", "coverage_95_native"):
+        assert value(tidy[tidy["dataset"] == "T850 24 h"], "sa", metric) == value(one, "sa", metric)

@@ -120,3 +120,68 @@ def test_unknown_sa_site_is_a_config_error(tmp_path):
     cfg = write_config(tmp_path / "bad.yaml", REPO / "config" / "test.yaml", era5={"sa_sites": ["heads"]})
     res = smk(tmp_path / "work", "era5", "-n", configfile=cfg)
     assert res.returncode != 0 and "heads" in res.stdout
+
+
+def test_unknown_target_and_bad_lead_are_config_errors_naming_the_allowed_values(tmp_path):
+    """Before anything runs (a dry run): a target the data lack, and a lead that is not a multiple of the stand-in's
+    6-hourly step (era5.lead_hours: 7 passed the schema and failed only inside a job)."""
+    base = REPO / "config" / "test.yaml"
+    cfg = write_config(tmp_path / "t2m.yaml", base, era5={"enabled": True, "targets": ["t2m"]})
+    res = smk(tmp_path / "w1", "era5", "-n", configfile=cfg)
+    assert res.returncode != 0 and "unknown forecast target 't2m'" in res.stdout and "t850, z500" in res.stdout
+    cfg = write_config(tmp_path / "lead.yaml", base, era5={"enabled": True, "lead_hours": [72, 7]})
+    res = smk(tmp_path / "w2", "era5", "-n", configfile=cfg)
+    assert res.returncode != 0 and "not a multiple" in res.stdout and "6-hourly" in res.stdout
+    assert not (tmp_path / "w2" / "results").exists()
+
+
+def test_cases_are_the_product_of_targets_and_leads_with_the_first_keeping_the_paper_names(tmp_path):
+    cfg = write_config(tmp_path / "cases.yaml", REPO / "config" / "test.yaml",
+                       era5={"enabled": True, "targets": ["z500", "t850"], "lead_hours": [72, 24]})  # fmt: skip
+    res = smk(tmp_path / "w", "era5", "-n", configfile=cfg)
+    assert res.returncode == 0, res.stdout[-3000:]
+    stats = job_stats(res.stdout)
+    assert stats["era5_prepare"] == 4 and stats["era5_adapt"] == 4 and stats["era5_pretrain_standin"] == 1
+    assert stats["era5_table"] == 4 * 6 + 1  # six tables per case and the pooled one
+    for path in ("results/era5/pairs.npz", "results/era5/z500_24h/pairs.npz", "results/era5/t850_72h/pairs.npz",
+                 "results/era5/t850_24h/runs/sa/samples.npz", "results/tables/climax_summary.csv",
+                 "results/tables/climax_summary_t850_24h.csv", "results/tables/climax_summary_cases.csv",
+                 "results/figures/climax_sharpness_z500_24h.png"):
+        assert path in res.stdout, path
+    res = smk(tmp_path / "w", "era5_t850_24h", "-n", configfile=cfg)  # one case's target rule
+    assert res.returncode == 0 and job_stats(res.stdout)["era5_prepare"] == 1, res.stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_a_second_case_gets_the_whole_slice_and_the_main_case_keeps_names_and_values(era5_run, tmp_path):
+    """The tiny run again with a second case (T850 at 24 h) after deleting the main case's pairs, adapter and runs:
+    the main case (Z500 72 h) is recomputed under the same names with the same values (same seed and code); the
+    second has its own adapter, every method, tables in K and a target rule; the pooled table has both rows."""
+    work = copy_run(era5_run, tmp_path / "work")
+    era5 = work / "results" / "era5"
+    before = {m: json.loads((era5 / "runs" / m / "metrics.json").read_text())["native"] for m in RUNS}
+    shutil.rmtree(era5 / "runs")
+    for name in ("pairs.npz", "pairs.json", "adapter.pt", "adapter.json", "analyses.json"):
+        (era5 / name).unlink()
+    cfg = write_config(tmp_path / "cases.yaml", era5_run["cfg"],
+                       era5={"cases": [{"target": "z500", "lead_hours": 72}, {"target": "t850", "lead_hours": 24}]})
+    res = smk(work, "era5", configfile=cfg, timeout=900)
+    assert res.returncode == 0, res.stdout[-6000:]
+    stats = job_stats(res.stdout)
+    assert stats["era5_prepare"] == 2 and "era5_pretrain_standin" not in stats and "era5_standin" not in stats
+    for m in RUNS:
+        after = json.loads((era5 / "runs" / m / "metrics.json").read_text())["native"]
+        for key in ("crps", "w1", "coverage_95", "width_95"):
+            assert after[key] == pytest.approx(before[m][key], rel=1e-6), (m, key)
+        second = json.loads((era5 / "t850_24h" / "runs" / m / "metrics.json").read_text())
+        assert np.isfinite(second["native"]["crps"]) and second["dataset"] == "ERA5 T850 24 h"
+    pairs = json.loads((era5 / "t850_24h" / "pairs.json").read_text())
+    assert (pairs["target"], pairs["lead_hours"], pairs["target_units"]) == ("temperature_850", 24, "K")
+    tables = work / "results" / "tables"
+    md = (tables / "climax_summary_t850_24h.md").read_text()
+    assert "T850 24 h" in md and "m^2 s^-2" not in md and "24 h T850, K" in md
+    assert "m^2 s^-2" in (tables / "climax_summary.md").read_text()
+    pooled = (tables / "climax_summary_cases.csv").read_text()
+    assert "Z500 72 h" in pooled and "T850 24 h" in pooled
+    assert (work / "results" / "figures" / "teaser_climax_maps_t850_24h.png").stat().st_size > 1000
+    assert_every_output_audits_clean(work, 2 * 19 + 1)

@@ -14,6 +14,7 @@ from stochattn import patch
 from stochattn.backbones import timesfm as T
 from stochattn.io import sha256_file
 from stochattn.patch import StochasticAttention, attention_modules
+from stochattn.rehearsal import save_timesfm_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -90,7 +91,7 @@ def test_checkpoint_round_trip_in_the_public_layout(tmp_path):
     sd = src.state_dict()
     public = {name: sd[name].contiguous() for name in public_keys(2)}  # the real file's names (no renaming needed)
     assert set(public) == set(sd)
-    save_file(public, str(tmp_path / "model.safetensors"))
+    assert save_timesfm_checkpoint(src, tmp_path) == tmp_path / "model.safetensors"  # the public file name
 
     dst = tiny(seed=2)
     assert not torch.equal(dst.tokenizer.hidden_layer.weight, src.tokenizer.hidden_layer.weight)

@@ -35,7 +35,9 @@ elif rule == "era5_fetch":
 
     wb, data = p.weatherbench, sm.config["data"]
     years = sorted({y for ys in wb["years"].values() for y in ys})
-    record = fetch_weatherbench(sm.output.data, wb["folders"], years, mirrors=data["mirrors"],
+    # an input of this rule is a mirror's manifest <mirror>/weatherbench/rehearsal.json (config/rehearsal.yaml)
+    mirrors = [*data["mirrors"], *(str(Path(f).resolve().parent.parent) for f in sm.input)]
+    record = fetch_weatherbench(sm.output.data, wb["folders"], years, mirrors=mirrors,
                                 allow_download=data["allow_download"], url_template=wb.get("url_template"))  # fmt: skip
     save_json(Path(sm.output.data) / "fetch.json", record)
     job.sidecar(sm.output.data, extra={"fetched": True, "sources": record})  # every file's SHA-256 as fetched
@@ -66,7 +68,7 @@ elif rule == "era5_evaluate":
         return files + ([samples[REFERENCE]] if method != REFERENCE and REFERENCE in samples else [])
 
     evaluate_split(samples, {m: sm.output[m] for m in methods}, seed=p.seed, levels=tuple(p.levels),
-                   dataset=f"ERA5 Z500 {p.lead_hours} h", split=None,
+                   dataset=p.label, split=None,
                    provenance={m: job.stage(inputs_of(m)) for m in methods})  # fmt: skip
     evaluate_spatial(samples, {m: sm.output[m] for m in methods}, sm.input.prepared,
                      {m: sm.output[f"{m}_spatial"] for m in methods}, provenance=job.stage)  # fmt: skip
@@ -78,9 +80,15 @@ elif rule == "era5_table":
     from stochattn.experiments import era5_report
 
     started = time.time()
-    spec, tidy = era5_report.build_table(w.era5_table, **{k: sm.input.get(k) for k in
-                                                          ("metrics", "spatial", "sweep", "adapter", "analyses",
-                                                           "metas")}, lead_hours=p.lead_hours)
+    t = p.table
+    name = t["name"]
+    files = {k: sm.input.get(k) for k in ("metrics", "spatial", "sweep", "adapter", "analyses", "metas")}
+    cases = None
+    if name == "climax_summary_cases":  # every case's runs, grouped by the case's folder (results/era5{sub})
+        cases = {row: [[f for f in files[k] if str(Path(f).parents[2]) == folder] for k in ("metrics", "spatial")]
+                 for folder, row in t["case_rows"].items()}  # fmt: skip
+    spec, tidy = era5_report.build_table(name, **files, lead_hours=t["lead_hours"], target=t["target"],
+                                         units=t["units"], cases=cases)  # fmt: skip
     written = report.write_table(
         tidy, os.path.splitext(sm.output.csv)[0], p.caption,
         {"rule": rule, "inputs": list(sm.input), "config_subset": p.config_subset, "seeds": p.seeds,
@@ -103,7 +111,8 @@ else:
         print(f"stand-in: best step {meta['best_step']}, {meta['seconds']:.1f} s", flush=True)
     elif rule == "era5_prepare":
         meta = era5.prepare(sm.input[0], sm.output.prepared, variables=p.variables, lead_hours=p.lead_hours,
-                            max_pairs=p.max_pairs, progress=progress, provenance=job.stage())  # fmt: skip
+                            target=p.target, max_pairs=p.max_pairs, progress=progress,
+                            provenance=job.stage())  # fmt: skip
         print(f"pairs: {meta['n_pairs']}", flush=True)
     elif rule == "era5_adapt":
         meta = era5.adapt(sm.input.prepared, sm.input.backbone, sm.output.adapter, lora=p.lora, train=p.train,

@@ -59,8 +59,15 @@ FOLDERS: dict[str, tuple[str, int | None]] = {
     "v_component_of_wind": ("v", None),
     "geopotential_500": ("z", 500),
     "temperature_850": ("t", 850),
+    # NOTE[DIFF]: the dry dynamical core has no surface layer; its "2m_temperature" is the temperature of the lowest
+    # model level (sigma 0.95, ~950 hPa), the nearest it has to a near-surface field (an extrapolation to 1000 hPa
+    # turned non-finite where the surface pressure drops)
+    "2m_temperature": ("t2m", None),
 }
-"""Folders the stand-in can write -> (quantity, fixed level in hPa for a single-level extract, else None)."""
+"""Folders the stand-in can write -> (quantity, fixed level in hPa for a single-level extract, else None; the
+quantity ``t2m`` is a single-level field of the lowest model level)."""
+
+_SURFACE_QUANTITIES = ("t2m",)
 
 RESOLUTIONS: tuple[str, ...] = ("T21", "T31", "T42")
 """Spectral truncations supported (dinosaur's ``Grid.T21`` ...; Gaussian grids of 32 x 64, 48 x 96, 64 x 128)."""
@@ -158,7 +165,7 @@ def _check_levels(levels: Any, folders: Sequence[str]) -> tuple[int, ...]:
         raise ValueError(f"level(s) {bad} not among WeatherBench's pressure levels {era5.PRESSURE_LEVELS} (hPa)")
     if len(set(raw)) != len(raw):
         raise ValueError(f"levels has duplicates: {list(raw)}")
-    if not raw and any(FOLDERS[f][1] is None for f in folders):
+    if not raw and any(FOLDERS[f][1] is None and FOLDERS[f][0] not in _SURFACE_QUANTITIES for f in folders):
         raise ValueError("levels is empty but a pressure-level folder is requested")
     return tuple(sorted(int(lv) for lv in raw))
 
@@ -195,9 +202,9 @@ def _plan(
     if not _is_int(seed) or not 0 <= seed < 2**32:
         raise ValueError(f"seed must be an int in [0, 2**32), got {seed!r}")
     fixed = {FOLDERS[f][1] for f in folders} - {None}
-    has_pressure = any(FOLDERS[f][1] is None for f in folders)
+    has_pressure = any(FOLDERS[f][1] is None and FOLDERS[f][0] not in _SURFACE_QUANTITIES for f in folders)
     computed = tuple(sorted(set(lvls if has_pressure else ()) | fixed))
-    quantities = tuple(q for q in ("z", "t", "u", "v") if any(FOLDERS[f][0] == q for f in folders))
+    quantities = tuple(q for q in ("z", "t", "u", "v", *_SURFACE_QUANTITIES) if any(FOLDERS[f][0] == q for f in folders))
     return _Plan(segs, folders, lvls if has_pressure else (), computed, quantities, int(spin_up_days),
                  float(delta_t_y), float(delta_theta_z), resolution, dt, out_h, int(seed))  # fmt: skip
 
@@ -274,13 +281,14 @@ def _model(resolution: str, dt_minutes: int, output_hours: int, delta_t_y: float
     pressure = vertical_interpolation.PressureCoordinates(
         np.asarray([specs.nondimensionalize(lv * 100.0 * units.pascal) for lv in levels_hpa])
     )
-    si_units = {"z": units.m**2 / units.s**2, "t": units.degK, "u": units.m / units.s, "v": units.m / units.s}
+    si_units = {"z": units.m**2 / units.s**2, "t": units.degK, "u": units.m / units.s, "v": units.m / units.s,
+                "t2m": units.degK}  # fmt: skip
     si = {q: float(specs.dimensionalize(1.0, si_units[q]).magnitude) for q in quantities}  # nondimensional -> SI
     nodal_orography = grid.to_nodal(orography)
 
     def diagnose(state):
-        fields = {}
-        if "z" in quantities or "t" in quantities:
+        fields, surface = {}, {}
+        if {"z", "t", "t2m"} & set(quantities):
             temperature = grid.to_nodal(state.temperature_variation) + ref_temps[:, np.newaxis, np.newaxis]
             if "z" in quantities:
                 fields["z"] = primitive_equations.get_geopotential_on_sigma(
@@ -289,12 +297,15 @@ def _model(resolution: str, dt_minutes: int, output_hours: int, delta_t_y: float
                 )  # fmt: skip
             if "t" in quantities:
                 fields["t"] = temperature
+            if "t2m" in quantities:  # the lowest sigma level, (1, lon, lat)
+                surface["t2m"] = temperature[-1:]
         if "u" in quantities or "v" in quantities:
             u, v = spherical_harmonic.vor_div_to_uv_nodal(grid, state.vorticity, state.divergence)
             fields.update({k: x for k, x in (("u", u), ("v", v)) if k in quantities})
         surface_pressure = jnp.exp(grid.to_nodal(state.log_surface_pressure))
         on_levels = vertical_interpolation.interp_sigma_to_pressure(fields, pressure, coords.vertical,
-                                                                    surface_pressure)  # fmt: skip
+                                                                    surface_pressure) if fields else {}  # fmt: skip
+        on_levels.update(surface)
         # dinosaur's nodal order is (level, lon, lat); WeatherBench's (level, lat, lon)
         return {q: jnp.swapaxes(regrid(on_levels[q]), -1, -2) * si[q] for q in quantities}
 
@@ -393,7 +404,8 @@ def generate_held_suarez(
                 bar.set_postfix(phase="spin-up" if year is None else year)
                 if year is not None:
                     n_t = segment_days[year] * n_out
-                    buffers = {q: np.empty((n_t, len(plan.computed_levels), era5.LAT.size, era5.LON.size),
+                    buffers = {q: np.empty((n_t, 1 if q in _SURFACE_QUANTITIES else len(plan.computed_levels),
+                                            era5.LAT.size, era5.LON.size),
                                            dtype=np.float32) for q in plan.quantities}  # fmt: skip
             state, frames = model.day(state)
             frames = {q: np.asarray(x) for q, x in frames.items()}
@@ -460,7 +472,9 @@ def _write_year(root: Path, year: int, plan: _Plan, buffers: Mapping[str, np.nda
         quantity, fixed = FOLDERS[folder]
         short, _ = era5.WEATHERBENCH_VARIABLES[folder]
         path = era5.weatherbench_path(root, folder, year)
-        if fixed is None:
+        if quantity in _SURFACE_QUANTITIES:
+            era5.write_weatherbench_file(path, folder, short, buffers[quantity][:, 0], times)
+        elif fixed is None:
             idx = [plan.computed_levels.index(lv) for lv in plan.levels]
             era5.write_weatherbench_file(path, folder, short, buffers[quantity][:, idx], times, levels=plan.levels)
         else:

@@ -79,6 +79,9 @@ __all__ = [
     "load_climatology",
     "ForecastPairs",
     "forecast_pairs",
+    "Target",
+    "TARGET_UNITS",
+    "resolve_target",
 ]
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -407,6 +410,59 @@ def lead_steps(lead_hours: int | float, step_hours: int | float) -> int:
             f"{math.ceil(ratio) * step_hours:g} h)"
         )
     return int(round(ratio))
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# forecast targets
+# ------------------------------------------------------------------------------------------------------------------
+TARGET_UNITS: dict[str, tuple[str, str]] = {
+    "z": ("geopotential", "m^2 s^-2"),
+    "t": ("temperature", "K"),
+    "u": ("u_component_of_wind", "m s^-1"),
+    "v": ("v_component_of_wind", "m s^-1"),
+    "q": ("specific_humidity", "kg kg^-1"),
+    "r": ("relative_humidity", "%"),
+    "t2m": ("2m_temperature", "K"),
+    "u10": ("10m_u_component_of_wind", "m s^-1"),
+    "v10": ("10m_v_component_of_wind", "m s^-1"),
+}
+"""WeatherBench short name -> (ClimaX variable stem, units): a target is ``<short><level>`` on a pressure level
+(``z500``, ``t850``) or a surface short name (``t2m``, ``u10``, ``v10``)."""
+
+_SURFACE_LABELS = {"t2m": "T2m", "u10": "U10", "v10": "V10"}
+
+
+@dataclass(frozen=True)
+class Target:
+    """A forecast target: ``name`` as configured (``z500``), ``variable`` the ClimaX key (``geopotential_500``),
+    ``label`` as tables print it (``Z500``), ``units`` of its scores (``m^2 s^-2``)."""
+
+    name: str
+    variable: str
+    label: str
+    units: str
+
+
+def resolve_target(name: str, available: Sequence[str] | None = None) -> Target:
+    """The :class:`Target` of a name such as ``z500``, ``t850`` or ``t2m``, checked against ``available`` (the
+    forecast's input keys, e.g. ClimaX's 48 variables) when given. ValueError naming the allowed values otherwise."""
+    allowed = sorted(
+        {f"{s}{lv}" for s, (stem, _) in TARGET_UNITS.items() if s not in _SURFACE_LABELS for lv in PRESSURE_LEVELS
+         if available is None or f"{stem}_{lv}" in available}
+        | {s for s, (stem, _) in TARGET_UNITS.items() if s in _SURFACE_LABELS and (available is None or stem in available)},
+        key=lambda t: (t[0], len(t), t))  # fmt: skip
+    match = re.fullmatch(r"([a-z]+?)(\d+)", name) if isinstance(name, str) else None
+    target = None
+    if isinstance(name, str) and name in _SURFACE_LABELS:
+        stem, units = TARGET_UNITS[name]
+        target = Target(name, stem, _SURFACE_LABELS[name], units)
+    elif match and match.group(1) in TARGET_UNITS and match.group(1) not in _SURFACE_LABELS \
+            and int(match.group(2)) in PRESSURE_LEVELS:  # fmt: skip
+        stem, units = TARGET_UNITS[match.group(1)]
+        target = Target(name, f"{stem}_{int(match.group(2))}", f"{match.group(1).upper()}{int(match.group(2))}", units)
+    if target is None or (available is not None and target.variable not in available):
+        raise ValueError(f"unknown forecast target {name!r}; allowed here: {', '.join(allowed)}")
+    return target
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -903,7 +959,7 @@ def fetch_weatherbench(
     ``url_template`` (:data:`WEATHERBENCH_URL_TEMPLATE`; the constants file from ``constants_url``,
     :data:`WEATHERBENCH_CONSTANTS_URL`), its SHA-256 recorded (WeatherBench publishes none), and the
     needed members extracted. Every file is written atomically, and every written file is opened and checked by
-    :func:`open_weatherbench` (grid, variable, times), so a broken download fails here. Raises FileNotFoundError
+    :func:`open_weatherbench` (grid, variable, times), one year at a time, so a broken download fails here. Raises FileNotFoundError
     naming the folder, mirrors and URL when no source has the files.
     """
     import shutil
@@ -961,5 +1017,9 @@ def fetch_weatherbench(
         if folder == "constants":
             open_weatherbench_constants(root, CONSTANT_FIELDS)
         else:
-            open_weatherbench(root, folder, years)
+            # NOTE[DIFF]: each year's file on its own (grid, variable, times within the year): all of a folder's
+            # years at once would hold ~37 GB of one pressure-level variable for the 37 training years, and the
+            # preprocessing reads year by year anyway
+            for y in years:
+                open_weatherbench(root, folder, [y])
     return record

@@ -1,5 +1,6 @@
 """The ERA5 experiment (paper §6.2, §7, App. C.2, App. "Additional ClimaX Results"): ClimaX + LoRA, 72 h global
-Z500 forecasts, six methods, one function per workflow stage:
+Z500 forecasts (or another target and lead: ``prepare(target=..., lead_hours=...)``), six methods, one function per
+workflow stage:
 
     prepare            ClimaX shards (stochattn.data.era5.preprocess_climax) -> normalised (input, 72 h Z500) pairs
                        of the train / val / cal / test parts, flattened to (n, V * 32 * 64) and (n, 32 * 64)
@@ -14,8 +15,8 @@ Z500 forecasts, six methods, one function per workflow stage:
                        BO over several seeds (surrogate posterior samples, beta* = ln nu*), per-pass latency vs nu,
                        and the SWAG variance-scale sweep on validation and test
 
-Units: targets are Z500 normalised by the training years' mean / std (ClimaX's normalisation); ``y_mean`` and
-``y_std`` turn them back into m^2 s^-2 (geopotential, ERA5's ``z``), the units of every run file and table.
+Units: targets (Z500 unless configured otherwise) are normalised by the training years' mean / std (ClimaX's normalisation); ``y_mean`` and
+``y_std`` turn them back into the target's units (m^2 s^-2 for Z500, geopotential, ERA5's ``z``), the units of every run file and table.
 
 The validation partition serves early stopping and the baselines' selection (``val``: its first half in time)
 AND SA's nu, temperatures and conformal factors (``cal``: the rest, from one lead time after the cut; see
@@ -71,13 +72,13 @@ def _key_statistics(processed: Path, keys: Sequence[str]) -> tuple[np.ndarray, n
 
 
 def read_pairs(processed_dir: str | Path, part: str, keys: Sequence[str], lead: int, cap: Optional[int] = None,
-               progress: bool = False) -> Dict[str, np.ndarray]:  # fmt: skip
-    """At most ``cap`` (input at t, Z500 at t + ``lead`` steps) pairs of ``part`` (evenly spaced in time; None:
+               progress: bool = False, target: str = TARGET) -> Dict[str, np.ndarray]:  # fmt: skip
+    """At most ``cap`` (input at t, ``target`` (a shard key; Z500 by default) at t + ``lead`` steps) pairs of ``part`` (evenly spaced in time; None:
     all), read shard by shard, so that a partition is never whole in memory (37 years of ClimaX's 48 variables are
     ~130 GB).
 
     Returns ``x`` (n, V, 32, 64) the inputs ``keys`` normalised with the training years' mean / std, ``y`` (n, 32,
-    64) Z500 at t + lead in m^2 s^-2, ``shard`` / ``t`` (n,) the shard index and the input's time index in it, and
+    64) the target at t + lead in its units, ``shard`` / ``t`` (n,) the shard index and the input's time index in it, and
     ``step`` (n,) the input's time index in the partition (its shards concatenated in time order).
     """
     from ..progress import progress as show_progress
@@ -85,7 +86,7 @@ def read_pairs(processed_dir: str | Path, part: str, keys: Sequence[str], lead: 
     processed = Path(processed_dir)
     m, s = _key_statistics(processed, keys)
     paths = era5_data.shard_paths(processed, part)
-    lengths = [era5_data.load_shard(p, [TARGET])[TARGET].shape[0] for p in paths]  # one key per shard: cheap
+    lengths = [era5_data.load_shard(p, [target])[target].shape[0] for p in paths]  # one key per shard: cheap
     counts = [max(0, n - lead) for n in lengths]
     if sum(counts) == 0:
         raise ValueError(f"{processed / part}: no forecast pair at a lead of {lead} steps (the longest of its "
@@ -98,7 +99,7 @@ def read_pairs(processed_dir: str | Path, part: str, keys: Sequence[str], lead: 
         if local.size == 0:
             continue
         pairs = era5_data.forecast_pairs([era5_data.load_shard(path, keys)], lead, in_variables=keys,
-                                         out_variables=[TARGET])  # fmt: skip
+                                         out_variables=[target])  # fmt: skip
         out["x"].append((pairs.x[local] - m) / s)
         out["y"].append(pairs.y[local, 0])
         out["shard"].append(np.full(local.size, i, dtype=np.int64))
@@ -133,34 +134,36 @@ def prepare(
     variables: Sequence[str],
     lead_hours: int,
     max_pairs: Mapping[str, Optional[int]],
+    target: str = "z500",
     progress: bool = True,
     provenance: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
-    """(input at t, Z500 at t + lead) pairs -> ``out_path`` (npz) and ``<stem>.json`` (with ``provenance``, a
+    """(input at t, target at t + lead) pairs -> ``out_path`` (npz) and ``<stem>.json`` (with ``provenance``, a
     :func:`stochattn.provenance.stage_provenance` block, and the npz's hash).
 
-    ``variables``: the input keys (ClimaX's shard keys, Z500 among them); ``max_pairs``: per partition (train,
+    ``variables``: the input keys (ClimaX's shard keys, the target among them); ``target``: a name of
+    :func:`stochattn.data.era5.resolve_target` (``z500``, the paper's; ``t850``, ``t2m``, ...); ``max_pairs``: per partition (train,
     val, test) a cap on the pairs (evenly spaced in time; None: every pair). The validation pairs are split into
     ``val`` and ``cal`` blocks (:func:`val_cal_split`). Arrays: ``x_<part>`` (n, V * 32 * 64) float32 normalised
-    inputs, ``y_<part>`` (n, 32 * 64) normalised Z500 at t + lead, ``<part>_shard`` / ``<part>_t`` (shard index,
-    input time index), ``y_mean`` / ``y_std`` (Z500's normalisation), ``lat`` (32,), ``lon`` (64,),
-    ``climatology`` (32 * 64,) the test partition's Z500 time mean in m^2 s^-2 (ClimaX's ACC reference),
+    inputs, ``y_<part>`` (n, 32 * 64) the normalised target at t + lead, ``<part>_shard`` / ``<part>_t`` (shard index,
+    input time index), ``y_mean`` / ``y_std`` (the target's normalisation), ``lat`` (32,), ``lon`` (64,),
+    ``climatology`` (32 * 64,) the test partition's target time mean in its units (ClimaX's ACC reference),
     ``climatology_train`` (32 * 64,) the training years' (the climatology forecast), ``persistence_test``
-    (n_test, 32 * 64) Z500 at t in m^2 s^-2.
+    (n_test, 32 * 64) the target at t.
     """
     processed = Path(processed_dir)
     info = manifest(processed)
     keys = list(variables)
-    if TARGET not in keys:
-        raise ValueError(f"variables must include the target {TARGET!r}, got {keys}")
+    spec = era5_data.resolve_target(target, keys)  # ValueError naming the allowed targets
+    field = spec.variable
     lead = era5_data.lead_steps(lead_hours, info["step_hours"])
     mean, std = era5_data.load_normalisation(processed)
-    y_mean, y_std = float(mean[TARGET][0]), float(std[TARGET][0])
+    y_mean, y_std = float(mean[field][0]), float(std[field][0])
     arrays: Dict[str, Any] = {"y_mean": np.float64(y_mean), "y_std": np.float64(y_std), "lat": era5_data.LAT,
                               "lon": era5_data.LON}  # fmt: skip
     counts = {}
     for part in ("train", "val", "test"):
-        pairs = read_pairs(processed, part, keys, lead, max_pairs.get(part), progress)
+        pairs = read_pairs(processed, part, keys, lead, max_pairs.get(part), progress, field)
         n = len(pairs["y"])
         y = (pairs["y"] - y_mean) / y_std
         split = {part: np.arange(n)} if part != "val" else val_cal_split(pairs["step"], lead)
@@ -170,17 +173,18 @@ def prepare(
             arrays[f"{name}_shard"], arrays[f"{name}_t"] = pairs["shard"][r], pairs["t"][r]
             counts[name] = int(len(r))
         if part == "test":
-            z_index = keys.index(TARGET)
+            z_index = keys.index(field)
             arrays["persistence_test"] = (pairs["x"][:, z_index] * y_std + y_mean).reshape(n, -1)
     for name, part in (("climatology", "test"), ("climatology_train", "train")):
-        arrays[name] = era5_data.load_climatology(processed, part)[TARGET].reshape(-1).astype(np.float64)
+        arrays[name] = era5_data.load_climatology(processed, part)[field].reshape(-1).astype(np.float64)
     save_npz(out_path, **arrays)
     meta = {
-        "variables": keys, "target": TARGET, "lead_hours": lead_hours, "lead_steps": lead,
+        "variables": keys, "target": field, "target_name": spec.name, "target_label": spec.label,
+        "target_units": spec.units, "lead_hours": lead_hours, "lead_steps": lead,
         "step_hours": info["step_hours"], "years": info["years"], "n_pairs": counts, "max_pairs": dict(max_pairs),
         "val_cal": "val: the first half of the validation pairs in time; cal: the rest, from one lead time after",
         "units": "inputs and targets normalised by the training years' mean / std (ClimaX); y_mean / y_std give "
-                 "m^2 s^-2",
+                 f"{spec.units}",
         "source": str(processed),
     }
     if provenance is not None:
@@ -335,9 +339,9 @@ def load_backbone(path: str | Path, *, allow_pickle: bool = False):
 # adaptation (LoRA) and the methods
 # --------------------------------------------------------------------------------------------------------------
 def lora_forecaster(backbone_path: str | Path, variables: Sequence[str], lead_hours: float, lora: Mapping[str, Any],
-                    seed: int, allow_pickle: bool = False) -> torch.nn.Module:  # fmt: skip
+                    seed: int, allow_pickle: bool = False, target: str = TARGET) -> torch.nn.Module:  # fmt: skip
     """The backbone with fresh LoRA adapters (B = 0: it starts as the backbone), wrapped as ``x (B, V * 32 * 64) ->
-    Z500 at lead (B, 32 * 64)``; only the adapters are trainable.
+    target (a ClimaX key; Z500 by default) at lead (B, 32 * 64)``; only the adapters are trainable.
 
     NOTE[DIFF]: the paper also trains the norms (L1187); here only the adapters are trainable, so the weight-space
     baselines (SWAG, IVON) act on exactly the LoRA parameters, as in the ETT slice."""
@@ -347,7 +351,7 @@ def lora_forecaster(backbone_path: str | Path, variables: Sequence[str], lead_ho
     net = load_backbone(backbone_path, allow_pickle=allow_pickle)
     with seeded(seed):
         add_lora(net, tuple(lora["targets"]), r=int(lora["r"]), alpha=float(lora["alpha"]))
-    return ClimaXForecaster(net, variables, TARGET, lead_hours).to(resolve_device(None)).eval()
+    return ClimaXForecaster(net, variables, target, lead_hours).to(resolve_device(None)).eval()
 
 
 def _fields(flat: np.ndarray) -> np.ndarray:
@@ -376,7 +380,7 @@ def adapt(
     progress: bool = True,
     provenance: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
-    """Fit the LoRA adapter for 72 h Z500 (AdamW, MSE in normalised units, early stopping on the val pairs; best
+    """Fit the LoRA adapter for the prepared target and lead (72 h Z500 in the paper; AdamW, MSE in normalised units, early stopping on the val pairs; best
     epoch kept, the backbone competing as epoch 0) -> ``out_path`` and ``<stem>.json``, with the test skill
     (latitude-weighted RMSE, ACC) of the backbone, the adapted model, persistence and climatology, which decides
     nothing.
@@ -388,13 +392,15 @@ def adapt(
     data = load_pairs(prepared_path)
     meta_prepared = load_json(Path(prepared_path).with_suffix(".json"))
     variables, lead_hours = meta_prepared["variables"], meta_prepared["lead_hours"]
-    net = lora_forecaster(backbone_path, variables, lead_hours, lora, seed, allow_pickle)
+    target = meta_prepared.get("target", TARGET)
+    net = lora_forecaster(backbone_path, variables, lead_hours, lora, seed, allow_pickle, target)
     record = adapters.fit_adapter(net, data, train, seed=seed, progress=progress,
-                                  desc=f"LoRA ClimaX {lead_hours:g} h Z500")  # fmt: skip
-    adapters.save_adapter(net, out_path, lora=dict(lora), variables=list(variables), lead_hours=lead_hours)
+                                  desc=f"LoRA ClimaX {lead_hours:g} h {meta_prepared.get('target_label', 'Z500')}")  # fmt: skip
+    adapters.save_adapter(net, out_path, lora=dict(lora), variables=list(variables), lead_hours=lead_hours,
+                          target=target)
     physical = lambda a: np.asarray(a, np.float64) * data["y_std"] + data["y_mean"]  # noqa: E731
     truth = physical(data["y_test"])
-    backbone = lora_forecaster(backbone_path, variables, lead_hours, lora, seed, allow_pickle)  # B = 0
+    backbone = lora_forecaster(backbone_path, variables, lead_hours, lora, seed, allow_pickle, target)  # B = 0
     forecasts = {
         "backbone": physical(predict(backbone, data["x_test"], 64).numpy()),
         "adapted": physical(predict(net, data["x_test"], 64).numpy()),
@@ -404,7 +410,7 @@ def adapt(
     skill = {name: field_skill(f, truth, data) for name, f in forecasts.items()}
     meta = {
         "lora": dict(lora), "train": dict(train), "seed": seed, "variables": list(variables),
-        "lead_hours": lead_hours, **record, "test_skill": skill, "n_test": int(len(truth)),
+        "lead_hours": lead_hours, "target": target, **record, "test_skill": skill, "n_test": int(len(truth)),
         "persistence_over_climatology_rmse": skill["persistence"]["rmse"] / skill["climatology"]["rmse"],
         "device": device_info(), "packages": package_versions(),
     }
@@ -436,7 +442,8 @@ def setup(backbone_path: str | Path, adapter_path: str | Path, lora: Mapping[str
     sites = tuple(sa_sites)
     climax_sa_nu(1, sites)  # unknown site names fail here
     return adapters.AdapterSetup(
-        fresh=lambda s: lora_forecaster(backbone_path, ckpt["variables"], ckpt["lead_hours"], lora, s, allow_pickle),
+        fresh=lambda s: lora_forecaster(backbone_path, ckpt["variables"], ckpt["lead_hours"], lora, s, allow_pickle,
+                                        ckpt.get("target", TARGET)),
         add_hsa=_add_hsa, dropout_sites=_dropout_sites, train=train, adapter_path=adapter_path,
         nu_template=lambda nu: climax_sa_nu(nu, sites),
     )

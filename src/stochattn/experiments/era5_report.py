@@ -1,6 +1,7 @@
 """Tables and figures of the ERA5 / ClimaX experiment (paper §6.2, §7, App. "Additional ClimaX Results") over the
 shared machinery of :mod:`stochattn.report`, :mod:`stochattn.figures` and :mod:`stochattn.experiments.uci_figures`,
-from the files of :mod:`stochattn.experiments.era5` (units m^2 s^-2 throughout).
+from the files of :mod:`stochattn.experiments.era5` (units m^2 s^-2 throughout for Z500; another target's tables
+and captions name its own: :func:`for_target`).
 
 Tables (``TableSpec`` constants; ``spec.build(...)`` -> tidy rows, then :func:`stochattn.report.write_table`):
 
@@ -40,6 +41,7 @@ import math
 import os
 import textwrap
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -90,6 +92,9 @@ __all__ = [
     "SWAG_SWEEP_TEST",
     "CLIMAX_SKILL",
     "ERA5_TABLE_SPECS",
+    "CLIMAX_SUMMARY_CASES",
+    "for_target",
+    "summary_cases_table",
     "total_seconds",
     "beta_star",
     "pit_combined",
@@ -107,9 +112,26 @@ ROW = "Z500 72 h"
 """The row label (tidy ``dataset``) of the ClimaX tables at the paper's lead (:func:`row_label` for another)."""
 
 
-def row_label(lead_hours: float = 72) -> str:
-    """The row label of the ClimaX tables for a lead time: ``"Z500 72 h"`` (:data:`ROW`) at the paper's."""
-    return f"Z500 {float(lead_hours):g} h"
+def row_label(lead_hours: float = 72, target: str = "Z500") -> str:
+    """The row label of the ClimaX tables for a target label and lead time: ``"Z500 72 h"`` (:data:`ROW`) at the
+    paper's, e.g. ``"T850 120 h"`` for another."""
+    return f"{target} {float(lead_hours):g} h"
+
+
+_PAPER_UNITS = ("m^2 s^-2", r"m$^2$\,s$^{-2}$")
+_PAPER_TARGET = ("Z500", r"$Z_{500}$")
+
+
+def for_target(spec: TableSpec, label: str = "Z500", units: str = "m^2 s^-2") -> TableSpec:
+    """``spec`` with its descriptions naming the target ``label`` (e.g. ``T850``) and its ``units`` (e.g. ``K``)
+    instead of the paper's Z500 and m^2 s^-2; ``spec`` itself for Z500."""
+    if (label, units) == (_PAPER_TARGET[0], _PAPER_UNITS[0]):
+        return spec
+    md = spec.description.replace(_PAPER_UNITS[0], units).replace(_PAPER_TARGET[0], label)
+    tex_units = r"\,".join(f"{b}$^{{{e}}}$" if e else b.replace("%", r"\%")
+                           for b, _, e in (u.partition("^") for u in units.split()))  # fmt: skip
+    tex = spec.latex_description.replace(_PAPER_UNITS[1], tex_units).replace(_PAPER_TARGET[1], label)
+    return replace(spec, description=md, latex_description=tex)
 SKILL_COLUMNS: dict[str, str] = {
     "backbone": "backbone (zero-shot)",
     "adapted": "LoRA-adapted",
@@ -193,6 +215,18 @@ def summary_table(runs: Mapping[str, Any], row: str = ROW) -> pd.DataFrame:
         rows.extend(mean_row(row, method, key, [as_float(v)]) for key, v in values.items())
         rows.extend(nu_rows(row, method, metrics))
     return tidy_frame(rows)
+
+
+_CASE_METRICS = ("acc_ensemble_mean", "w1_native", "w1_scaled", "coverage_95_native")
+
+
+def summary_cases_table(cases: Mapping[str, Mapping[str, Any]]) -> pd.DataFrame:
+    """Tidy rows of :data:`CLIMAX_SUMMARY_CASES`: one row label per (target, lead) case (``cases``: ``{row label:
+    {method: (metrics.json, spatial.json)}}``, in order), the unit-free columns of :func:`summary_table` and SA's nu
+    with its boundary flag."""
+    frames = [summary_table(runs, row) for row, runs in cases.items()]
+    tidy = pd.concat(frames, ignore_index=True)
+    return tidy[tidy["metric"].isin((*_CASE_METRICS, "nu", "at_boundary"))].reset_index(drop=True)
 
 
 def cost_table(metas: Mapping[str, PathLike], row: str = ROW) -> pd.DataFrame:
@@ -408,8 +442,25 @@ CLIMAX_COST = TableSpec(
     rows="methods",
 )
 
+CLIMAX_SUMMARY_CASES = TableSpec(
+    name="climax_summary_cases",
+    groups=(*(g for g in CLIMAX_SUMMARY.groups if g.metric in _CASE_METRICS),
+            ColumnGroup("nu", "nu", r"$\nu$", methods=("sa",), header="SA nu", latex_header=r"SA $\nu$",
+                        fmt="significant")),  # fmt: skip
+    description="ClimaX calibration across forecast targets and lead times (beyond the paper, which reports Z500 at "
+    "72 h only; one row per target and lead, each from its own adapter, methods and calibration): ACC of the "
+    "ensemble mean, native and scaled PIT W1 (every method but SA temperature-scaled on the cal pairs), native PI-95 "
+    "coverage and SA's calibrated nu (\"(boundary)\" where it ends at the search range's edge). Unit-free "
+    "columns only: each target's RMSE, widths and CRPS, in its own units, are in its own tables.",
+    latex_description=r"ClimaX across targets and lead times (beyond the paper): ACC of the ensemble mean, native "
+    r"and scaled PIT $W_1$, native PI-95 coverage and SA's $\nu$, one row per target and lead.",
+    label="tab:climax_summary_cases",
+    build=summary_cases_table,
+    wide=True,
+)
+
 ERA5_TABLE_SPECS = {spec.name: spec for spec in (CLIMAX_SUMMARY, CLIMAX_CRPS_DECOMP, SWAG_SWEEP_VAL, SWAG_SWEEP_TEST,
-                                                 CLIMAX_SKILL, CLIMAX_COST)}  # fmt: skip
+                                                 CLIMAX_SKILL, CLIMAX_COST, CLIMAX_SUMMARY_CASES)}  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -678,8 +729,9 @@ def _edges(centres: np.ndarray, lo: float | None = None, hi: float | None = None
     return np.clip(edges, lo if lo is not None else -np.inf, hi if hi is not None else np.inf)
 
 
-def teaser_maps(samples: PathLike, prepared: PathLike, out_base: PathLike, title: str, index: int = 0) -> list[Path]:
-    """Teaser panel (a): truth Z500, the forecast (``point`` of ``samples``: SA's deterministic forecast) and the
+def teaser_maps(samples: PathLike, prepared: PathLike, out_base: PathLike, title: str, index: int = 0,
+                target: str = "Z500", units: str = UNITS) -> list[Path]:  # fmt: skip
+    """Teaser panel (a): truth ``target`` (its label; colour bars in ``units``), the forecast (``point`` of ``samples``: SA's deterministic forecast) and the
     bias (forecast - truth, diverging colours centred at 0) of test forecast ``index``, on the lat / lon grid of
     ``prepared`` (pairs.npz; lat south to north, fields lat-major (32 * 64)); colour bars in m^2 s^-2; the
     latitude-weighted RMSE of the forecast in the bias title. Returns ``[png, pdf]``."""
@@ -705,14 +757,14 @@ def teaser_maps(samples: PathLike, prepared: PathLike, out_base: PathLike, title
     fig = new_figure(13.0, 3.0)
     axes = fig.subplots(1, 3)
     for ax, field, name, kw in (
-        (axes[0], truth, "Truth Z500", {"cmap": "viridis", "vmin": vmin, "vmax": vmax}),
+        (axes[0], truth, f"Truth {target}", {"cmap": "viridis", "vmin": vmin, "vmax": vmax}),
         (axes[1], forecast, f"Forecast ({method_label(REFERENCE)} deterministic)",
          {"cmap": "viridis", "vmin": vmin, "vmax": vmax}),
         (axes[2], bias, f"Bias (forecast - truth), lat-weighted RMSE {rmse:.1f}",
          {"cmap": "RdBu_r", "vmin": -span, "vmax": span}),
     ):  # fmt: skip
         mesh = ax.pcolormesh(lon_e, lat_e, field, shading="flat", **kw)
-        fig.colorbar(mesh, ax=ax, shrink=0.72).set_label(UNITS, fontsize=8)
+        fig.colorbar(mesh, ax=ax, shrink=0.72).set_label(units, fontsize=8)
         ax.set_title(name, fontsize=9)
         ax.set_xlim(lon_e[0], lon_e[-1])
         ax.set_ylim(-90, 90)
@@ -778,16 +830,21 @@ def teaser_axes(
 def build_table(name: str, metrics: Optional[Sequence[PathLike]] = None, spatial: Optional[Sequence[PathLike]] = None,
                 sweep: Optional[PathLike] = None, adapter: Optional[PathLike] = None,
                 analyses: Optional[PathLike] = None, metas: Optional[Sequence[PathLike]] = None,
-                lead_hours: float = 72) -> tuple[TableSpec, pd.DataFrame]:  # fmt: skip
+                lead_hours: float = 72, target: str = "Z500", units: str = "m^2 s^-2",
+                cases: Optional[Mapping[str, Any]] = None) -> tuple[TableSpec, pd.DataFrame]:  # fmt: skip
     """``(spec, tidy)`` of the ClimaX table ``name`` from the workflow's files (``metrics`` / ``spatial``: every
     run's ``runs/<method>/metrics.json`` / ``spatial.json``); each table needs only the files it reads
     (climax_summary: metrics, spatial; climax_crps_decomp: + analyses; swag_sweep_*: sweep; climax_skill: adapter;
-    climax_cost: every run's meta.json); the row label names ``lead_hours`` (:func:`row_label`)."""
+    climax_cost: every run's meta.json); the row label names the ``target`` label and ``lead_hours``
+    (:func:`row_label`), the descriptions its ``units`` (:func:`for_target`). climax_summary_cases reads ``cases``:
+    ``{row label: (metrics, spatial)}`` of every (target, lead) case."""
     if name not in ERA5_TABLE_SPECS:
         raise ValueError(f"unknown ClimaX table {name!r}; known: {', '.join(ERA5_TABLE_SPECS)}")
     by_method = {Path(m).parent.name: (m, s) for m, s in zip(metrics or (), spatial or ())}
-    row = row_label(lead_hours)
+    row = row_label(lead_hours, target)
     builders = {
+        "climax_summary_cases": lambda: summary_cases_table(
+            {r: {Path(m).parent.name: (m, sp) for m, sp in zip(*files)} for r, files in (cases or {}).items()}),
         "climax_summary": lambda: summary_table(by_method, row),
         "climax_crps_decomp": lambda: crps_decomp_table(by_method, analyses, row),
         "swag_sweep_val": lambda: swag_sweep_val_table(sweep, f"{row} (val.)"),
@@ -795,4 +852,4 @@ def build_table(name: str, metrics: Optional[Sequence[PathLike]] = None, spatial
         "climax_skill": lambda: skill_table(adapter, row),
         "climax_cost": lambda: cost_table({Path(m).parent.name: m for m in metas or ()}, row),
     }
-    return ERA5_TABLE_SPECS[name], builders[name]()
+    return for_target(ERA5_TABLE_SPECS[name], target, units), builders[name]()

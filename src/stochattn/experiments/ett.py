@@ -1,5 +1,6 @@
 """The ETT experiment (paper §5.1, §6.1, App. C.1, App. "TimesFM Details"): TimesFM 2.5 + LoRA on ETTh1, ETTh2,
-ETTm1, ETTm2 at horizons 96 and 192 (8 configurations), one function per workflow stage:
+ETTm1, ETTm2 at horizons 96 and 192 (8 configurations; 336, 720 or any horizon that fits by config), one function
+per workflow stage:
 
     prepare            ETT CSV -> z-scored windows of one (data set, horizon): adaptation / val / cal / test
     pretrain_standin   the offline stand-in backbone of one station, pretrained on the OTHER station's training rows
