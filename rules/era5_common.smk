@@ -128,8 +128,10 @@ def era5_years(climate):
 def era5_pairs_mb():
     """Size of pairs.npz in MB (float32 inputs of every variable, one target): each partition's pair cap, or every
     step of its years where uncapped (WeatherBench hourly, the stand-in output_hours)."""
+    from stochattn.resources import pairs_mb
+
     variables = len(era5_variables())
-    total = 0
+    total = 0.0
     for part in ("train", "val", "test"):
         cap = ERA5["max_pairs"].get(part)
         if cap is None:
@@ -138,14 +140,17 @@ def era5_pairs_mb():
                 cap = days * 24 // int(ERA5["standin"]["output_hours"])
             else:
                 cap = 8784 * len(ERA5["weatherbench"]["years"][part])
-        total += int(cap) * (variables + 1) * 32 * 64 * 4
-    return total / 2**20
+        total += pairs_mb(cap, variables)
+    return total
 
 
 def era5_mem_mb(base=4000):
     """Memory of a job that loads pairs.npz: three times its size (the arrays, their tensors, the samples) plus
-    ``base`` MB."""
-    return int(base + 3 * era5_pairs_mb())
+    ``base`` MB (stochattn.resources.memory_needed; tests/test_resources.py checks it against the rehearsal's
+    measured peaks, config/measured_resources.yaml)."""
+    from stochattn.resources import DATA_COPIES
+
+    return int(base + DATA_COPIES * era5_pairs_mb())
 
 
 def era5_method_cfg(method):

@@ -161,6 +161,7 @@ rule ett_calibrate_sa:
         method="sa",
         method_cfg=ett_method_cfg("sa"),
         num_samples=config["num_samples"],
+        require_skill=ETT["require_skill"],
         seed=lambda w: ett_seed("sa", w.ett_dataset, w.horizon),
         code=code_for(
             "stochattn.experiments.ett:run_method",
@@ -197,6 +198,7 @@ rule ett_multiswag_member:
         component=lambda w: int(w.component),
         method_cfg=ett_method_cfg("multiswag"),
         num_samples=config["num_samples"],
+        require_skill=ETT["require_skill"],
         seed=lambda w: ett_seed("multiswag", w.ett_dataset, w.horizon),
         code=code_for("stochattn.experiments.ett:train_multiswag_member"),
     script:
@@ -233,6 +235,7 @@ rule ett_method:
         method=lambda w: w.ett_method,
         method_cfg=lambda w: ett_method_cfg(w.ett_method),
         num_samples=config["num_samples"],
+        require_skill=ETT["require_skill"],
         seed=lambda w: ett_seed(w.ett_method, w.ett_dataset, w.horizon),
         code=lambda w: code_for(
             "stochattn.experiments.ett:run_method",

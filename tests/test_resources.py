@@ -69,3 +69,63 @@ def test_rules_request_the_measured_runtime(tmp_path):
     plain = smk(tmp_path / "work", "-n", "results/uci/yacht/split0/swag/samples.npz",
                 configfile=write_config(tmp_path / "p.yaml", base=REPO / "config" / "test.yaml"))
     assert dict(re.findall(r"rule (\w+):.*?resources: .*?runtime=(\d+)", plain.stdout, re.S))["train_backbone"] != "7"
+
+
+def test_measured_records_round_trip_and_scale_the_data_part(bench, tmp_path):
+    data = tmp_path / "pairs.npz"
+    data.write_bytes(b"0" * 2**20)  # 1 MB
+    out = tmp_path / "measured.yaml"
+    assert resources.main([str(bench), "--write-measured", str(out), "--data", f"train_backbone={data}",
+                           "--note", "line one\nline two"]) == 0  # fmt: skip
+    rec = resources.load_measured(out)
+    assert rec["train_backbone"] == {"n": 3, "max_s": 1000.0, "max_rss_mb": 310.0, "data_mb": 1.0}
+    assert out.read_text().startswith("# line one\n# line two\n")
+    # 310 MB measured with 1 MB of data: at 101 MB of data, three more copies of 100 MB
+    assert resources.memory_needed(rec["train_backbone"], 101.0) == pytest.approx(310.0 + 300.0)
+    assert resources.pairs_mb(2, 47, cells=2**20 // 4 // 48) == pytest.approx(2.0, rel=1e-3)
+    assert resources.windows_mb(2**17, 8) == 8.0
+
+
+# What each measured rule's memory scales with at the paper's caps (config/config.yaml)
+ERA5_DATA_RULES = ("era5_prepare", "era5_adapt", "era5_method", "era5_multiswag_member", "era5_analyses",
+                   "era5_evaluate")  # fmt: skip
+ETT_DATA_RULES = ("ett_adapt", "ett_calibrate_sa", "ett_method", "ett_multiswag_member", "ett_evaluate")
+
+
+def paper_data_mb():
+    """MB of the data each data-loading rule holds at the paper's caps: ERA5 pairs.npz (8760 / 4356 / 2920 pairs of
+    48 variables) and the largest ETT prepared.npz (every window of ETTm1 at H = 192, context 512)."""
+    from stochattn.data.ett import ETT_DATASETS, window_starts
+
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    era5 = resources.pairs_mb(sum(cfg["era5"]["max_pairs"].values()), 48)
+    ett, c = cfg["ett"], cfg["ett"]["context"]
+    ett_mb = max(
+        resources.windows_mb(7 * sum(len(window_starts(d, part, c, h, adaptation_percent=pct))
+                                     for part, pct in (("train", ett["adaptation_percent"]), ("val", None),
+                                                       ("test", None))), c + h)  # fmt: skip
+        for d in ETT_DATASETS for h in ett["horizons"]
+    )
+    return {**{r: era5 for r in ERA5_DATA_RULES}, **{r: ett_mb for r in ETT_DATA_RULES}}
+
+
+def test_cluster_memory_requests_cover_the_rehearsals_measured_peaks(tmp_path):
+    """config/measured_resources.yaml holds each rule's peak memory measured by `make rehearsal` (the cluster code
+    path at the real model sizes on CPU, tiny data). Every rule of config/config.yaml asks for at least that peak
+    with its data part scaled to the paper's caps (stochattn.resources.memory_needed)."""
+    measured = resources.load_measured(REPO / "config" / "measured_resources.yaml")
+    res = smk(tmp_path / "work", "-n", "era5", "ett", "uci_yacht")  # config/config.yaml: the cluster's
+    assert res.returncode == 0, res.stdout[-3000:]
+    requested = {}
+    for rule, mem in re.findall(r"rule (\w+):.*?resources: .*?mem_mb=(\d+)", res.stdout, re.S):
+        requested[rule] = min(requested.get(rule, 10**9), int(mem))
+    data = paper_data_mb()
+    checked = []
+    for family, rec in measured.items():
+        rule = family.split("/")[0]
+        if rule not in requested or rec["max_rss_mb"] is None:
+            continue
+        need = resources.memory_needed(rec, data.get(rule, rec.get("data_mb", 0.0)))
+        assert requested[rule] >= need, (family, requested[rule], need)
+        checked.append(rule)
+    assert {"era5_adapt", "era5_method", "ett_adapt", "ett_method", "train_backbone"} <= set(checked), checked

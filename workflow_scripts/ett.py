@@ -106,13 +106,14 @@ else:
         meta = ett.run_method(p.method, sm.input.prepared, sm.input.backbone, sm.input.adapter,
                               Path(sm.output.samples).parent, lora=p.lora, train=p.train, method_cfg=p.method_cfg,
                               num_samples=p.num_samples, seed=p.seed, members=sm.input.get("members"),
-                              progress=progress, provenance=job.stage())  # fmt: skip
+                              require_skill=p.require_skill, progress=progress, provenance=job.stage())  # fmt: skip
         print(f"{p.method}: seconds {meta['seconds']}", flush=True)
     elif rule == "ett_multiswag_member":
         meta = ett.train_multiswag_member(sm.input.prepared, sm.input.backbone, sm.input.adapter, sm.output.state,
                                           component=p.component, lora=p.lora, train=p.train, method_cfg=p.method_cfg,
                                           num_samples=p.num_samples, seed=p.seed, first_path=sm.input.get("first"),
-                                          progress=progress, provenance=job.stage())  # fmt: skip
+                                          require_skill=p.require_skill, progress=progress,
+                                          provenance=job.stage())  # fmt: skip
         print(f"multiswag member {p.component}: {meta['seconds']:.1f} s", flush=True)
     else:
         raise ValueError(f"workflow_scripts/ett.py: no stage for rule {rule!r}")

@@ -19,7 +19,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-__all__ = ["read_benchmarks", "runtime_estimates", "dataset_estimates", "load_dataset_estimates", "main"]
+__all__ = ["read_benchmarks", "runtime_estimates", "dataset_estimates", "load_dataset_estimates", "pairs_mb",
+           "windows_mb", "memory_needed", "write_measured", "load_measured", "main"]
 
 _PER_METHOD = {"run_method", "calibrate_sa"}
 
@@ -105,12 +106,68 @@ def load_dataset_estimates(path: str | Path | None) -> dict[str, dict[str, int]]
     return est
 
 
+def windows_mb(n_series: int, length: int) -> float:
+    """MB of ``n_series`` ETT windows of ``length`` steps (context + horizon) as ``prepare`` stores them (float64)."""
+    return int(n_series) * int(length) * 8 / 2**20
+
+
+def pairs_mb(n_pairs: int, n_variables: int, cells: int = 32 * 64) -> float:
+    """MB of ``n_pairs`` ERA5 forecast pairs as ``prepare`` stores them: float32 inputs of ``n_variables`` fields and
+    one target field, ``cells`` grid cells each."""
+    return int(n_pairs) * (int(n_variables) + 1) * int(cells) * 4 / 2**20
+
+
+DATA_COPIES = 3
+"""A job that loads its data (pairs.npz, prepared.npz) holds about three copies: the arrays, their tensors, the
+samples (the memory model of the ERA5 and ETT rules)."""
+
+
+def memory_needed(measured: dict[str, Any], data_mb: float) -> float:
+    """MB a rule needs at a data size of ``data_mb``, from its measured record (``max_rss_mb`` at ``data_mb`` of the
+    measurement, the record's ``data_mb``): the model part measured, the data part scaled, :data:`DATA_COPIES`
+    copies."""
+    return float(measured["max_rss_mb"]) + DATA_COPIES * (float(data_mb) - float(measured.get("data_mb", 0.0)))
+
+
+def write_measured(root: str | Path, path: str | Path, note: str, data_mb: dict[str, float] | None = None) -> dict:
+    """``{family: {"n", "max_s", "max_rss_mb", "data_mb"}}`` of the benchmark records under ``root`` -> ``path``
+    (YAML, with ``note``: where and at what size it was measured). ``data_mb``: per family, the size of the data its
+    jobs loaded (0 where not given)."""
+    import yaml
+
+    from .io import atomic_path
+
+    est = runtime_estimates(root)
+    out = {f: {"n": e["n"], "max_s": round(e["max_s"], 1), "max_rss_mb": e["max_rss_mb"],
+               "data_mb": round(float((data_mb or {}).get(f, 0.0)), 1)} for f, e in est.items()}  # fmt: skip
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        fh.write("".join(f"# {line}\n" for line in note.splitlines()))
+        yaml.safe_dump(out, fh, sort_keys=True)
+    return out
+
+
+def load_measured(path: str | Path) -> dict[str, dict[str, Any]]:
+    """The records of :func:`write_measured`."""
+    import yaml
+
+    with open(path, encoding="utf-8") as fh:
+        rec = yaml.safe_load(fh) or {}
+    if not all(isinstance(v, dict) and "max_rss_mb" in v for v in rec.values()):
+        raise ValueError(f"{path}: expected {{family: {{max_rss_mb, max_s, n, data_mb}}}}")
+    return rec
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("root", nargs="?", default="results/benchmarks")
     parser.add_argument("--safety", type=float, default=2.0)
     parser.add_argument("--write", metavar="FILE", help="write {family: {dataset: minutes}} (YAML) for the config "
                         "key runtime_estimates")
+    parser.add_argument("--write-measured", metavar="FILE", help="write {family: {max_rss_mb, max_s, n, data_mb}} "
+                        "(YAML; config/measured_resources.yaml, checked by tests/test_resources.py)")
+    parser.add_argument("--data", metavar="FAMILY=PATH", action="append", default=[],
+                        help="with --write-measured: the data file the family's jobs load (its size is data_mb)")
+    parser.add_argument("--note", default="", help="with --write-measured: where and at what size it was measured")
     args = parser.parse_args(argv)
     est = runtime_estimates(args.root, args.safety)
     if not est:
@@ -129,6 +186,13 @@ def main(argv: list[str] | None = None) -> int:
             fh.write(f"# runtime requests in minutes (largest measured wall clock x {args.safety}) from {args.root}\n")
             yaml.safe_dump(dataset_estimates(args.root, args.safety), fh, sort_keys=True)
         print(f"wrote {args.write}")
+    if args.write_measured:
+        sizes = {}
+        for item in args.data:
+            family, _, path = item.partition("=")
+            sizes[family] = Path(path).stat().st_size / 2**20
+        write_measured(args.root, args.write_measured, args.note or f"measured from {args.root}", sizes)
+        print(f"wrote {args.write_measured}")
     return 0
 
 

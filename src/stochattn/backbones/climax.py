@@ -54,6 +54,7 @@ __all__ = [
     "ClimaXAttention",
     "ClimaXBlock",
     "ClimaXForecaster",
+    "CHUNK_NUMBERS",
     "CheckpointMismatchError",
     "CheckpointPickleError",
     "LoadResult",
@@ -504,6 +505,12 @@ def build_climax(
         return ClimaX(**kwargs).eval()
 
 
+# NOTE[DIFF]: found by the full-size rehearsal: 32-row chunks of the full model held ~20 GB (HSA's samples folded
+# into one batch); ClimaX itself feeds a batch at once on a GPU.
+CHUNK_NUMBERS = 2**26
+"""Numbers (float32: 256 MB) of one V_in x L x D token tensor per chunk of :class:`ClimaXForecaster` rows."""
+
+
 class ClimaXForecaster(nn.Module):
     """``x (B, V_in * H * W) -> one field at a fixed lead (B, H * W)``: the flat form every training loop and
     sampler of the library takes (``fit_regressor``, SWAG, IVON, HSA, Contextual Dropout, SA), as
@@ -512,11 +519,13 @@ class ClimaXForecaster(nn.Module):
     ``net``: a :class:`ClimaX` (LoRA layers may be injected into it); ``variables``: the V_in input variables, in the
     order of x's channels (names of ``net.default_vars``); ``out_variable``: the forecast field (e.g. Z500);
     ``lead_hours``: the fixed lead time (72 for the paper's task). Rows are fed to ``net`` in chunks of at most
-    ``chunk`` (memory: a ClimaX pass holds V_in x L tokens per row), which changes nothing in the result.
+    ``chunk`` (memory: a ClimaX pass holds V_in x L tokens of D numbers per row), which changes nothing in the
+    result. ``chunk=None``: as many rows as keep V_in x L x D within :data:`CHUNK_NUMBERS` (at most 32): 2 rows for
+    the full 5.625 deg model with 48 variables (48 x 512 x 1024 numbers per row), 32 for the reduced stand-in.
     """
 
     def __init__(
-        self, net: ClimaX, variables: Sequence[str], out_variable: str, lead_hours: float, chunk: int = 32
+        self, net: ClimaX, variables: Sequence[str], out_variable: str, lead_hours: float, chunk: Optional[int] = None
     ) -> None:
         super().__init__()
         self.net = net
@@ -525,6 +534,10 @@ class ClimaXForecaster(nn.Module):
         net.var_ids([out_variable])
         self.out_variable = out_variable
         self.lead_hours = float(lead_hours)
+        if chunk is None:
+            h, w = net.img_size
+            per_row = len(self.variables) * (h // net.patch_size) * (w // net.patch_size) * net.embed_dim
+            chunk = max(1, min(32, CHUNK_NUMBERS // per_row))
         self.chunk = int(chunk)
 
     @property

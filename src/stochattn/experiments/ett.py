@@ -331,14 +331,18 @@ def run_method(
     num_samples: int,
     seed: int,
     members: Optional[Sequence[str | Path]] = None,
+    require_skill: bool = True,
     progress: bool = True,
     provenance: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
     """One method on one configuration: ``samples.npz`` (series flattened by the evaluation; arrays (S, n, H))
     and ``meta.json`` in ``out_dir`` (SA: also ``sa_match`` beside it and ``calibration.json``). MultiSWAG pools
-    ``members`` (:func:`train_multiswag_member`'s files, in order) when given, else trains its members here."""
+    ``members`` (:func:`train_multiswag_member`'s files, in order) when given, else trains its members here.
+    ``require_skill=False`` lets the baselines' selection keep a candidate that does not beat the training mean
+    (recorded; the rehearsal's random weights)."""
     adapters.check_method(method, num_samples)
     data = load_windows(prepared_path)
+    data["require_skill"] = bool(require_skill)
     adapter_meta = load_json(Path(adapter_path).with_suffix(".json"))
     ctx = setup(backbone_path, adapter_path, int(adapter_meta["horizon"]), lora, train)
     if members:
@@ -362,12 +366,14 @@ def train_multiswag_member(
     num_samples: int,
     seed: int,
     first_path: Optional[str | Path] = None,
+    require_skill: bool = True,
     progress: bool = True,
     provenance: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
     """One MultiSWAG-LoRA member of one configuration -> ``out_path`` and its record
     (:func:`stochattn.experiments.adapters.write_multiswag_member`); ``seed``: the multiswag run's."""
     data = load_windows(prepared_path)
+    data["require_skill"] = bool(require_skill)
     adapter_meta = load_json(Path(adapter_path).with_suffix(".json"))
     ctx = setup(backbone_path, adapter_path, int(adapter_meta["horizon"]), lora, train)
     return adapters.write_multiswag_member(data, ctx, method_cfg, out_path, component=component, seed=seed,
