@@ -65,37 +65,14 @@ def era5_variables():
 
 
 def era5_cases():
-    """Every (target, lead) case of era5.targets x era5.lead_hours (or the explicit list era5.cases), checked at parse time (an unknown target or a
-    lead that is not a multiple of the data's step is a config error naming the allowed values). The first case
-    is the main one: its files keep the paper's names (results/era5/..., climax_summary); each other case lives in
-    results/era5/<target>_<lead>h/ and its tables and figures end in _<target>_<lead>h."""
-    from types import SimpleNamespace
+    """Every (target, lead) case of era5.targets x era5.lead_hours (or the explicit list era5.cases), checked at
+    parse time (stochattn.data.era5.forecast_cases). The first case is the main one: its files keep the paper's
+    names (results/era5/..., climax_summary); each other case lives in results/era5/<target>_<lead>h/ and its tables
+    and figures end in _<target>_<lead>h."""
+    from stochattn.data.era5 import forecast_cases
 
-    from stochattn.data.era5 import lead_steps, resolve_target
-
-    leads = ERA5["lead_hours"] if isinstance(ERA5["lead_hours"], list) else [ERA5["lead_hours"]]
-    pairs = [(c["target"], c["lead_hours"]) for c in ERA5.get("cases") or []]
-    pairs = pairs or [(name, lead) for name in ERA5["targets"] for lead in leads]
     step = int(ERA5["standin"]["output_hours"]) if ERA5_STANDIN else 1  # WeatherBench: hourly
-    cases = []
-    for name, lead in pairs:
-        try:
-            target = resolve_target(str(name), era5_variables())
-        except ValueError as e:
-            raise ValueError(f"config era5.targets: {e}") from None
-        try:
-            lead_steps(lead, step)
-        except ValueError as e:
-            raise ValueError(f"config era5.lead_hours: {e} (the {'stand-in' if ERA5_STANDIN else 'WeatherBench'} "
-                             f"data are {step}-hourly)") from None  # fmt: skip
-        case = f"{target.name}_{int(lead)}h"
-        main = not cases
-        cases.append(SimpleNamespace(name=case, target=target, lead=int(lead), sub="" if main else f"/{case}",
-                                     sfx="" if main else f"_{case}", row=f"{target.label} {int(lead)} h"))  # fmt: skip
-    names = [c.name for c in cases]
-    if len(set(names)) != len(names):
-        raise ValueError(f"config era5: targets and lead_hours repeat a case: {names}")
-    return cases
+    return forecast_cases(ERA5["targets"], ERA5["lead_hours"], era5_variables(), step, ERA5.get("cases"))
 
 
 ERA5_CASES = era5_cases()

@@ -1,7 +1,7 @@
 # Helpers of the ETT experiment's rules (rules/ett.smk): names, seeds, paths, per-method configuration, captions.
 # Kept apart from the rules (Snakemake's linter wants functions outside rule files); cheap imports only.
 
-from stochattn.data.ett import ETT_DATASETS, pretraining_sources
+from stochattn.data.ett import ETT_DATASETS, check_horizons, pretraining_sources
 
 ETT = config["ett"]
 ETT_DATASETS_RUN = list(ETT["datasets"])
@@ -12,26 +12,9 @@ _unknown_ett = [d for d in ETT_DATASETS_RUN if d not in ETT_DATASETS]
 if _unknown_ett:
     raise ValueError(f"config ett.datasets: unknown ETT data set(s) {_unknown_ett}; known: {', '.join(ETT_DATASETS)}")
 
-
-def ett_check_horizons():
-    """Every (data set, horizon) has adaptation windows under the 10 % rule and val / test windows inside the Informer
-    borders (stochattn.data.ett.window_starts): a horizon that does not fit is a config error before anything runs."""
-    from stochattn.data.ett import window_starts
-
-    if config["ett"]["enabled"] and ETT["figure"]["horizon"] not in ETT_HORIZONS:
-        raise ValueError(
-            f"config ett.figure.horizon: {ETT['figure']['horizon']} is not among ett.horizons {ETT_HORIZONS}"
-        )
-    for dataset in ETT_DATASETS_RUN:
-        for horizon in ETT_HORIZONS:
-            for part, percent in (("train", ETT["adaptation_percent"]), ("val", None), ("test", None)):
-                try:
-                    window_starts(dataset, part, int(ETT["context"]), horizon, adaptation_percent=percent)
-                except ValueError as e:
-                    raise ValueError(f"config ett.horizons: horizon {horizon} does not fit: {e}") from None
-
-
-ett_check_horizons()
+check_horizons(ETT_DATASETS_RUN, ETT_HORIZONS, int(ETT["context"]), ETT["adaptation_percent"])  # config errors
+if ETT["enabled"] and ETT["figure"]["horizon"] not in ETT_HORIZONS:
+    raise ValueError(f"config ett.figure.horizon: {ETT['figure']['horizon']} is not among ett.horizons {ETT_HORIZONS}")
 # the stage functions of stochattn.experiments.ett (one per method): a job's code version leaves out the others'
 ETT_METHOD_FUNCTIONS = ["sa", "swag", "multiswag", "ivon", "contextual_dropout", "hsa"]
 ETT_STAGES = ["prepare", "pretrain", "adapt", *ETT_METHOD_FUNCTIONS, "evaluate"]

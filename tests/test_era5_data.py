@@ -360,3 +360,23 @@ def test_resolve_target_names_labels_and_units_and_refuses_what_the_data_lack():
             E.resolve_target(bad, CLIMAX_DEFAULT_VARS)
     with pytest.raises(ValueError, match=r"allowed here: t850, z500, z850$"):  # the stand-in's keys
         E.resolve_target("t2m", ["geopotential_500", "geopotential_850", "temperature_850"])
+
+
+def test_forecast_cases_product_explicit_list_and_config_errors():
+    keys = ["geopotential_500", "temperature_850", "geopotential_850"]
+    cases = E.forecast_cases(["z500", "t850"], [72, 24], keys, 6)
+    assert [c.name for c in cases] == ["z500_72h", "z500_24h", "t850_72h", "t850_24h"]
+    main, other = cases[0], cases[3]
+    assert (main.sub, main.sfx, main.row) == ("", "", "Z500 72 h")  # the paper's names
+    assert (other.sub, other.sfx, other.row) == ("/t850_24h", "_t850_24h", "T850 24 h")
+    assert other.target.units == "K"
+    assert [c.name for c in E.forecast_cases(["z500"], 72, keys, 1)] == ["z500_72h"]  # one lead, an int
+    explicit = E.forecast_cases(["z500"], 72, keys, 6, [{"target": "t850", "lead_hours": 12},
+                                                        {"target": "z500", "lead_hours": 120}])  # fmt: skip
+    assert [(c.name, c.sub) for c in explicit] == [("t850_12h", ""), ("z500_120h", "/z500_120h")]
+    with pytest.raises(ValueError, match=r"config era5.targets: unknown forecast target 't2m'; allowed here: t850"):
+        E.forecast_cases(["t2m"], 72, keys, 6)
+    with pytest.raises(ValueError, match=r"config era5.lead_hours: lead time 7 h is not a multiple .* 6-hourly"):
+        E.forecast_cases(["z500"], [72, 7], keys, 6)
+    with pytest.raises(ValueError, match="repeat a case"):
+        E.forecast_cases(["z500"], [72, 72], keys, 6)

@@ -430,3 +430,14 @@ def test_real_mirror_checksums_and_row_counts(tmp_path, monkeypatch):
         assert str(dates[0]) == "2016-07-01T00:00:00"
         assert str(dates[ds.train_end]) == "2017-06-26T00:00:00" and str(dates[ds.val_end]) == "2017-10-24T00:00:00"
     assert all_files(tmp_path) == sorted(d.file for d in ETT_DATASETS.values())
+
+
+def test_check_horizons_accepts_the_long_horizons_and_names_the_rule_a_horizon_breaks():
+    from stochattn.data.ett import check_horizons
+
+    check_horizons(["ETTh1", "ETTh2", "ETTm1", "ETTm2"], [96, 192, 336, 720], 512, 10)
+    # ETTh: adaptation targets must end by row (8640 - 512) * 10 // 100 + 512 = 1324: no room for 512 + 1000 rows
+    with pytest.raises(ValueError, match=r"config ett.horizons: horizon 1000 does not fit: .*adaptation_percent=10"):
+        check_horizons(["ETTh1"], [96, 1000], 512, 10)
+    with pytest.raises(ValueError, match=r"horizon 3000 does not fit: ETTh1 val"):  # 2880 val rows cannot hold it
+        check_horizons(["ETTh1"], [3000], 512, 100)

@@ -82,6 +82,8 @@ __all__ = [
     "Target",
     "TARGET_UNITS",
     "resolve_target",
+    "ForecastCase",
+    "forecast_cases",
 ]
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -463,6 +465,50 @@ def resolve_target(name: str, available: Sequence[str] | None = None) -> Target:
     if target is None or (available is not None and target.variable not in available):
         raise ValueError(f"unknown forecast target {name!r}; allowed here: {', '.join(allowed)}")
     return target
+
+
+@dataclass(frozen=True)
+class ForecastCase:
+    """One (target, lead) case of the ERA5 slice: ``name`` ``<target>_<lead>h``; ``sub`` the suffix of its folder
+    ``results/era5<sub>`` and ``sfx`` that of its table and figure names (both empty for the main case, which keeps
+    the paper's names); ``row`` its table row label (``"T850 72 h"``)."""
+
+    name: str
+    target: Target
+    lead: int
+    sub: str
+    sfx: str
+
+    @property
+    def row(self) -> str:
+        return f"{self.target.label} {self.lead} h"
+
+
+def forecast_cases(targets: Sequence[str], lead_hours: int | Sequence[int], variables: Sequence[str],
+                   step_hours: int, cases: Sequence[Mapping[str, Any]] | None = None) -> list[ForecastCase]:  # fmt: skip
+    """The cases of ``targets`` x ``lead_hours`` (or the explicit ``cases``, ``[{"target", "lead_hours"}]``), the
+    first being the main one, each checked against the data: the target among ``variables`` (:func:`resolve_target`)
+    and the lead a multiple of ``step_hours`` (:func:`lead_steps`). ValueError naming the config key and the allowed
+    values otherwise, or when a case repeats."""
+    leads = [lead_hours] if isinstance(lead_hours, (int, np.integer)) else list(lead_hours)
+    pairs = [(c["target"], c["lead_hours"]) for c in cases or []] or [(t, h) for t in targets for h in leads]
+    out: list[ForecastCase] = []
+    for name, lead in pairs:
+        try:
+            target = resolve_target(str(name), variables)
+        except ValueError as e:
+            raise ValueError(f"config era5.targets: {e}") from None
+        try:
+            lead_steps(lead, step_hours)
+        except ValueError as e:
+            raise ValueError(f"config era5.lead_hours: {e} (the data are {step_hours}-hourly)") from None
+        case = f"{target.name}_{int(lead)}h"
+        main = not out
+        out.append(ForecastCase(case, target, int(lead), "" if main else f"/{case}", "" if main else f"_{case}"))
+    names = [c.name for c in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"config era5: targets and lead_hours repeat a case: {names}")
+    return out
 
 
 # ------------------------------------------------------------------------------------------------------------------

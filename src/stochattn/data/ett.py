@@ -28,7 +28,7 @@ import io
 import logging
 import os
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,7 @@ __all__ = [
     "part_rows",
     "adaptation_end",
     "window_starts",
+    "check_horizons",
     "make_windows",
     "station",
     "pretraining_sources",
@@ -457,6 +458,19 @@ def window_starts(
             f"(targets must lie in rows {first_target}-{end}, {end - first_target} rows)"
         )
     return np.arange(first_start, last_start + 1, dtype=np.int64)
+
+
+def check_horizons(datasets: Sequence[str], horizons: Sequence[int], context: int, adaptation_percent: int) -> None:
+    """Every (data set, horizon) has adaptation windows under the ``adaptation_percent`` rule and val / test windows
+    inside the Informer borders (:func:`window_starts`); ValueError naming the config key, the horizon and the rule
+    it breaks otherwise (a config error before anything runs: e.g. H = 1000 has no ETTh adaptation window)."""
+    for dataset in datasets:
+        for horizon in horizons:
+            for part, percent in (("train", adaptation_percent), ("val", None), ("test", None)):
+                try:
+                    window_starts(dataset, part, context, horizon, adaptation_percent=percent)
+                except ValueError as e:
+                    raise ValueError(f"config ett.horizons: horizon {horizon} does not fit: {e}") from None
 
 
 @dataclass(frozen=True)
