@@ -32,6 +32,8 @@ def paper_comparison_runs():
         main = ERA5_CASES[0]
         if (main.target.name, main.lead) != ("z500", 72):
             runs["era5"] += f", {main.target.label} at {main.lead} h (the paper: Z500 at 72 h)"
+    if config["report"]["note"]:  # e.g. the rehearsal's "REHEARSAL, RANDOM WEIGHTS ..."
+        runs = {k: f"{v}; {config['report']['note']}" for k, v in runs.items()}
     return runs
 
 

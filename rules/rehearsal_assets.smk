@@ -7,7 +7,8 @@ if REHEARSAL_ON:
         """A random-weight TimesFM 2.5 200M (the public tensor names and shapes) in the Hugging Face cache folder
         of ett.backbone.checkpoint, where ett_fetch_checkpoint finds it offline (HF_HUB_OFFLINE=1)."""
         output:
-            f"{ETT['backbone']['checkpoint']['cache']}/rehearsal.json",
+            marker=f"{ETT['backbone']['checkpoint']['cache']}/rehearsal.json",
+            prov=f"{ETT['backbone']['checkpoint']['cache']}/rehearsal.json.prov.json",
         log:
             "logs/rehearsal/timesfm.log",
         benchmark:
@@ -19,6 +20,7 @@ if REHEARSAL_ON:
             runtime=30,
         params:
             seed=REHEARSAL.get("seed", 0),
+            code=code_for("stochattn.rehearsal:write_timesfm_checkpoint"),
         script:
             "../workflow_scripts/rehearsal.py"
 
@@ -26,7 +28,8 @@ if REHEARSAL_ON:
         """Synthetic WeatherBench 5.625 deg files of every folder ClimaX's 48 variables need, and the constants, for
         era5.weatherbench.years (short years), in the mirror layout era5_fetch reads."""
         output:
-            f"{REHEARSAL_MIRROR}/weatherbench/rehearsal.json",
+            manifest=f"{REHEARSAL_MIRROR}/weatherbench/rehearsal.json",
+            prov=f"{REHEARSAL_MIRROR}/weatherbench/rehearsal.json.prov.json",
         log:
             "logs/rehearsal/weatherbench.log",
         benchmark:
@@ -41,6 +44,7 @@ if REHEARSAL_ON:
             folders=ERA5["weatherbench"]["folders"],
             steps_per_year=REHEARSAL.get("steps_per_year"),
             seed=REHEARSAL.get("seed", 0),
+            code=code_for("stochattn.rehearsal:write_weatherbench_mirror"),
         script:
             "../workflow_scripts/rehearsal.py"
 
@@ -48,7 +52,8 @@ if REHEARSAL_ON:
         """A random-weight ClimaX in the official Lightning checkpoint layout (5.625 deg architecture), the file
         behind era5.backbone.checkpoint.url (a file: URL)."""
         output:
-            REHEARSAL_CLIMAX,
+            checkpoint=REHEARSAL_CLIMAX,
+            prov=f"{REHEARSAL_CLIMAX}.prov.json",
         log:
             "logs/rehearsal/climax.log",
         benchmark:
@@ -60,5 +65,6 @@ if REHEARSAL_ON:
             runtime=30,
         params:
             seed=REHEARSAL.get("seed", 0),
+            code=code_for("stochattn.rehearsal:write_climax_checkpoint"),
         script:
             "../workflow_scripts/rehearsal.py"

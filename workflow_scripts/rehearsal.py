@@ -8,9 +8,11 @@ from pathlib import Path  # noqa: E402
 
 from stochattn import rehearsal  # noqa: E402
 from stochattn.io import save_json  # noqa: E402
+from stochattn.provenance import JobProvenance  # noqa: E402
 
 sm = snakemake  # noqa: F821
 p, rule, out = sm.params, sm.rule, Path(sm.output[0])
+job = JobProvenance(sm)
 
 if rule == "rehearsal_timesfm":
     path = rehearsal.write_timesfm_checkpoint(out.parent, seed=p.seed, hf_cache=True)
@@ -24,4 +26,7 @@ elif rule == "rehearsal_climax":
     rehearsal.write_climax_checkpoint(out, seed=p.seed)
 else:
     raise ValueError(f"workflow_scripts/rehearsal.py: no stage for rule {rule!r}")
+# the audit's leaf: random weights / synthetic data written here, with the SHA-256 as written
+job.sidecar(out, extra={"rehearsal": rehearsal.REHEARSAL_WEIGHTS if rule != "rehearsal_weatherbench"
+                        else rehearsal.REHEARSAL_DATA})
 print("wrote", out, flush=True)
