@@ -55,9 +55,10 @@ def test_tiny_run_reads_back_in_weatherbench_layout(tiny):
         assert 150 < float(t.sel(level=850).min()) and float(t.sel(level=850).max()) < 330
         assert z.attrs["units"] == "m**2 s**-2"
         # the stand-in's T2m: temperature of the lowest model level (~950 hPa), below 850 hPa: warmer on average
+        # (after one day from the isothermal rest state the lapse rate has only begun: ~1 K)
         t2m = read(root, "2m_temperature", year)
         assert t2m.name == "t2m" and t2m.shape == (4, 32, 64)
-        assert 3.0 < float((t2m - t.sel(level=850)).mean()) < 30.0
+        assert 0.2 < float((t2m - t.sel(level=850)).mean()) < 30.0
     # the two segments are one run: 2002 continues 2001 (not a fresh start)
     assert not np.array_equal(read(root, "geopotential", 2001).values[0], read(root, "geopotential", 2002).values[0])
     const = E.open_weatherbench_constants(root)
@@ -84,7 +85,7 @@ def test_deterministic_per_seed_and_different_across_seeds(tiny, tmp_path):
 
 
 BAD = [
-    ({"variables": ["geopotential", "2m_temperature"]}, "unknown or unsupported folder"),
+    ({"variables": ["geopotential", "10m_u_component_of_wind"]}, "unknown or unsupported folder"),
     ({"variables": ["relative_humidity"]}, "unknown or unsupported folder"),
     ({"variables": []}, "variables is empty"),
     ({"levels": (500, 875)}, "875"),
