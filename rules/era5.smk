@@ -1,7 +1,7 @@
 # The ERA5 experiment (paper §6.2, §7, App. C.2, App. "Additional ClimaX Results"): ClimaX + LoRA, Z500 at 72 h in the
 # paper; here every (target, lead) case of era5.targets x era5.lead_hours (rules/era5_common.smk: era5_cases). The data,
 # preprocessing and backbone are shared; from the pairs on, each case has its own jobs in results/era5{era5_sub}
-# (era5_sub: "" for the main case, the first, whose files keep the paper's names; "/<target>_<lead>h" otherwise).
+# (era5_sub: "" for the main case, the first, whose files keep the paper's names; the case's folder otherwise).
 # Library: stochattn.experiments.era5 (stages), stochattn.experiments.era5_report (tables, figures), stochattn.data
 # .era5 (WeatherBench files, ClimaX preprocessing) and stochattn.data.aquaplanet (the offline stand-in). Every ERA5
 # rule but the figures runs workflow_scripts/era5.py, which dispatches on the rule's name to one library call.

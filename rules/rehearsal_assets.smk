@@ -14,6 +14,8 @@ if REHEARSAL_ON:
         benchmark:
             benchmark_file("rehearsal_timesfm", "timesfm")
         localrule: True
+        conda:
+            CONDA_ENV
         threads: 1
         resources:
             mem_mb=4000,
@@ -35,6 +37,8 @@ if REHEARSAL_ON:
         benchmark:
             benchmark_file("rehearsal_weatherbench", "weatherbench")
         localrule: True
+        conda:
+            CONDA_ENV
         threads: 1
         resources:
             mem_mb=4000,
@@ -59,6 +63,8 @@ if REHEARSAL_ON:
         benchmark:
             benchmark_file("rehearsal_climax", "climax")
         localrule: True
+        conda:
+            CONDA_ENV
         threads: 1
         resources:
             mem_mb=4000,
