@@ -155,7 +155,8 @@ def test_a_second_case_gets_the_whole_slice_and_the_main_case_keeps_names_and_va
     assert (pairs["target"], pairs["lead_hours"], pairs["target_units"]) == ("temperature_850", 24, "K")
     tables = work / "results" / "tables"
     md = (tables / "climax_summary_t850_24h.md").read_text()
-    assert "T850 24 h" in md and "m^2 s^-2" not in md and "24 h T850, K" in md
+    assert "ClimaX T850" in md and "m^2 s^-2" not in md and "24 h T850, K" in md  # description and caption
+    assert "T850 24 h" in (tables / "climax_summary_t850_24h.csv").read_text()  # the row label
     assert "m^2 s^-2" in (tables / "climax_summary.md").read_text()
     assert (work / "results" / "figures" / "teaser_climax_maps_t850_24h.png").stat().st_size > 1000
     res = smk(work, "results/tables/climax_summary_cases.csv", configfile=cfg)
