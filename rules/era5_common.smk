@@ -123,7 +123,7 @@ def era5_pairs_mb():
 
 def era5_mem_mb(base=8000):
     """Memory of a job that loads pairs.npz: three times its size (the arrays, their tensors, the samples) plus
-    ``base`` MB for the model (stochattn.resources.memory_needed; tests/test_resources.py checks it against the
+    ``base`` MB for the model (stochattn.resources.memory_needed; tests/test_workflow.py::test_dry_run_paper_protocol checks it against the
     rehearsal's measured peaks, config/measured_resources.yaml: up to 5.5 GB for the full-size ClimaX on CPU, where
     the activations are in host memory too; the former 4000 was short)."""
     from stochattn.resources import DATA_COPIES

@@ -87,3 +87,53 @@ def assert_only_dependants_fail(work, changed, dependants, others):
         assert audit_failures(work, target)[0] == [changed], target
     for target in others:
         assert audit_failures(work, target)[0] == [], target
+
+
+# What each measured rule's memory scales with at the paper's caps (config/config.yaml)
+ERA5_DATA_RULES = ("era5_prepare", "era5_adapt", "era5_method", "era5_multiswag_member", "era5_analyses",
+                   "era5_evaluate")  # fmt: skip
+ETT_DATA_RULES = ("ett_adapt", "ett_calibrate_sa", "ett_method", "ett_multiswag_member", "ett_evaluate")
+
+
+def paper_data_mb(repo):
+    """MB of the data each data-loading rule holds at the paper's caps: ERA5 pairs.npz (8760 / 4356 / 2920 pairs of
+    48 variables) and the largest ETT prepared.npz (every window of the largest data set and horizon)."""
+    import yaml
+
+    from stochattn import resources
+    from stochattn.data.ett import ETT_DATASETS, window_starts
+
+    cfg = yaml.safe_load((repo / "config" / "config.yaml").read_text())
+    era5 = resources.pairs_mb(sum(cfg["era5"]["max_pairs"].values()), 48)
+    ett, c = cfg["ett"], cfg["ett"]["context"]
+    ett_mb = max(
+        resources.windows_mb(7 * sum(len(window_starts(d, part, c, h, adaptation_percent=pct))
+                                     for part, pct in (("train", ett["adaptation_percent"]), ("val", None),
+                                                       ("test", None))), c + h)  # fmt: skip
+        for d in ETT_DATASETS for h in ett["horizons"]
+    )
+    return {**{r: era5 for r in ERA5_DATA_RULES}, **{r: ett_mb for r in ETT_DATA_RULES}}
+
+
+def assert_requests_cover_the_measured_peaks(dry_run_output, repo):
+    """config/measured_resources.yaml holds each rule's peak memory measured by `make rehearsal` (the cluster code
+    path at the real model sizes on CPU, tiny data). Every rule of the dry run (of config/config.yaml) asks for at
+    least that peak with its data part scaled to the paper's caps (stochattn.resources.memory_needed)."""
+    import re
+
+    from stochattn import resources
+
+    measured = resources.load_measured(repo / "config" / "measured_resources.yaml")
+    requested = {}
+    for rule, mem in re.findall(r"rule (\w+):.*?resources: .*?mem_mb=(\d+)", dry_run_output, re.S):
+        requested[rule] = min(requested.get(rule, 10**9), int(mem))
+    data = paper_data_mb(repo)
+    checked = []
+    for family, rec in measured.items():
+        rule = family.split("/")[0]
+        if rule not in requested or rec["max_rss_mb"] is None:
+            continue
+        need = resources.memory_needed(rec, data.get(rule, rec.get("data_mb", 0.0)))
+        assert requested[rule] >= need, (family, requested[rule], need)
+        checked.append(rule)
+    assert {"era5_adapt", "era5_method", "ett_adapt", "ett_method", "train_backbone"} <= set(checked), checked

@@ -21,6 +21,8 @@ import numpy as np
 import pytest
 import yaml
 
+from conftest import assert_requests_cover_the_measured_peaks
+
 REPO = Path(__file__).resolve().parents[1]
 SNAKEFILE = REPO / "Snakefile"
 PROFILE = REPO / "profiles" / "default"
@@ -128,9 +130,11 @@ def test_names_agree_with_library():
 # dry runs
 # ------------------------------------------------------------------------------------------------------------------
 def test_dry_run_paper_protocol(tmp_path):
-    """config/config.yaml: every rule appears; 20 splits x 8 data sets (5 for protein) x 6 methods metrics."""
+    """config/config.yaml: every rule appears; 20 splits x 8 data sets (5 for protein) x 6 methods metrics; every
+    rule's memory request covers the rehearsal's measured peak scaled to the paper's caps."""
     res = smk(tmp_path, "-n")
     assert res.returncode == 0, res.stdout[-5000:]
+    assert_requests_cover_the_measured_peaks(res.stdout, REPO)
     stats = job_stats(res.stdout)
     n_runs = sum(n_splits(d, 20) for d in ALL_DATASETS)
     assert n_runs == 7 * 20 + 5

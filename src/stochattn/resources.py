@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", metavar="FILE", help="write {family: {dataset: minutes}} (YAML) for the config "
                         "key runtime_estimates")
     parser.add_argument("--write-measured", metavar="FILE", help="write {family: {max_rss_mb, max_s, n, data_mb}} "
-                        "(YAML; config/measured_resources.yaml, checked by tests/test_resources.py)")
+                        "(YAML; config/measured_resources.yaml, checked by tests/test_workflow.py)")
     parser.add_argument("--data", metavar="FAMILY=PATH", action="append", default=[],
                         help="with --write-measured: the data file the family's jobs load (its size is data_mb)")
     parser.add_argument("--note", default="", help="with --write-measured: where and at what size it was measured")
