@@ -99,14 +99,6 @@ def test_unknown_ett_dataset_is_a_config_error(tmp_path):
     assert res.returncode != 0 and "ETTh3" in res.stdout
 
 
-def test_a_horizon_that_does_not_fit_is_a_config_error_before_anything_runs(tmp_path):
-    """The parse-time check (stochattn.data.ett.check_horizons, unit-tested with H = 336, 720) stops the workflow."""
-    cfg = write_config(tmp_path / "bad.yaml", REPO / "config" / "test.yaml", ett={"horizons": [96, 1000]})
-    res = smk(tmp_path / "w", "ett", "-n", configfile=cfg)
-    assert res.returncode != 0 and "config ett.horizons: horizon 1000 does not fit" in res.stdout
-    assert not (tmp_path / "w" / "results").exists()
-
-
 @pytest.mark.slow
 def test_ett_html_report_has_the_captions(ett_run):
     res = smk(ett_run["work"], "ett", "--report", "report.html", configfile=ett_run["cfg"])

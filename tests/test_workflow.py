@@ -266,7 +266,7 @@ def test_slurm_profile_requests_gpus_for_training_and_sampling(tmp_path):
         ({"splits": -1}, "-1 is less than the minimum of 1"),
         ({"methods": ["sa", "deep_ensemble"]}, "'deep_ensemble' is not one of"),
         ({"datasets": ["atl antis"]}, "'atl antis' does not match"),  # unknown names: test_custom_dataset.py
-        ({"num_samples": 1}, "1 is less than the minimum of 2"),
+        ({"num_samples": 1}, "1 is less than the minimum of 4"),
         ({"model": {"d_block": "wide"}}, "'wide' is not of type 'integer'"),
         ({"method_params": {"swag": {"learning_rate": 0.1}}}, "'learning_rate' was unexpected"),
     ],
