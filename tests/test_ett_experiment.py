@@ -43,7 +43,9 @@ def test_forecast_equals_timesfm_decode(horizon):
     got = tfm.forecast(model, context, mask, horizon=horizon)
     want = tfm.point_forecast(model, context, mask, horizon=horizon)
     assert got.shape == (3, horizon)
-    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    # float32 round-off grows with each autoregressive step (measured up to 2.7e-5 at H = 300 on values ~1, on
+    # one machine and not another); a wrong position, mask or normalisation errs by O(1)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     assert got.requires_grad
 
 
@@ -118,10 +120,14 @@ def test_standin_never_reads_the_evaluated_station(csvs, tmp_path, monkeypatch):
     sources = {n: csvs[n] for n in ett_data.pretraining_sources("ETTh1")}
     meta = ett.pretrain_standin(
         sources, 1, tmp_path / "station1.pt", model=TINY, context=64, seed=0, progress=False,
-        pretrain={"steps": 2, "batch_size": 4, "lr": 1e-3, "stride": 512, "val_fraction": 0.1, "eval_every": 1},
+        pretrain={"steps": 2, "batch_size": 4, "lr": 1e-3, "stride": 512, "val_fraction": 0.1, "eval_every": 1,
+                  "synthetic": 6},
     )
     assert opened and all(name.startswith(("ETTh2", "ETTm2")) for name in opened), opened
     assert sorted(meta["sources"]) == ["ETTh2", "ETTm2"] and meta["stand_in"] is True
+    # the synthetic series join the training windows only; the other station's windows are all still there
+    real_train, real_val, _ = ett.pretraining_series(sources, 1, context=64, stride=512, val_fraction=0.1)
+    assert meta["n_windows"] == {"train": len(real_train), "synthetic": 6, "val": len(real_val)}
     assert (tmp_path / "station1.pt").is_file()
     with pytest.raises(ValueError, match="evaluated station"):
         ett.pretraining_series({"ETTm1": csvs["ETTm1"]}, 1, context=64, stride=512, val_fraction=0.1)

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from ..data import ett as ett_data
+from ..data.synthetic import synthetic_series
 from ..io import atomic_path, load_json, load_npz, save_json, save_npz, sha256_file
 from ..provenance import device_info, package_versions, with_outputs
 from ..training import predict, resolve_device
@@ -175,6 +176,11 @@ def pretrain_standin(
     x_train, x_val, record = pretraining_series(
         sources, station, context=context, stride=int(pretrain["stride"]), val_fraction=float(pretrain["val_fraction"])
     )
+    n_real = len(x_train)
+    if n_synthetic := int(pretrain.get("synthetic", 0)):
+        # TimesFM-style synthetic series (trends, ARMA, seasonal patterns, steps) beside the other station's rows:
+        # TimesFM's own corpus mixes such series with real ones; the validation windows stay real
+        x_train = np.concatenate([x_train, synthetic_series(n_synthetic, x_train.shape[1], seed)])
     dev = resolve_device(None)  # CUDA when present
     net = build_standin(model, seed).to(dev)
     result = pretrain_timesfm(
@@ -187,7 +193,7 @@ def pretrain_standin(
         torch.save({"state_dict": {k: v.cpu() for k, v in net.state_dict().items()}, "model": dict(model)}, tmp)
     meta = {
         "stand_in": True, "station": station, "sources": record, "model": dict(model), "pretrain": dict(pretrain),
-        "n_windows": {"train": len(x_train), "val": len(x_val)}, "best_step": result.best_step,
+        "n_windows": {"train": n_real, "synthetic": len(x_train) - n_real, "val": len(x_val)}, "best_step": result.best_step,
         "best_val_loss": result.best_val_loss, "history": result.history, "seconds": result.seconds, "seed": seed,
         "parameters": sum(p.numel() for p in net.parameters()), "device": device_info(),
         "packages": package_versions(),
