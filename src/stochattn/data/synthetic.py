@@ -14,6 +14,10 @@ evaluated on: periods, amplitudes and noise are drawn from fixed broad ranges.
 
 NOTE[DIFF]: TimesFM's exact generator (its parameter ranges and mix) is not public; this is a re-creation from the
 paper's description, used only by the offline stand-in backbone (the cluster path loads the public checkpoint).
+TimesFM's corpus is mostly real series (Google Trends, Wikipedia page views, M4, electricity, traffic, weather) whose
+seasonality follows the calendar of their sampling rate; the stand-in cannot have them, so half of the seasonal
+components take a calendar period of a common sampling rate (:data:`CALENDAR_PERIODS`, fixed a priori, the same for
+every data set) instead of a random one.
 """
 
 from __future__ import annotations
@@ -33,8 +37,20 @@ def _arma(rng: np.random.Generator, length: int, burn_in: int = 200) -> np.ndarr
     return lfilter(ma, np.poly(roots), rng.standard_normal(length + burn_in))[burn_in:]
 
 
-def _seasonal(rng: np.random.Generator, t: np.ndarray, period_range: tuple[float, float]) -> np.ndarray:
-    period = float(np.exp(rng.uniform(*np.log(period_range))))
+CALENDAR_PERIODS: tuple[float, ...] = (24.0, 168.0, 48.0, 96.0, 672.0, 288.0, 60.0, 7.0, 30.44, 365.25, 12.0, 52.18,
+                                       4.0)
+"""Calendar periods of common sampling rates, in steps: a day and a week of hourly data (24, 168), a day of
+half-hourly, 15-min and 5-min data (48, 96, 288), a week of 15-min data (672), an hour of minutely data (60), a week,
+month and year of daily data (7, 30.44, 365.25), a year of monthly and weekly data (12, 52.18), a year of quarterly
+data (4)."""
+
+
+def _seasonal(rng: np.random.Generator, t: np.ndarray, period_range: tuple[float, float],
+              calendar_share: float) -> np.ndarray:
+    if rng.uniform() < calendar_share:
+        period = float(rng.choice(CALENDAR_PERIODS))
+    else:
+        period = float(np.exp(rng.uniform(*np.log(period_range))))
     phase = rng.uniform(0, 2 * np.pi)
     angle = 2 * np.pi * t / period + phase
     shape = rng.integers(0, 3)
@@ -57,18 +73,22 @@ def _trend(rng: np.random.Generator, length: int) -> np.ndarray:
 
 
 def synthetic_series(
-    n: int, length: int, seed: int, *, period_range: tuple[float, float] = (4.0, 700.0)
+    n: int, length: int, seed: int, *, period_range: tuple[float, float] = (4.0, 700.0), calendar_share: float = 0.5
 ) -> np.ndarray:
-    """``n`` synthetic series (n, length), float32, each z-scored; reproducible from ``seed``."""
+    """``n`` synthetic series (n, length), float32, each z-scored; reproducible from ``seed``. Each seasonal
+    component takes a calendar period (:data:`CALENDAR_PERIODS`) with probability ``calendar_share``, else a period
+    log-uniform in ``period_range``."""
     if n < 0 or length < 8:
         raise ValueError(f"need n >= 0 and length >= 8, got n={n}, length={length}")
+    if not 0.0 <= calendar_share <= 1.0:
+        raise ValueError(f"calendar_share must lie in [0, 1], got {calendar_share}")
     rng = np.random.default_rng(seed)
     t = np.arange(length, dtype=np.float64)
     out = np.empty((n, length), dtype=np.float32)
     for i in range(n):
         x = _trend(rng, length) * rng.uniform(0.0, 3.0)
         for _ in range(rng.integers(0, 4)):
-            x = x + _seasonal(rng, t, period_range)
+            x = x + _seasonal(rng, t, period_range, calendar_share)
         noise = _arma(rng, length)
         x = x + rng.uniform(0.05, 1.0) * noise / (np.std(noise) + 1e-8)
         if rng.uniform() < 1 / 3:
