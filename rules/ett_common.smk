@@ -79,11 +79,12 @@ def ett_caption():
     run reduces from the paper's protocol (App. C.1)."""
     parts = []
     if ETT_STANDIN:
-        m = ETT["backbone"]["standin"]["model"]
+        m, pre = ETT["backbone"]["standin"]["model"], ETT["backbone"]["standin"]["pretrain"]
+        synthetic = f" and {pre['synthetic']} synthetic series" if pre.get("synthetic") else ""
         parts.append(
             f"STAND-IN BACKBONE, not the public TimesFM 2.5 200M checkpoint: a reduced TimesFM 2.5 module "
             f"({m['num_layers']} layers, d {m['model_dims']}, {m['num_heads']} heads) pretrained offline, per "
-            f"station, on the other station's training rows ({ETT['backbone']['standin']['pretrain']['steps']} steps)."
+            f"station, on the other station's training rows{synthetic} ({pre['steps']} steps)."
         )
     else:
         parts.append("Backbone: TimesFM 2.5 200M (public checkpoint).")

@@ -47,3 +47,29 @@ def test_arma_noise_is_stationary():
 def test_bad_sizes_are_refused():
     with pytest.raises(ValueError, match="length"):
         synthetic_series(4, 3, seed=0)
+
+
+def _dominant_periods(x):
+    """Dominant period (steps) of each linearly detrended series x (n, T) and whether it is a clear peak."""
+    t = np.arange(x.shape[1])
+    coef = np.polynomial.polynomial.polyfit(t, x.T.astype(np.float64), 1)
+    x = x - np.polynomial.polynomial.polyval(t, coef)
+    power = np.abs(np.fft.rfft(x, axis=1))[:, 1:] ** 2
+    return x.shape[1] / (power.argmax(axis=1) + 1), power.max(axis=1) / np.median(power, axis=1) > 50
+
+
+def test_calendar_share_sets_how_often_a_calendar_period_dominates():
+    """At calendar_share = 1 the clear dominant periods (5-200 steps, where a 2048-step FFT resolves them to a few %)
+    sit at calendar periods; at 0 (log-uniform periods) only the few that fall near one by chance do."""
+    from stochattn.data.synthetic import CALENDAR_PERIODS
+
+    calendar = np.array(CALENDAR_PERIODS)
+    share = {}
+    for c in (0.0, 1.0):
+        periods, peaked = _dominant_periods(synthetic_series(300, 2048, seed=1, calendar_share=c))
+        keep = peaked & (periods > 5) & (periods < 200)
+        near = np.min(np.abs(periods[keep, None] / calendar[None] - 1), axis=1) < 0.05
+        share[c] = near.mean()
+    assert share[1.0] > 0.8 and share[0.0] < 0.4, share
+    with pytest.raises(ValueError, match="calendar_share"):
+        synthetic_series(2, 64, seed=0, calendar_share=1.5)
