@@ -29,6 +29,8 @@ if ERA5_STANDIN:
             benchmark_file("era5_standin", "{climate}")
         wildcard_constraints:
             climate="pretrain|finetune",
+        # the longest chains of the DAG start first, while the short UCI jobs fill the other cores
+        priority: 20
         conda:
             CONDA_ENV
         threads: 1
@@ -102,6 +104,7 @@ rule era5_preprocess:
         benchmark_file("era5_preprocess", "{climate}")
     wildcard_constraints:
         climate="pretrain|finetune",
+    priority: 20
     conda:
         CONDA_ENV
     threads: 1
@@ -130,6 +133,7 @@ rule era5_pretrain_standin:
         "logs/era5/pretrain_standin.log",
     benchmark:
         benchmark_file("era5_pretrain_standin", "standin")
+    priority: 20
     conda:
         CONDA_ENV
     threads: 1

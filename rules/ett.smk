@@ -64,6 +64,8 @@ rule ett_pretrain_standin:
         benchmark_file("ett_pretrain_standin", "station{station}")
     wildcard_constraints:
         station="1|2",
+    # the longest chains of the DAG start first, while the short UCI jobs fill the other cores
+    priority: 20
     conda:
         CONDA_ENV
     threads: 1

@@ -23,7 +23,6 @@ every data set) instead of a random one.
 from __future__ import annotations
 
 import numpy as np
-from scipy.signal import lfilter
 
 __all__ = ["synthetic_series"]
 
@@ -31,6 +30,8 @@ __all__ = ["synthetic_series"]
 def _arma(rng: np.random.Generator, length: int, burn_in: int = 200) -> np.ndarray:
     """One stationary ARMA(p, q) path (length,), p, q in 0..3: AR polynomial from real roots of modulus 0.2-0.95
     (so the process is stationary), MA coefficients in (-0.8, 0.8); the first ``burn_in`` steps are dropped."""
+    from scipy.signal import lfilter  # here, not at module level: scipy.signal costs every ETT job 1.6 s to import
+
     p, q = rng.integers(0, 4, size=2)
     roots = rng.uniform(0.2, 0.95, size=p) * rng.choice([-1.0, 1.0], size=p)
     ma = np.concatenate([[1.0], rng.uniform(-0.8, 0.8, size=q)])

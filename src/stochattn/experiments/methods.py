@@ -140,20 +140,30 @@ SWAG_DEFAULTS = {"collect_every": 1, "collect_per_epoch": 1, "optimizer": "sgd",
                  "start_lr": None, "max_rank": 20, "batch_size": 256, "weight_decay": 1e-5, "scale": 1.0}  # fmt: skip
 
 
+def swag_phase(net, candidate: Mapping[str, Any], split, seed: int, progress: bool):
+    """One SWAG phase (settings ``candidate``, SWAG_KEYS) from a copy of ``net`` on ``split``'s fitting part:
+    ``(member, swag)``."""
+    from ..baselines.swag import fit_swag
+
+    member = copy.deepcopy(net)
+    swag = fit_swag(
+        member, split.x_fit, split.y_fit, lr=candidate["lr"], epochs=int(candidate["epochs"]), seed=seed,
+        max_rank=int(candidate["max_rank"]), collect_every=int(candidate["collect_every"]),
+        collect_per_epoch=int(candidate["collect_per_epoch"]), optimizer=candidate["optimizer"],
+        anneal_epochs=int(candidate["anneal_epochs"]), start_lr=candidate["start_lr"],
+        weight_decay=float(candidate["weight_decay"]), batch_size=int(candidate["batch_size"]), progress=progress,
+    )
+    return member, swag
+
+
 def swag_fit(net, seed, progress, num_samples):
-    """Fit function for select_on_validation: one SWAG phase from a copy of ``net``; its point prediction is the
-    SWA mean's, its ``num_samples`` validation samples drawn from the posterior at the candidate's scale."""
-    from ..baselines.swag import fit_swag, swag_samples
+    """Fit function for select_on_validation: one SWAG phase from a copy of ``net`` (:func:`swag_phase`); its point
+    prediction is the SWA mean's, its ``num_samples`` validation samples drawn from the posterior at the candidate's
+    scale."""
+    from ..baselines.swag import swag_samples
 
     def fit(candidate, split):
-        member = copy.deepcopy(net)
-        swag = fit_swag(
-            member, split.x_fit, split.y_fit, lr=candidate["lr"], epochs=int(candidate["epochs"]), seed=seed,
-            max_rank=int(candidate["max_rank"]), collect_every=int(candidate["collect_every"]),
-            collect_per_epoch=int(candidate["collect_per_epoch"]), optimizer=candidate["optimizer"],
-            anneal_epochs=int(candidate["anneal_epochs"]), start_lr=candidate["start_lr"],
-            weight_decay=float(candidate["weight_decay"]), batch_size=int(candidate["batch_size"]), progress=progress,
-        )
+        member, swag = swag_phase(net, candidate, split, seed, progress)
         val_samples = swag_samples(member, swag, split.x_val, num_samples, seed + 2, scale=float(candidate["scale"]))
         return CandidateFit((member, swag), swa_point(member, swag, split.x_val), val_samples)
 
@@ -368,8 +378,7 @@ def multiswag_member(data, net, method_cfg, component: int, seed: int, progress:
         (member, swag), candidate, selection = sel.result, dict(sel.candidate), sel.record
     else:
         candidate, selection = dict(first_candidate), {"chosen_on": "component 0"}
-        fit = swag_fit(net, seed, progress, num_samples)
-        member, swag = fit(dict(candidate), ValidationSplit.from_prepared(data)).result
+        member, swag = swag_phase(net, candidate, ValidationSplit.from_prepared(data), seed, progress)
     return member, swag, candidate, selection
 
 
