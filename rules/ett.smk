@@ -13,6 +13,7 @@ rule fetch_ett:
         "results/data/ett/{ett_dataset}.csv",
     log:
         "logs/data/fetch_ett_{ett_dataset}.log",
+    priority: 20  # the stand-in pretraining it feeds is the longest chain of the DAG
     localrule: True
     conda:
         CONDA_ENV
