@@ -138,7 +138,11 @@ def tiny_dags() -> list[dict]:
             start = time.perf_counter()
             res = subprocess.run(cmd, capture_output=True, text=True)
             seconds = time.perf_counter() - start
-            tail = "" if res.returncode == 0 else " | " + (res.stdout + res.stderr).strip().splitlines()[-1][:80]
+            tail = ""
+            if res.returncode:  # the failing job's log (show-failed-logs) is in the output: print its end
+                lines = (res.stdout + res.stderr).strip().splitlines()
+                print(f"tiny {slice_name} DAG failed; the end of its output:", *lines[-40:], sep="\n", file=sys.stderr)
+                tail = " | " + lines[-1][:80]
             rows.append({"check": f"tiny {slice_name} DAG", "ok": res.returncode == 0,
                          "value": f"{seconds:.0f} s{tail}"})  # fmt: skip
     return rows
@@ -165,11 +169,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"gpu-check on {name} (torch {torch.__version__})", flush=True)
-    rows = [cuda_tests()] if device.type == "cuda" else []
-    rows += sa_rows(device, args.repeats, args.small)
+    parts = [lambda: [cuda_tests()]] if device.type == "cuda" else []
+    parts.append(lambda: sa_rows(device, args.repeats, args.small))
     if not args.skip_dag:
-        rows += tiny_dags()
-    print(table(rows))
+        parts.append(tiny_dags)
+    rows = []
+    for part in parts:  # each part's rows as soon as it ends: a job killed at its time limit still reports them
+        rows += part()
+        print(table(rows), flush=True)
     return 0 if all(r["ok"] for r in rows) else 1
 
 

@@ -13,7 +13,7 @@ from stochattn.protocol import NOT_PROTOCOL, dataset_section, load_paper_protoco
 from stochattn.protocol import protocol_deviations as _protocol_deviations
 from stochattn.protocol import protocol_note as _protocol_note
 from stochattn.provenance import code_version
-from stochattn.resources import load_dataset_estimates
+from stochattn.resources import gpu_minutes, load_dataset_estimates, load_step_costs
 
 # Every rule's software, used with `--sdm conda` (the local `make` setup runs in the virtual environment instead).
 CONDA_ENV = str(Path(workflow.basedir) / "envs" / "stochattn.yaml")
@@ -341,6 +341,25 @@ def runtime_method(wildcards, attempt):
     method = wildcards.get("method", "sa")
     family = f"{'calibrate_sa' if method == 'sa' else 'run_method'}/{method}"
     return _runtime(family, wildcards.dataset, _trainings(wildcards.experiment, method, wildcards.dataset), attempt)
+
+
+_STEP_COSTS = (
+    None if config.get("gpu_step_costs") is None else load_step_costs(Path(workflow.basedir) / config["gpu_step_costs"])
+)
+
+
+def gpu_runtime(flat, model, work, batch):
+    """Runtime (minutes, doubled on each retry) of a GPU rule: stochattn.resources.gpu_minutes of ``work(wildcards)``
+    (a resources.Work) at the measured step costs of ``model(wildcards)`` (a key of config gpu_step_costs) and
+    steps of ``batch`` inputs; ``flat`` minutes where gpu_step_costs is null."""
+
+    def runtime(wildcards, attempt):
+        if _STEP_COSTS is None:
+            return flat * attempt
+        cost = _STEP_COSTS["costs"][model(wildcards)]
+        return gpu_minutes(work(wildcards), cost, batch, config["gpu_runtime_factor"]) * attempt
+
+    return runtime
 
 
 def runtime_component(wildcards, attempt):

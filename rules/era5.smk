@@ -195,7 +195,7 @@ rule era5_adapt:
     threads: 1
     resources:
         mem_mb=era5_mem_mb(),
-        runtime=240,
+        runtime=era5_adapt_runtime(),
     params:
         lora=ERA5["lora"],
         train=ERA5["train"],
@@ -226,7 +226,7 @@ rule era5_multiswag_member:
     threads: 1
     resources:
         mem_mb=era5_mem_mb(),
-        runtime=480,
+        runtime=era5_member_runtime(),
     params:
         lora=ERA5["lora"],
         train=ERA5["train"],
@@ -264,7 +264,7 @@ rule era5_method:
     threads: 1
     resources:
         mem_mb=era5_mem_mb(),
-        runtime=480,
+        runtime=era5_method_runtime(),
     params:
         lora=ERA5["lora"],
         train=ERA5["train"],
@@ -295,6 +295,9 @@ use rule era5_method as era5_calibrate_sa with:
         "logs/era5{era5_sub}/sa.log",
     benchmark:
         benchmark_file("era5_method", "sa{era5_sub}")
+    resources:
+        mem_mb=era5_mem_mb(),
+        runtime=era5_method_runtime("sa"),
     params:
         lora=ERA5["lora"],
         train=ERA5["train"],
@@ -321,6 +324,9 @@ use rule era5_method as era5_swag with:
         "logs/era5{era5_sub}/swag.log",
     benchmark:
         benchmark_file("era5_method", "swag{era5_sub}")
+    resources:
+        mem_mb=era5_mem_mb(),
+        runtime=era5_method_runtime("swag"),
     params:
         lora=ERA5["lora"],
         train=ERA5["train"],
@@ -357,7 +363,7 @@ rule era5_analyses:
     threads: 1
     resources:
         mem_mb=era5_mem_mb(),
-        runtime=240,
+        runtime=era5_analyses_runtime(),
     params:
         lora=ERA5["lora"],
         sa_cfg=era5_method_cfg("sa"),

@@ -102,13 +102,10 @@ def era5_years(climate):
     return ERA5["weatherbench"]["years"]
 
 
-def era5_pairs_mb():
-    """Size of pairs.npz in MB (float32 inputs of every variable, one target): each partition's pair cap, or every
-    step of its years where uncapped (WeatherBench hourly, the stand-in output_hours)."""
-    from stochattn.resources import pairs_mb
-
-    variables = len(era5_variables())
-    total = 0.0
+def era5_pair_counts():
+    """Forecast pairs per partition (train, val, test): the partition's cap, or every step of its years where
+    uncapped (WeatherBench hourly, the stand-in output_hours); an upper bound."""
+    counts = {}
     for part in ("train", "val", "test"):
         cap = ERA5["max_pairs"].get(part)
         if cap is None:
@@ -117,8 +114,58 @@ def era5_pairs_mb():
                 cap = days * 24 // int(ERA5["standin"]["output_hours"])
             else:
                 cap = 8784 * len(ERA5["weatherbench"]["years"][part])
-        total += pairs_mb(cap, variables)
-    return total
+        counts[part] = int(cap)
+    return counts
+
+
+def era5_pairs_mb():
+    """Size of pairs.npz in MB (float32 inputs of every variable, one target) at :func:`era5_pair_counts`."""
+    from stochattn.resources import pairs_mb
+
+    return sum(pairs_mb(n, len(era5_variables())) for n in era5_pair_counts().values())
+
+
+def era5_runtime(flat, work):
+    """gpu_runtime of an ERA5 job doing ``work(sizes, wildcards)``: the ClimaX step costs, the pair counts
+    with the validation pairs halved into val and cal (experiments.era5.val_cal_split)."""
+    from stochattn.resources import Sizes
+
+    n = era5_pair_counts()
+    sizes = Sizes(train=n["train"], val=(n["val"] + 1) // 2, cal=n["val"] // 2, test=n["test"])
+    return gpu_runtime(flat, lambda w: "climax", lambda w: work(sizes, w), int(ERA5["train"]["batch_size"]))
+
+
+def era5_adapt_runtime():
+    from stochattn.resources import adapt_work
+
+    return era5_runtime(240, lambda sizes, w: adapt_work(sizes, ERA5["train"]))
+
+
+def era5_method_runtime(method=None):
+    """Runtime of one method's job (``method``, else the job's era5_method wildcard)."""
+    from stochattn.resources import method_work
+
+    def work(sizes, w):
+        m = method or w.era5_method
+        return method_work(m, sizes, era5_method_cfg(m), ERA5["train"], config["num_samples"],
+                           components=int(era5_method_cfg("multiswag").get("components", 1)),
+                           swag_scales=len(ERA5["swag_scales"]) if m == "swag" else 0)  # fmt: skip
+
+    return era5_runtime(480, work)
+
+
+def era5_member_runtime():
+    from stochattn.resources import member_work
+
+    return era5_runtime(480, lambda sizes, w: member_work(int(w.component), sizes, era5_method_cfg("multiswag"),
+                                                          ERA5["train"], config["num_samples"]))  # fmt: skip
+
+
+def era5_analyses_runtime():
+    from stochattn.resources import analyses_work
+
+    return era5_runtime(240, lambda sizes, w: analyses_work(sizes, era5_method_cfg("sa"), ERA5["analyses"],
+                                                            config["num_samples"]))  # fmt: skip
 
 
 def era5_mem_mb(base=8000):

@@ -124,7 +124,7 @@ rule ett_adapt:
     threads: 1
     resources:
         mem_mb=8000,
-        runtime=120,
+        runtime=ett_adapt_runtime(),
     params:
         lora=ETT["lora"],
         train=ETT["train"],
@@ -157,7 +157,7 @@ rule ett_calibrate_sa:
     threads: 1
     resources:
         mem_mb=8000,
-        runtime=240,
+        runtime=ett_method_runtime("sa"),
     params:
         lora=ETT["lora"],
         train=ETT["train"],
@@ -194,7 +194,7 @@ rule ett_multiswag_member:
     threads: 1
     resources:
         mem_mb=8000,
-        runtime=240,
+        runtime=ett_member_runtime(),
     params:
         lora=ETT["lora"],
         train=ETT["train"],
@@ -231,7 +231,7 @@ rule ett_method:
     threads: 1
     resources:
         mem_mb=8000,
-        runtime=240,
+        runtime=ett_method_runtime(),
     params:
         lora=ETT["lora"],
         train=ETT["train"],

@@ -179,3 +179,63 @@ def ett_member_inputs(w):
     if int(w.component) > 0:  # member 0 chose the SWAG settings
         inputs["first"] = f"{run}/multiswag/members/0.json"
     return inputs
+
+
+def ett_sizes(dataset, horizon):
+    """stochattn.resources.Sizes of one configuration: its windows (every column a series) at the configuration's
+    caps, the validation windows halved into val and cal (experiments.ett.prepare)."""
+    from stochattn.data.ett import ETT_COLUMNS, window_starts
+    from stochattn.resources import Sizes
+
+    caps, n = ETT["max_series"], {}
+    for part in ("train", "val", "test"):
+        pct = ETT["adaptation_percent"] if part == "train" else None
+        count = len(window_starts(dataset, part, ETT["context"], int(horizon), adaptation_percent=pct)) * len(
+            ETT_COLUMNS
+        )
+        n[part] = count if caps.get(part) is None else min(count, int(caps[part]))
+    return Sizes(train=n["train"], val=(n["val"] + 1) // 2, cal=n["val"] // 2, test=n["test"])
+
+
+def _ett_measured_horizon(horizon):
+    """The measured TimesFM horizon whose step costs price ``horizon``: the smallest at or above it, else the
+    largest (then :func:`ett_runtime` scales the work by the decode passes, 128 steps each)."""
+    measured = sorted(int(k.split("_h")[1]) for k in _STEP_COSTS["costs"] if k.startswith("timesfm_h"))
+    fits = [h for h in measured if h >= int(horizon)]
+    return fits[0] if fits else measured[-1]
+
+
+def ett_runtime(flat, work):
+    """gpu_runtime of an ETT job doing ``work(sizes, wildcards)``."""
+
+    def priced(w):
+        passes = math.ceil(int(w.horizon) / 128) / math.ceil(_ett_measured_horizon(w.horizon) / 128)
+        return max(1.0, passes) * work(ett_sizes(w.ett_dataset, w.horizon), w)
+
+    return gpu_runtime(flat, lambda w: f"timesfm_h{_ett_measured_horizon(w.horizon)}", priced,
+                       int(ETT["train"]["batch_size"]))  # fmt: skip
+
+
+def ett_adapt_runtime():
+    from stochattn.resources import adapt_work
+
+    return ett_runtime(120, lambda sizes, w: adapt_work(sizes, ETT["train"]))
+
+
+def ett_method_runtime(method=None):
+    """Runtime of one method's job (``method``, else the job's ett_method wildcard)."""
+    from stochattn.resources import method_work
+
+    def work(sizes, w):
+        m = method or w.ett_method
+        return method_work(m, sizes, ett_method_cfg(m), ETT["train"], config["num_samples"],
+                           components=int(ett_method_cfg("multiswag").get("components", 1)))  # fmt: skip
+
+    return ett_runtime(240, work)
+
+
+def ett_member_runtime():
+    from stochattn.resources import member_work
+
+    return ett_runtime(240, lambda sizes, w: member_work(int(w.component), sizes, ett_method_cfg("multiswag"),
+                                                         ETT["train"], config["num_samples"]))  # fmt: skip

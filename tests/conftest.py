@@ -137,3 +137,65 @@ def assert_requests_cover_the_measured_peaks(dry_run_output, repo):
         assert requested[rule] >= need, (family, requested[rule], need)
         checked.append(rule)
     assert {"era5_adapt", "era5_method", "ett_adapt", "ett_method", "train_backbone"} <= set(checked), checked
+
+
+def _training_floor(cfg, rule, wildcards, costs):
+    """Seconds the training of one GPU job takes at least at the paper's caps, counted here from config/config.yaml
+    (epochs x steps per epoch x candidates) and the measured per-step costs: a floor independent of
+    stochattn.resources' count of every pass. None for a job without training."""
+    import math
+
+    from stochattn.data.ett import ETT_COLUMNS, window_starts
+
+    slice_ = "era5" if rule.startswith("era5_") else "ett"
+    s = cfg[slice_]
+    if slice_ == "era5":
+        n_train, cost = s["max_pairs"]["train"], costs["climax"]
+    else:
+        h = int(wildcards["horizon"])
+        n_train = len(ETT_COLUMNS) * len(window_starts(wildcards["ett_dataset"], "train", s["context"], h,
+                                                       adaptation_percent=s["adaptation_percent"]))  # fmt: skip
+        cost = costs[f"timesfm_h{h}"]
+    steps = math.ceil(n_train / s["train"]["batch_size"])
+    adapter = s["train"]["max_epochs"] * steps * cost["train_step_s"]
+    method = wildcards.get("era5_method") or wildcards.get("ett_method")
+    if rule.endswith("_adapt"):
+        return adapter
+    if rule.endswith("_multiswag_member"):
+        swag = s["method_params"]["multiswag"]
+        return adapter + (swag["anneal_epochs"] + swag["epochs"]) * steps * cost["train_step_s"]
+    if method in ("ivon", "contextual_dropout", "hsa"):
+        step = cost["ivon_step_s"] if method == "ivon" else cost["train_step_s"]
+        return len(s["method_params"][method]["grid"]) * s["train"]["max_epochs"] * steps * step
+    return None
+
+
+def assert_gpu_runtimes_cover_the_measured_work(dry_run_output, repo):
+    """Every ETT / ERA5 GPU job of the dry run (of config/config.yaml) requests at least gpu_runtime_factor times the
+    training it does at the paper's caps priced at the measured step costs (config/step_costs.json, full model
+    sizes on a GPU), and none needs more than a day on the measured GPU (its request over the factor)."""
+    import re
+
+    import yaml
+
+    from stochattn import resources
+
+    cfg = yaml.safe_load((repo / "config" / "config.yaml").read_text())
+    costs = resources.load_step_costs(repo / cfg["gpu_step_costs"])["costs"]
+    factor = float(cfg["gpu_runtime_factor"])
+    checked = set()
+    for block in dry_run_output.split("\n\n"):
+        rule = re.search(r"rule (\w+):", block)
+        runtime = re.search(r"resources: .*?runtime=(\d+)", block)
+        if not rule or not runtime or not re.match(r"(era5|ett)_(adapt|method|multiswag_member|swag|calibrate_sa|"
+                                                   r"analyses)$", rule.group(1)):  # fmt: skip
+            continue
+        wildcards = dict(re.findall(r"(\w+)=([^,\s]*)", (re.search(r"wildcards: (.*)", block) or [None, ""])[1]))
+        minutes = int(runtime.group(1))
+        assert minutes / factor <= 24 * 60, (rule.group(1), wildcards, minutes)
+        floor = _training_floor(cfg, rule.group(1), wildcards, costs)
+        if floor is not None:
+            assert minutes >= factor * floor / 60, (rule.group(1), wildcards, minutes, factor * floor / 60)
+            checked.add(rule.group(1))
+    assert checked == {"era5_adapt", "era5_method", "era5_multiswag_member", "ett_adapt", "ett_method",
+                       "ett_multiswag_member"}, checked  # fmt: skip

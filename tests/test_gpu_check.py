@@ -3,6 +3,7 @@ reduced modules (the self-test), SA off equal to the deterministic pass and one 
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -36,3 +37,21 @@ def test_a_failed_check_fails_the_run(monkeypatch, capsys):
     monkeypatch.setattr(gpu_check, "sa_rows", lambda *a: [{"check": "x", "ok": False, "value": "broken"}])
     assert gpu_check.main(["--device", "cpu", "--skip-dag"]) == 1
     assert "FAIL" in capsys.readouterr().out
+
+
+def test_step_costs_self_test_writes_what_the_runtime_requests_read(tmp_path, capsys):
+    """benchmarks/step_costs.py on the CPU with a reduced module: every figure positive, and the record is refused
+    as a pricing source (it is not the full model size)."""
+    import step_costs
+
+    from stochattn import resources
+
+    out = tmp_path / "costs.json"
+    assert step_costs.main(["--device", "cpu", "--small", "--repeats", "1", "--models", "timesfm_h96",
+                            "--out", str(out)]) == 0  # fmt: skip
+    assert "timesfm_h96" in capsys.readouterr().out
+    rec = json.loads(out.read_text())
+    assert set(rec["costs"]) == {"timesfm_h96"}
+    assert all(rec["costs"]["timesfm_h96"][k] > 0 for k in resources.STEP_COST_KEYS)
+    with pytest.raises(ValueError, match="reduced modules"):
+        resources.load_step_costs(out)

@@ -84,3 +84,62 @@ def test_measured_records_round_trip_and_scale_the_data_part(bench, tmp_path):
     assert resources.memory_needed(rec["train_backbone"], 101.0) == pytest.approx(310.0 + 300.0)
     assert resources.pairs_mb(2, 47, cells=2**20 // 4 // 48) == pytest.approx(2.0, rel=1e-3)
     assert resources.windows_mb(2**17, 8) == 8.0
+
+
+# -- the GPU cost model at the configuration's caps ------------------------------------------------------------------
+COST = {"batch": 16, "eval_batch": 256, "train_step_s": 0.5, "ivon_step_s": 0.25, "forward_s": 2.56,
+        "sa_forward_s": 5.12}  # fmt: skip
+SIZES = resources.Sizes(train=160, val=100, cal=50, test=200)
+TRAIN = {"batch_size": 16, "max_epochs": 3}
+
+
+def test_work_is_priced_per_step_and_per_input():
+    # 10 steps x 0.5 s, 4 stochastic steps x 0.5 s x (SA/det = 2), 8 IVON steps x 0.25 s, 256 inputs x 0.01 s,
+    # 128 SA inputs x 0.02 s
+    work = resources.Work(train_steps=10, stochastic_steps=4, ivon_steps=8, forward_inputs=256, sa_inputs=128)
+    assert work.seconds(COST, 16) == pytest.approx(5 + 4 + 2 + 2.56 + 2.56)
+    assert work.seconds(COST, 32) == pytest.approx(2 * (5 + 4 + 2) + 2.56 + 2.56)  # steps of twice the batch
+    assert work.seconds(COST, 8) == pytest.approx(work.seconds(COST, 16))  # never below one measured step
+    assert (2 * work).seconds(COST, 16) == pytest.approx(2 * work.seconds(COST, 16))
+    assert resources.gpu_minutes(resources.Work(train_steps=120), COST, 16, factor=3, overhead_min=10) == 13
+    with pytest.raises(ValueError, match="factor"):
+        resources.gpu_minutes(work, COST, 16, factor=0.5)
+
+
+def test_each_job_counts_its_steps_and_passes():
+    """Closed-form counts at SIZES (10 steps per epoch of 16), S = 4."""
+    adapt = resources.adapt_work(SIZES, TRAIN)
+    assert (adapt.train_steps, adapt.forward_inputs) == (30, 3 * 100 + 2 * (100 + 200))
+    ivon = resources.method_work("ivon", SIZES, {"grid": [{}, {}]}, TRAIN, 4)
+    # 2 candidates x (3 epochs x 10 steps); val pass per epoch and 4 val samples each; the chosen: point + 4 samples
+    assert ivon.ivon_steps == 60 and ivon.train_steps == 0
+    assert ivon.forward_inputs == 2 * (3 * 100 + 4 * 100) + 5 * (200 + 50)
+    hsa = resources.method_work("hsa", SIZES, {"grid": [{}], "max_epochs": 2}, TRAIN, 4)
+    assert (hsa.stochastic_steps, hsa.sa_inputs, hsa.forward_inputs) == (20, 4 * 100 + 4 * 250, 2 * 100 + 250)
+    swag_cfg = {"grid": [{}, {}, {}], "anneal_epochs": 1, "epochs": 2, "batch_size": 32}
+    swag = resources.method_work("swag", SIZES, swag_cfg, TRAIN, 4, swag_scales=7)
+    assert swag.train_steps == 3 * 3 * 5  # 3 candidates x 3 epochs x 5 steps of 32
+    assert swag.forward_inputs == 3 * 5 * 100 + 100 + 5 * 250 + 7 * 4 * (100 + 200)
+    sa_cfg = {"budget": 12, "num_batches": 4, "batch_size": 512, "num_passes": 16}
+    sa = resources.method_work("sa", SIZES, sa_cfg, TRAIN, 4)
+    assert sa.sa_inputs == 12 * 4 * 50 * 16 + 8 * 250  # a BO batch holds at most the 50 cal inputs
+    member0 = resources.member_work(0, SIZES, swag_cfg, TRAIN, 4)
+    member1 = resources.member_work(1, SIZES, swag_cfg, TRAIN, 4)
+    assert member0.train_steps == 30 + 45 and member1.train_steps == 30 + 15
+    analyses = resources.analyses_work(SIZES, sa_cfg, {"nu_grid": [1, 2, 4], "bo_seeds": [0, 1],
+                                                       "bo_second_range": [2, 512]}, 4)  # fmt: skip
+    assert analyses.sa_inputs == 3 * 4 * 50 + 2 * 4 * 200 + 2 * 2 * 12 * 4 * 50 * 16
+    with pytest.raises(ValueError, match="no cost model"):
+        resources.method_work("mc_dropout", SIZES, {}, TRAIN, 4)
+
+
+def test_step_costs_file_is_the_full_size_measurement(tmp_path):
+    rec = resources.load_step_costs(REPO / "config" / "step_costs.json")
+    assert {"climax", "timesfm_h96", "timesfm_h192"} <= set(rec["costs"]) and "H200" in rec["device"]
+    bad = tmp_path / "costs.json"
+    bad.write_text('{"costs": {"climax": {"batch": 16}}}')
+    with pytest.raises(ValueError, match="lacks positive"):
+        resources.load_step_costs(bad)
+    bad.write_text('{"small": true, "costs": {"climax": ' + str(COST).replace("'", '"') + "}}")
+    with pytest.raises(ValueError, match="reduced modules"):
+        resources.load_step_costs(bad)

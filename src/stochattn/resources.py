@@ -7,20 +7,28 @@ requests ``{family: {dataset: minutes}}`` as YAML; the workflow's config key ``r
 rule request them (rules/common.smk), falling back to its row-count cost model where nothing was measured.
 Estimates measured on one machine transfer to another only up to the speed ratio of the two: measure on the
 cluster's own nodes (one split per data set is enough: ``--config splits=1``) before running the full protocol.
+
+The GPU rules of the ETT and ERA5 slices request :func:`gpu_minutes` of the work they do at the configuration's
+caps (:func:`adapt_work`, :func:`method_work`, :func:`member_work`, :func:`analyses_work`: optimiser steps and
+forward passes counted from the configuration, every candidate run to its epoch cap), priced by the per-step costs
+that ``benchmarks/step_costs.py`` measured on a GPU at the full model sizes (``config/step_costs.json``).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 import re
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 __all__ = ["read_benchmarks", "runtime_estimates", "dataset_estimates", "load_dataset_estimates", "pairs_mb",
-           "windows_mb", "memory_needed", "write_measured", "load_measured", "main"]
+           "windows_mb", "memory_needed", "write_measured", "load_measured", "load_step_costs", "Sizes", "Work",
+           "adapt_work", "method_work", "member_work", "analyses_work", "gpu_minutes", "main"]
 
 _PER_METHOD = {"run_method", "calibrate_sa"}
 
@@ -155,6 +163,154 @@ def load_measured(path: str | Path) -> dict[str, dict[str, Any]]:
     if not all(isinstance(v, dict) and "max_rss_mb" in v for v in rec.values()):
         raise ValueError(f"{path}: expected {{family: {{max_rss_mb, max_s, n, data_mb}}}}")
     return rec
+
+
+# -- GPU runtime at the configuration's caps: counted work x measured per-step costs ---------------------------------
+STEP_COST_KEYS = ("batch", "eval_batch", "train_step_s", "ivon_step_s", "forward_s", "sa_forward_s")
+
+
+def load_step_costs(path: str | Path) -> dict[str, Any]:
+    """The record ``benchmarks/step_costs.py --out`` wrote: ``{"device", "costs": {model: {batch, eval_batch,
+    train_step_s, ivon_step_s, forward_s, sa_forward_s, ...}}}``; ValueError when a model lacks a figure."""
+    rec = json.loads(Path(path).read_text(encoding="utf-8"))
+    costs = rec.get("costs") if isinstance(rec, dict) else None
+    if not isinstance(costs, dict) or not costs:
+        raise ValueError(f"{path}: expected {{'costs': {{model: {{...}}}}}} (benchmarks/step_costs.py --out)")
+    for model, c in costs.items():
+        missing = [k for k in STEP_COST_KEYS if not isinstance(c.get(k), (int, float)) or c[k] <= 0]
+        if missing:
+            raise ValueError(f"{path}: {model} lacks positive {missing}")
+    if rec.get("small"):
+        raise ValueError(f"{path}: measured on the reduced modules (--small), not the full model sizes")
+    return rec
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Inputs (series or forecast pairs) of each part one job reads."""
+
+    train: int
+    val: int
+    cal: int
+    test: int
+
+
+@dataclass(frozen=True)
+class Work:
+    """What one job computes: optimiser steps of ``batch`` inputs (plain: AdamW on the adapters, as the adapter,
+    SWAG and Contextual Dropout; ``stochastic_steps``: through stochastic attention, HSA; ``ivon_steps``: one IVON
+    weight sample each) and forward passes counted per input (``forward_inputs`` deterministic, ``sa_inputs``
+    through stochastic attention: SA, HSA)."""
+
+    train_steps: float = 0.0
+    stochastic_steps: float = 0.0
+    ivon_steps: float = 0.0
+    forward_inputs: float = 0.0
+    sa_inputs: float = 0.0
+
+    def __add__(self, other: "Work") -> "Work":
+        return Work(*(a + b for a, b in zip(self.__dict__.values(), other.__dict__.values())))
+
+    def __mul__(self, k: float) -> "Work":
+        return Work(*(k * a for a in self.__dict__.values()))
+
+    __rmul__ = __mul__
+
+    def seconds(self, cost: Mapping[str, float], batch: int) -> float:
+        """Seconds at the per-step ``cost`` (one model of :func:`load_step_costs`), steps of ``batch`` inputs
+        priced in proportion to the measured batch (never below one measured step)."""
+        step = max(1.0, batch / cost["batch"])
+        sa_ratio = cost["sa_forward_s"] / cost["forward_s"]
+        per_input = cost["forward_s"] / cost["eval_batch"]
+        return (step * (self.train_steps + sa_ratio * self.stochastic_steps) * cost["train_step_s"]
+                + step * self.ivon_steps * cost["ivon_step_s"]
+                + (self.forward_inputs + sa_ratio * self.sa_inputs) * per_input)  # fmt: skip
+
+
+def _epochs(sizes: Sizes, batch: int, epochs: int, kind: str = "train_steps") -> Work:
+    """``epochs`` epochs over the training part with a validation pass after each (early stopping)."""
+    steps = epochs * math.ceil(sizes.train / batch)
+    return Work(**{kind: steps}) + Work(forward_inputs=epochs * sizes.val)
+
+
+def _grid(cfg: Mapping[str, Any]) -> int:
+    return max(1, len(cfg.get("grid") or [{}]))
+
+
+def adapt_work(sizes: Sizes, train: Mapping[str, Any]) -> Work:
+    """The adapter: ``max_epochs`` epochs, and the zero-shot and adapted predictions of val and test."""
+    return _epochs(sizes, int(train["batch_size"]), int(train["max_epochs"])) + Work(
+        forward_inputs=2 * (sizes.val + sizes.test))
+
+
+def _swag_phase(sizes: Sizes, cfg: Mapping[str, Any]) -> Work:
+    epochs = int(cfg.get("anneal_epochs", 0)) + int(cfg["epochs"])
+    return Work(train_steps=epochs * math.ceil(sizes.train / int(cfg.get("batch_size", 256))))
+
+
+def _swag_select(sizes: Sizes, cfg: Mapping[str, Any], num_samples: int) -> Work:
+    """Every candidate's SWAG phase, its SWA-mean point and ``num_samples`` samples on val."""
+    one = _swag_phase(sizes, cfg) + Work(forward_inputs=(num_samples + 1) * sizes.val)
+    return _grid(cfg) * one + Work(forward_inputs=sizes.val)
+
+
+def _final(sizes: Sizes, num_samples: int, kind: str = "forward_inputs") -> Work:
+    """The chosen model's point and ``num_samples`` samples on test and cal."""
+    return Work(forward_inputs=sizes.test + sizes.cal) + Work(**{kind: num_samples * (sizes.test + sizes.cal)})
+
+
+def _bo(sizes: Sizes, sa: Mapping[str, Any]) -> Work:
+    """One BO calibration of nu: ``budget`` evaluations of ``num_batches`` x ``batch_size`` cal inputs x
+    ``num_passes`` SA passes."""
+    batch = min(int(sa["batch_size"]), sizes.cal)
+    return Work(sa_inputs=int(sa["budget"]) * int(sa["num_batches"]) * batch * int(sa["num_passes"]))
+
+
+def method_work(method: str, sizes: Sizes, cfg: Mapping[str, Any], train: Mapping[str, Any], num_samples: int, *,
+                components: int = 1, swag_scales: int = 0) -> Work:  # fmt: skip
+    """One method job (``cfg``: the method's settings with its grid; ``train``: the adapter's): SA's calibration
+    and sampling; SWAG's selection, sampling and ``swag_scales`` variance scales (val and test); MultiSWAG's
+    pooled sampling of ``components`` members (their training is :func:`member_work`); IVON, Contextual Dropout
+    and HSA: every candidate trained to ``max_epochs`` from a fresh adapter, sampled on val, the chosen one on
+    test and cal."""
+    if method == "sa":
+        return _bo(sizes, cfg) + _final(sizes, 2 * num_samples, "sa_inputs")
+    if method == "swag":
+        scales = Work(forward_inputs=swag_scales * num_samples * (sizes.val + sizes.test))
+        return _swag_select(sizes, cfg, num_samples) + _final(sizes, num_samples) + scales
+    if method == "multiswag":
+        return _final(sizes, num_samples) + Work(forward_inputs=(components - 1) * (sizes.test + sizes.cal))
+    epochs = int(cfg.get("max_epochs", train["max_epochs"]))
+    batch = int(train["batch_size"])
+    kind, sample = {"ivon": ("ivon_steps", "forward_inputs"), "contextual_dropout": ("train_steps", "forward_inputs"),
+                    "hsa": ("stochastic_steps", "sa_inputs")}.get(method, (None, None))  # fmt: skip
+    if kind is None:
+        raise ValueError(f"no cost model for method {method!r}")
+    one = _epochs(sizes, batch, epochs, kind) + Work(**{sample: num_samples * sizes.val})
+    return _grid(cfg) * one + _final(sizes, num_samples, sample)
+
+
+def member_work(component: int, sizes: Sizes, cfg: Mapping[str, Any], train: Mapping[str, Any],
+                num_samples: int) -> Work:  # fmt: skip
+    """One MultiSWAG member: a fresh adapter, then its SWAG phase (member 0 chooses the settings on val)."""
+    swag = _swag_select(sizes, cfg, num_samples) if component == 0 else _swag_phase(sizes, cfg)
+    return adapt_work(sizes, train) + swag
+
+
+def analyses_work(sizes: Sizes, sa: Mapping[str, Any], analyses: Mapping[str, Any], num_samples: int) -> Work:
+    """ERA5's SA analyses: the nu sweep on cal, two test operating points, BO over the seeds on one or two ranges
+    (the per-pass latency is left out: a few hundred passes of one input)."""
+    ranges = 2 if analyses.get("bo_second_range") else 1
+    sweep = Work(sa_inputs=len(analyses["nu_grid"]) * num_samples * sizes.cal + 2 * num_samples * sizes.test)
+    return sweep + len(analyses["bo_seeds"]) * ranges * _bo(sizes, sa) + Work(forward_inputs=sizes.cal)
+
+
+def gpu_minutes(work: Work, cost: Mapping[str, float], batch: int, factor: float, overhead_min: float = 10) -> int:
+    """SLURM runtime request (minutes): ``work`` priced at ``cost`` times ``factor`` (the measuring GPU's speed
+    over the cluster's, with a margin), plus ``overhead_min`` for start-up and loading."""
+    if not factor >= 1:
+        raise ValueError(f"factor must be >= 1, got {factor!r}")
+    return math.ceil(work.seconds(cost, batch) * factor / 60 + overhead_min)
 
 
 def main(argv: list[str] | None = None) -> int:
