@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from stochattn.data.uci import UCI_DATASETS, dataset_registry, locate_uci_file
+from stochattn.data.uci import SHARPNESS_GRID_DATASETS, UCI_DATASETS, dataset_registry, locate_uci_file
 from stochattn.protocol import NOT_PROTOCOL, dataset_section, load_paper_protocol, merged
 from stochattn.protocol import protocol_deviations as _protocol_deviations
 from stochattn.protocol import protocol_note as _protocol_note
@@ -197,13 +197,7 @@ def uci_dataset_figures(dataset):
     return [f for n in names for f in figure_files(n)]
 
 
-def _sharpness_grid():
-    from stochattn.experiments.uci_figures import SHARPNESS_GRID_DATASETS
-
-    return [d for d in SHARPNESS_GRID_DATASETS if d in DATASETS]
-
-
-SHARPNESS_GRID = _sharpness_grid()
+SHARPNESS_GRID = [d for d in SHARPNESS_GRID_DATASETS if d in DATASETS]
 
 
 def uci_targets():

@@ -39,7 +39,7 @@ def paper_comparison_runs():
 
 def paper_comparison_aliases():
     """The ClimaX row of ours (the main case's) that stands for the paper's Z500 72 h row."""
-    from stochattn.experiments.era5_report import ROW
+    from stochattn.data.era5 import ROW
 
     return {ROW: ERA5_CASES[0].row} if ERA5["enabled"] else {}
 

@@ -50,6 +50,8 @@ import numpy as np
 from stochattn.io import atomic_path, save_json, save_npz
 
 __all__ = [
+    "ROW",
+    "row_label",
     "GRID_DEG",
     "LAT",
     "LON",
@@ -434,6 +436,16 @@ TARGET_UNITS: dict[str, tuple[str, str]] = {
 _SURFACE_LABELS = {"t2m": "T2m", "u10": "U10", "v10": "V10"}
 
 
+def row_label(lead_hours: float = 72, target: str = "Z500") -> str:
+    """The row label of the ClimaX tables for a target label and lead time: ``"Z500 72 h"`` (:data:`ROW`) at the
+    paper's, e.g. ``"T850 120 h"`` for another."""
+    return f"{target} {float(lead_hours):g} h"
+
+
+ROW = row_label()
+"""The row label (tidy ``dataset``) of the ClimaX tables at the paper's lead (:func:`row_label` for another)."""
+
+
 @dataclass(frozen=True)
 class Target:
     """A forecast target: ``name`` as configured (``z500``), ``variable`` the ClimaX key (``geopotential_500``),
@@ -481,7 +493,7 @@ class ForecastCase:
 
     @property
     def row(self) -> str:
-        return f"{self.target.label} {self.lead} h"
+        return row_label(self.lead, self.target.label)
 
 
 def forecast_cases(targets: Sequence[str], lead_hours: int | Sequence[int], variables: Sequence[str],

@@ -49,6 +49,7 @@ import numpy as np
 import pandas as pd
 
 from stochattn.calibrate import nu_continuous, surrogate_objective
+from stochattn.data.era5 import ROW, row_label
 from stochattn.experiments import uci_figures
 from stochattn.experiments.evaluate import REFERENCE
 from stochattn.figures import (
@@ -107,16 +108,6 @@ __all__ = [
     "teaser_maps",
     "teaser_axes",
 ]
-
-ROW = "Z500 72 h"
-"""The row label (tidy ``dataset``) of the ClimaX tables at the paper's lead (:func:`row_label` for another)."""
-
-
-def row_label(lead_hours: float = 72, target: str = "Z500") -> str:
-    """The row label of the ClimaX tables for a target label and lead time: ``"Z500 72 h"`` (:data:`ROW`) at the
-    paper's, e.g. ``"T850 120 h"`` for another."""
-    return f"{target} {float(lead_hours):g} h"
-
 
 _PAPER_UNITS = ("m^2 s^-2", r"m$^2$\,s$^{-2}$")
 _PAPER_TARGET = ("Z500", r"$Z_{500}$")

@@ -212,8 +212,6 @@ def sharpness_boxplot(
     return save_figure(fig, out_base)
 
 
-SHARPNESS_GRID_DATASETS = ("concrete", "energy", "kin8nm", "naval", "power", "protein")
-"""The six panels of the paper's Fig. uci_sharpness_remaining_1, in its order (Wine and Yacht have their own)."""
 
 
 def sharpness_grid(
