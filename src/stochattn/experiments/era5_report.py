@@ -48,7 +48,6 @@ from typing import Any, Optional
 import numpy as np
 import pandas as pd
 
-from stochattn.calibrate import nu_continuous, surrogate_objective
 from stochattn.data.era5 import ROW, row_label
 from stochattn.experiments import uci_figures
 from stochattn.experiments.evaluate import REFERENCE
@@ -586,6 +585,8 @@ def latency_figure(analyses: PathLike, out_base: PathLike, title: str) -> list[P
 def _surrogate_curves(run: Mapping[str, Any], nu: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Normalised surrogate loss f(nu) / f* of each posterior draw (D, G) and of the draws' mean parameters (G,);
     f* = the minimum over the BO domain, at the closed-form minimiser clipped to it (f is unimodal in nu)."""
+    from stochattn.calibrate import nu_continuous, surrogate_objective  # torch: only this figure needs it
+
     d = run["posterior_draws"]
     a, ln_b, eps2 = (np.asarray(d[k], dtype=np.float64) for k in ("a", "ln_b", "eps2"))
     s0 = float(run["s0"])
