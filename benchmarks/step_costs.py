@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from stochattn.baselines.ivon import ivon_step, make_ivon
+from stochattn.io import atomic_path
 from stochattn.lora import add_lora
 from stochattn.patch import StochasticAttention
 from stochattn.training import standard_step
@@ -142,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         if device.type == "cuda":
             torch.cuda.empty_cache()
     if args.out:
-        args.out.write_text(json.dumps(record, indent=1) + "\n")
+        with atomic_path(args.out) as tmp:  # an interrupted run leaves no half-written record
+            Path(tmp).write_text(json.dumps(record, indent=1) + "\n")
     return 0
 
 

@@ -131,7 +131,7 @@ def era5_runtime(flat, work):
     from stochattn.resources import Sizes
 
     n = era5_pair_counts()
-    sizes = Sizes(train=n["train"], val=(n["val"] + 1) // 2, cal=n["val"] // 2, test=n["test"])
+    sizes = Sizes.halving_validation(n["train"], n["val"], n["test"])
     return gpu_runtime(flat, lambda w: "climax", lambda w: work(sizes, w), int(ERA5["train"]["batch_size"]))
 
 

@@ -181,6 +181,7 @@ def ett_member_inputs(w):
     return inputs
 
 
+@functools.lru_cache(maxsize=None)  # asked once per job and retry; the same for every method of a configuration
 def ett_sizes(dataset, horizon):
     """stochattn.resources.Sizes of one configuration: its windows (every column a series) at the configuration's
     caps, the validation windows halved into val and cal (experiments.ett.prepare)."""
@@ -194,7 +195,7 @@ def ett_sizes(dataset, horizon):
             ETT_COLUMNS
         )
         n[part] = count if caps.get(part) is None else min(count, int(caps[part]))
-    return Sizes(train=n["train"], val=(n["val"] + 1) // 2, cal=n["val"] // 2, test=n["test"])
+    return Sizes.halving_validation(n["train"], n["val"], n["test"])
 
 
 def _ett_measured_horizon(horizon):

@@ -194,6 +194,11 @@ class Sizes:
     cal: int
     test: int
 
+    @classmethod
+    def halving_validation(cls, train: int, validation: int, test: int) -> "Sizes":
+        """The validation inputs split into val (the larger half) and cal, as both slices' ``prepare`` does."""
+        return cls(train=train, val=(validation + 1) // 2, cal=validation // 2, test=test)
+
 
 @dataclass(frozen=True)
 class Work:
