@@ -16,6 +16,7 @@ Definitions chosen (see the docstrings for details):
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Iterable
 
@@ -47,11 +48,29 @@ __all__ = [
 ]
 
 
+@functools.cache
 def _scoringrules():
-    """scoringrules, imported on first use: importing it compiles its numba ufuncs (~3.5 s), which every training
-    job of the workflow would otherwise pay through ``stochattn.experiments``."""
-    import scoringrules
+    """scoringrules, imported on first use, its numba kernels cached on disk.
 
+    scoringrules 0.10 compiles ~40 numba gufuncs at import, each with explicit signatures and without
+    ``cache=True`` (its issue #80): 5-8 s in every process that scores, i.e. in most workflow jobs. While it
+    imports, ``numba.guvectorize`` defaults ``cache=True``, so numba stores the compiled kernels (next to
+    scoringrules' sources, or in its user cache where those are read-only) and later processes load them: the
+    import then takes ~3 s (measured 2026-11-26: 8.5 s cold, 2.8 s warm). The kernels and results are scoringrules'
+    own; only where the machine code is kept changes."""
+    import numba
+
+    plain = numba.guvectorize
+
+    def cached(*args, **kwargs):
+        kwargs.setdefault("cache", True)
+        return plain(*args, **kwargs)
+
+    numba.guvectorize = cached
+    try:
+        import scoringrules
+    finally:
+        numba.guvectorize = plain
     return scoringrules
 
 
