@@ -344,3 +344,31 @@ def test_bad_input():
         M.central_interval(samples[:1], 0.5)
     with pytest.raises(ValueError, match="pit_values contains NaN"):
         M.w1_uniform([0.1, np.nan])
+
+
+def test_scoringrules_loaded_with_cached_kernels_scores_as_its_numpy_backend(tmp_path):
+    """metrics._scoringrules imports scoringrules with numba.guvectorize defaulting cache=True (its kernels kept on
+    disk) and then restores numba's decorator; the kernels so compiled, and those loaded from the cache in a second
+    process, give scoringrules' own numpy-backend CRPS and Energy Score."""
+    import os
+    import subprocess
+    import sys
+
+    code = """
+import numba, numpy as np
+plain = numba.guvectorize
+from stochattn import metrics
+sr = metrics._scoringrules()
+assert numba.guvectorize is plain, "numba.guvectorize left patched"
+rng = np.random.default_rng(0)
+x, y = rng.normal(size=(19, 50, 3)), rng.normal(size=(50, 3))
+np.testing.assert_allclose(metrics.crps(x, y), sr.crps_ensemble(y, x, m_axis=0, estimator="qd", backend="numpy"),
+                           rtol=1e-12, atol=1e-12)
+np.testing.assert_allclose(metrics.energy_score(x, y),
+                           sr.es_ensemble(y, x, m_axis=0, v_axis=-1, estimator="nrg", backend="numpy"), rtol=1e-12)
+"""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}  # numba's first choice when set
+    for _ in range(2):  # compile (and store), then load
+        subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=300)
+        # scoringrules marks only its energy-score kernels cache=True itself; the CRPS kernels are cached by the patch
+        assert any("crps" in str(p) for p in tmp_path.rglob("*.nbi")), "the CRPS kernels were not cached"
