@@ -19,8 +19,8 @@ $(STAMP): pyproject.toml
 # --max-jobs-per-timespan: Snakemake (9.x) arms a 1-s re-scheduling timer after every scheduling round, and each
 # job's completion starts one more such chain: after n finished jobs it re-schedules ~n times a second, which took
 # 25.8 CPU-minutes in the first 118 min of make run (22 % of a core; 134 threads at 75 min; 2026-11-26). 10 s makes
-# those rounds 10x rarer;
-# jobs still start as soon as one ends, and the run ends at most 10 s after its last job (the last timer).
+# those rounds 10x rarer; jobs still start as soon as one ends (a completion wakes the scheduler), and the run ends
+# at most 10 s after its last job (the last timer).
 run: $(STAMP)
 	$(VENV)/bin/snakemake --cores $(CORES) --configfile=config/quick.yaml --max-jobs-per-timespan 100/10s  # profiles/default applies by itself
 
