@@ -372,3 +372,24 @@ np.testing.assert_allclose(metrics.energy_score(x, y),
         subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=300)
         # scoringrules marks only its energy-score kernels cache=True itself; the CRPS kernels are cached by the patch
         assert any("crps" in str(p) for p in tmp_path.rglob("*.nbi")), "the CRPS kernels were not cached"
+
+
+def test_scoringrules_without_numba_falls_back_to_its_numpy_backend():
+    """Where numba cannot be imported, metrics._scoringrules imports scoringrules as it is (its numpy backend
+    active) instead of failing, and scores as that backend."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+sys.modules["numba"] = None  # import numba -> ImportError
+import numpy as np
+from stochattn import metrics
+sr = metrics._scoringrules()
+assert sr.backends.active.name == "numpy", sr.backends.active.name
+rng = np.random.default_rng(1)
+x, y = rng.normal(size=(9, 20)), rng.normal(size=20)
+np.testing.assert_allclose(metrics.crps(x, y), sr.crps_ensemble(y, x, m_axis=0, estimator="qd", backend="numpy"),
+                           rtol=1e-12)
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)

@@ -57,8 +57,13 @@ def _scoringrules():
     imports, ``numba.guvectorize`` defaults ``cache=True``, so numba stores the compiled kernels (next to
     scoringrules' sources, or in its user cache where those are read-only) and later processes load them: the
     import then takes ~3 s (measured 2026-11-26: 8.5 s cold, 2.8 s warm). The kernels and results are scoringrules'
-    own; only where the machine code is kept changes."""
-    import numba
+    own; only where the machine code is kept changes. Without numba, scoringrules runs its numpy backend."""
+    try:
+        import numba
+    except ImportError:
+        import scoringrules
+
+        return scoringrules
 
     plain = numba.guvectorize
 
