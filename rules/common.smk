@@ -304,7 +304,9 @@ def _trainings(experiment, method, dataset=None):
         return len(cfg.get("grid", [{}]))
     if method == "swag":
         return 1
-    return 0.25  # sa (BO passes), mc_dropout and multiswag (sampling only) on trained networks
+    if method == "mc_dropout":  # one network per grid entry other than the backbone's own rates (an upper bound)
+        return max(0.25, len(cfg.get("grid", [])))
+    return 0.25  # sa (BO passes) and multiswag (sampling only) on trained networks
 
 
 def mem_mb_train(wildcards, attempt):

@@ -136,6 +136,31 @@ def test_evaluate_refuses_nan_predictions(workdir, tmp_path):
     assert not (tmp_path / "metrics.json").exists()
 
 
+def test_mc_dropout_grid_reuses_the_backbone_for_its_own_rates_and_chooses_on_validation_crps(workdir, tmp_path):
+    """The candidate with the backbone's dropout rates is the shared backbone (the same samples as without a grid);
+    another rate trains its own network; every candidate's validation CRPS is recorded and the lowest is kept."""
+    kw = dict(backbone_path=workdir / "backbone/model.pt", model=MODEL, train=TRAIN, num_samples=S, seed=1,
+              progress=False)  # fmt: skip
+    prepared = workdir / "prepared.npz"
+    uci.run_method("mc_dropout", prepared, tmp_path / "plain", method_cfg={}, **kw)
+    own = uci.run_method("mc_dropout", prepared, tmp_path / "own", method_cfg={"grid": [{}]}, **kw)
+    plain, same = load_npz(tmp_path / "plain" / "samples.npz"), load_npz(tmp_path / "own" / "samples.npz")
+    assert all(np.array_equal(plain[k], same[k]) for k in plain)
+    assert own["selection"]["grid"] == [{"attention_dropout": 0.2, "ffn_dropout": 0.1, "residual_dropout": 0.0}]
+
+    grid = [{}, {"attention_dropout": 0.5, "ffn_dropout": 0.5}]
+    meta = uci.run_method("mc_dropout", prepared, tmp_path / "grid", method_cfg={"grid": grid}, **kw)
+    rec = meta["selection"]
+    assert rec["metric"] == "val_crps" and rec["grid"][1]["ffn_dropout"] == 0.5 and len(rec["val_crps"]) == 2
+    assert rec["chosen"]["index"] == int(np.argmin(rec["val_crps"]))
+    other = uci.run_method("mc_dropout", prepared, tmp_path / "other", method_cfg={"grid": grid[1:]}, **kw)
+    assert other["selection"]["val_crps"][0] == pytest.approx(rec["val_crps"][1])  # the same network, retrained
+    trained = load_npz(tmp_path / "other" / "samples.npz")
+    assert not np.allclose(trained["point"], plain["point"])  # not the backbone
+    with pytest.raises(ValueError, match="unknown keys \\['p'\\]"):
+        uci.run_method("mc_dropout", prepared, tmp_path / "bad", method_cfg={"grid": [{"p": 0.1}]}, **kw)
+
+
 # --------------------------------------------------------------------------------------------------------------
 # evaluate: factors come from calibration arrays only
 # --------------------------------------------------------------------------------------------------------------

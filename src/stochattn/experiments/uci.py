@@ -158,38 +158,49 @@ def _to_original(values: np.ndarray, data: Mapping[str, Any]) -> np.ndarray:
     return values * data["y_std"] + data["y_mean"]
 
 
+# the dropout rates an MC Dropout candidate may set (build_ft_transformer's; the rest of the network is the backbone's)
+MC_DROPOUT_KEYS = ("attention_dropout", "ffn_dropout", "residual_dropout")
 
 
+def _mc_dropout(data, net, model_cfg, train_cfg, cfg, num_samples, seed, progress) -> Dict[str, Any]:
+    """MC Dropout (Gal & Ghahramani 2016): S passes with the network's dropout on; point = the deterministic pass.
 
+    Candidates (``cfg["grid"]``, entries overriding ``MC_DROPOUT_KEYS``) are networks trained with those dropout
+    rates, chosen by the validation CRPS of S passes, as Gal's UCI protocol chose its dropout rate on validation
+    data (by log-likelihood). The candidate with the backbone's own rates is the shared backbone itself; every other
+    is trained here on the same parts with the same schedule (from this run's seed). No grid: the backbone alone."""
+    import inspect
 
-def _mc_dropout(data, net, cfg, num_samples, seed, progress) -> Dict[str, Any]:
     from ..baselines.mc_dropout import mc_dropout_samples
+    from ..selection import CandidateFit
+
+    defaults = inspect.signature(build_ft_transformer).parameters
+    own = {k: float(model_cfg.get(k, defaults[k].default)) for k in MC_DROPOUT_KEYS}
+    grid = [dict(own, **{k: float(v) for k, v in c.items()}) for c in cfg.get("grid", [{}])]
+    unknown = sorted({k for c in cfg.get("grid", []) for k in c} - set(MC_DROPOUT_KEYS))
+    if unknown:
+        raise ValueError(f"mc_dropout grid: unknown keys {unknown}; a candidate sets {', '.join(MC_DROPOUT_KEYS)}")
+
+    def fit(c, split):  # sees the ValidationSplit only (never ``data``)
+        if c == own:
+            candidate = net
+        else:
+            candidate = _build(data, dict(model_cfg, **c), seed)
+            methods.fit_on(candidate, split, train_cfg, seed, progress, f"mc dropout {c}")
+            candidate.eval()
+        val = mc_dropout_samples(candidate, split.x_val, num_samples, seed + 2)
+        return CandidateFit(candidate, predict(candidate, split.x_val), val)
 
     t0 = time.perf_counter()
-    draw = lambda x, s: mc_dropout_samples(net, x, num_samples, s, progress=progress)  # noqa: E731
+    sel = methods.select("mc_dropout", data, grid, fit)
+    chosen, t1 = sel.result, time.perf_counter()
+    draw = lambda x, s: mc_dropout_samples(chosen, x, num_samples, s, progress=progress)  # noqa: E731
     samples, cal_samples = draw(data["x_test"], seed), draw(data["x_cal"], seed + 1)
     return {
-        "point": predict(net, data["x_test"]), "samples": samples, "cal_point": predict(net, data["x_cal"]),
-        "cal_samples": cal_samples, "seconds": {"train": 0.0, "calibrate": 0.0, "predict": time.perf_counter() - t0},
+        "point": predict(chosen, data["x_test"]), "samples": samples, "cal_point": predict(chosen, data["x_cal"]),
+        "cal_samples": cal_samples, "seconds": {"train": t1 - t0, "calibrate": 0.0, "predict": time.perf_counter() - t1},
+        "extra": {"selection": sel.record},
     }
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 def train_multiswag_component(
@@ -341,7 +352,10 @@ def run_method(
             raise ValueError(f"method {method!r} needs backbone_path (the trained deterministic FT-Transformer)")
         net = load_backbone(data, backbone_path, device)
         backbone_meta = load_json(Path(backbone_path).with_name("meta.json"))
-        run = {"sa": _sa, "mc_dropout": _mc_dropout, "swag": _swag}[method](data, net, method_cfg, num_samples, seed, progress)
+        if method == "mc_dropout":
+            run = _mc_dropout(data, net, dict(model), train, method_cfg, num_samples, seed, progress)
+        else:
+            run = {"sa": _sa, "swag": _swag}[method](data, net, method_cfg, num_samples, seed, progress)
         run["seconds"]["backbone_train"] = backbone_meta["seconds"]
     elif method == "multiswag":
         n = int(method_cfg["components"])

@@ -212,8 +212,6 @@ def sharpness_boxplot(
     return save_figure(fig, out_base)
 
 
-
-
 def sharpness_grid(
     samples_and_metrics: Mapping[str, Mapping[str, Any]],
     out_base: PathLike,
