@@ -24,8 +24,12 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/snakemake --cores $(CORES) --configfile=config/quick.yaml --max-jobs-per-timespan 100/10s  # profiles/default applies by itself
 
+# The suite in TEST_WORKERS pytest-xdist processes, one test file per worker at a time (--dist loadfile: a file's
+# module-scoped fixtures, e.g. the tiny DAG runs, are built once). Two workers overlap the tests that wait (the sbatch
+# jobs of the SLURM test, the kill -9 rerun) with the ones that compute.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/bench_attention.py

@@ -1,7 +1,17 @@
 """Shared test fixtures."""
 
+import os
+
 import pytest
 import torch
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (`make test` runs 2 workers), each worker's own torch uses its share of the cores: two
+    workers at the default (all cores each) oversubscribe them. Subprocesses (the DAG runs) set their own threads."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
 @pytest.fixture(scope="module")
@@ -29,16 +39,27 @@ def tiny_config(path, **updates):
 
 @pytest.fixture(scope="session")
 def tiny_chain(tmp_path_factory):
-    """A finished tiny run of TINY_TARGETS: {"work", "cfg", "root"}. Read-only: copy it (copy_run) to change files."""
+    """A finished tiny run of TINY_TARGETS: {"work", "cfg", "root"}. Read-only: copy it (copy_run) to change files.
+
+    Run once per test session: under pytest-xdist the workers share it (the first one builds it under a file lock in
+    the session's common temporary folder; the others wait for it and reuse it)."""
+    from filelock import FileLock
     from test_workflow import HAVE_MIRROR, MIRROR, smk
 
     if not HAVE_MIRROR:
         pytest.skip(f"offline data mirror {MIRROR} not present")
-    root = tmp_path_factory.mktemp("chain")
-    cfg = tiny_config(root / "tiny.yaml")
-    res = smk(root / "work", *TINY_TARGETS, configfile=cfg)
-    assert res.returncode == 0, res.stdout[-6000:]
-    return {"root": root, "work": root / "work", "cfg": cfg}
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the folder common to every worker of this session
+    root, done = shared / "tiny_chain", shared / "tiny_chain.done"
+    with FileLock(str(shared / "tiny_chain.lock")):
+        if not done.exists():
+            root.mkdir(exist_ok=True)
+            cfg = tiny_config(root / "tiny.yaml")
+            res = smk(root / "work", *TINY_TARGETS, configfile=cfg)
+            assert res.returncode == 0, res.stdout[-6000:]
+            done.touch()
+    return {"root": root, "work": root / "work", "cfg": root / "tiny.yaml"}
 
 
 def copy_run(chain, dest):
