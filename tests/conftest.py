@@ -14,14 +14,6 @@ def pytest_configure(config):
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
-def pytest_collection_modifyitems(config, items):
-    """The files with end-to-end (``slow``) tests first, each file's order kept: under pytest-xdist's ``--dist
-    loadfile`` the workers start on the long files and the short ones fill in at the end, instead of one long file
-    (e.g. the SLURM run) starting last and running alone."""
-    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_files)  # a stable sort
-
-
 @pytest.fixture(scope="module")
 def one_thread():
     """Tiny models run several times faster single-threaded (thread overhead dominates); restored afterwards."""
