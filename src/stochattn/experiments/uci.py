@@ -176,7 +176,7 @@ def _mc_dropout(data, net, model_cfg, train_cfg, cfg, num_samples, seed, progres
 
     defaults = inspect.signature(build_ft_transformer).parameters
     own = {k: float(model_cfg.get(k, defaults[k].default)) for k in MC_DROPOUT_KEYS}
-    grid = [dict(own, **{k: float(v) for k, v in c.items()}) for c in cfg.get("grid", [{}])]
+    grid = methods.candidates(cfg, MC_DROPOUT_KEYS, own)
     unknown = sorted({k for c in cfg.get("grid", []) for k in c} - set(MC_DROPOUT_KEYS))
     if unknown:
         raise ValueError(f"mc_dropout grid: unknown keys {unknown}; a candidate sets {', '.join(MC_DROPOUT_KEYS)}")
