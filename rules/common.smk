@@ -10,6 +10,7 @@ import yaml
 
 from stochattn.data.uci import SHARPNESS_GRID_DATASETS, UCI_DATASETS, dataset_registry, locate_uci_file
 from stochattn.protocol import NOT_PROTOCOL, dataset_section, load_paper_protocol, merged
+from stochattn.protocol import check_multiswag_matches_swag
 from stochattn.protocol import protocol_deviations as _protocol_deviations
 from stochattn.protocol import protocol_note as _protocol_note
 from stochattn.provenance import code_version
@@ -156,6 +157,14 @@ def method_cfg(experiment, method, dataset=None):
     return dataset_section(config, "method_params", dataset, method)
 
 
+# MultiSWAG's component 0 is the SWAG run (rule run_swag), so their settings must agree; checked here, when the
+# workflow is parsed (an input function's error is passed over for outputs that already exist)
+for _experiment, _datasets, _methods in (("uci", DATASETS, config["methods"]), ("toy", [None], TOY_METHODS)):
+    if "multiswag" in _methods:
+        for _dataset in _datasets:
+            check_multiswag_matches_swag(*(method_cfg(_experiment, m, _dataset) for m in ("swag", "multiswag")))
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # paths
 # ---------------------------------------------------------------------------------------------------------------
@@ -218,19 +227,21 @@ def method_inputs(wildcards):
     if wildcards.method in BACKBONE_METHODS:
         inputs["backbone"] = f"{run}/backbone/model.pt"
         inputs["backbone_meta"] = f"{run}/backbone/meta.json"
-    if wildcards.method == "multiswag":
+    if wildcards.method == "multiswag":  # component 0: the SWAG run's posterior (rule run_swag)
         n = int(method_cfg(wildcards.experiment, "multiswag", wildcards.dataset)["components"])
-        inputs["components"] = [f"{run}/multiswag/components/{c}.pt" for c in range(n)]
-        inputs["component_metas"] = [f"{run}/multiswag/components/{c}.json" for c in range(n)]
+        inputs["components"] = [f"{run}/swag/posterior.pt"] + [
+            f"{run}/multiswag/components/{c}.pt" for c in range(1, n)
+        ]
+        inputs["component_metas"] = [p.replace(".pt", ".json") for p in inputs["components"]]
     return inputs
 
 
 def component_inputs(wildcards):
-    """Inputs of one MultiSWAG component: the prepared split, and component 0's meta (its SWAG settings)."""
+    """Inputs of one MultiSWAG component: the prepared split, and component 0's meta (the SWAG run's settings)."""
     run = f"results/{wildcards.experiment}/{wildcards.dataset}/split{wildcards.split}"
     inputs = {"prepared": f"{run}/prepared.npz"}
     if int(wildcards.component) > 0:
-        inputs["first"] = f"{run}/multiswag/components/0.json"
+        inputs["first"] = f"{run}/swag/posterior.json"
     return inputs
 
 

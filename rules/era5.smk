@@ -207,9 +207,9 @@ rule era5_adapt:
 
 
 rule era5_multiswag_member:
-    """One MultiSWAG-LoRA member: a fresh adapter from its own seed, then its SWAG-LoRA phase (member 0 chooses the
-    SWAG settings on the val pairs, the others reuse them). One job per member: the paper's ten members took ~12
-    V100 days together."""
+    """One MultiSWAG-LoRA member 1..L-1: a fresh adapter from its own seed, then its SWAG-LoRA phase at the settings
+    SWAG-LoRA chose (member 0 is the SWAG-LoRA run itself, written by rule era5_swag). One job per member: the
+    paper's ten members took ~12 V100 days together."""
     input:
         unpack(era5_member_inputs),
     output:
@@ -220,7 +220,7 @@ rule era5_multiswag_member:
     benchmark:
         benchmark_file("era5_multiswag_member", "{component}{era5_sub}")
     wildcard_constraints:
-        component=r"\d+",
+        component=r"[1-9]\d*",
     conda:
         CONDA_ENV
     threads: 1
@@ -320,6 +320,8 @@ use rule era5_method as era5_swag with:
         samples=era5_run("swag", "samples.npz"),
         meta=era5_run("swag", "meta.json"),
         sweep=era5_run("swag", "scale_sweep.json"),
+        member=era5_run("swag", "posterior.pt"),
+        member_meta=era5_run("swag", "posterior.json"),
     log:
         "logs/era5{era5_sub}/swag.log",
     benchmark:

@@ -183,6 +183,10 @@ def era5_method_cfg(method):
     return merged(config["method_params"].get(method, {}), ERA5.get("method_params", {}).get(method))
 
 
+if "multiswag" in ERA5["methods"]:  # its member 0 is the SWAG-LoRA run (rule era5_swag)
+    check_multiswag_matches_swag(era5_method_cfg("swag"), era5_method_cfg("multiswag"))
+
+
 def era5_run(method, name, sub="{era5_sub}"):
     """A run file of one case (``sub``: the case's folder suffix; a wildcard in rules)."""
     return f"{ERA5_DIR}{sub}/runs/{method}/{name}"
@@ -307,13 +311,14 @@ def era5_figure_inputs(wildcards):
 def era5_members(w):
     """The MultiSWAG-LoRA member files of a job's case, in order (one job each: rule era5_multiswag_member)."""
     n = int(era5_method_cfg("multiswag")["components"])
-    return [f"{ERA5_DIR}{w.era5_sub}/runs/multiswag/members/{c}.pt" for c in range(n)]
+    runs = f"{ERA5_DIR}{w.era5_sub}/runs"
+    return [f"{runs}/swag/posterior.pt"] + [f"{runs}/multiswag/members/{c}.pt" for c in range(1, n)]
 
 
 def era5_member_inputs(w):
     d = f"{ERA5_DIR}{w.era5_sub}"
     inputs = {"prepared": f"{d}/pairs.npz", "backbone": era5_backbone(), "adapter": f"{d}/adapter.pt",
               "adapter_meta": f"{d}/adapter.json"}  # fmt: skip
-    if int(w.component) > 0:  # member 0 chose the SWAG settings
-        inputs["first"] = f"{d}/runs/multiswag/members/0.json"
+    if int(w.component) > 0:  # member 0 (the SWAG run) chose the SWAG settings
+        inputs["first"] = f"{d}/runs/swag/posterior.json"
     return inputs

@@ -175,9 +175,9 @@ rule ett_calibrate_sa:
 
 
 rule ett_multiswag_member:
-    """One MultiSWAG-LoRA member of one configuration: a fresh adapter from its own seed, then its SWAG-LoRA phase
-    (member 0 chooses the SWAG settings on the val windows, the others reuse them). One job per member bounds
-    every job's runtime."""
+    """One MultiSWAG-LoRA member 1..L-1 of one configuration: a fresh adapter from its own seed, then its SWAG-LoRA
+    phase at the settings SWAG-LoRA chose (member 0 is the SWAG-LoRA run itself, written by rule ett_swag). One job
+    per member bounds every job's runtime."""
     input:
         unpack(lambda w: ett_member_inputs(w)),
     output:
@@ -188,7 +188,7 @@ rule ett_multiswag_member:
     benchmark:
         benchmark_file("ett_multiswag_member", "{ett_dataset}/H{horizon}/{component}")
     wildcard_constraints:
-        component=r"\d+",
+        component=r"[1-9]\d*",
     conda:
         CONDA_ENV
     threads: 1
@@ -210,7 +210,7 @@ rule ett_multiswag_member:
 
 rule ett_method:
     """One method on one configuration: S predictive samples on the test and cal windows (SA writes sa_match too;
-    MultiSWAG pools the members of its per-member jobs)."""
+    MultiSWAG pools the members of its per-member jobs; SWAG, rule ett_swag, keeps its posterior as member 0)."""
     input:
         prepared=f"{ETT_CONFIG}/prepared.npz",
         backbone=ett_backbone,
@@ -225,7 +225,7 @@ rule ett_method:
     benchmark:
         benchmark_file("ett_method", "{ett_dataset}/H{horizon}/{ett_method}")
     wildcard_constraints:
-        ett_method="|".join(m for m in ETT["methods"] if m != "sa"),
+        ett_method="|".join(m for m in ETT["methods"] if m not in ("sa", "swag")),
     conda:
         CONDA_ENV
     threads: 1
@@ -246,6 +246,16 @@ rule ett_method:
         ),
     script:
         "../workflow_scripts/ett.py"
+
+
+use rule ett_method as ett_swag with:
+    output:
+        samples=f"{ETT_CONFIG}/{{ett_method}}/samples.npz",
+        meta=f"{ETT_CONFIG}/{{ett_method}}/meta.json",
+        member=f"{ETT_CONFIG}/{{ett_method}}/posterior.pt",
+        member_meta=f"{ETT_CONFIG}/{{ett_method}}/posterior.json",
+    wildcard_constraints:
+        ett_method="swag",
 
 
 rule ett_evaluate:

@@ -45,6 +45,10 @@ def ett_method_cfg(method):
     return merged(config["method_params"].get(method, {}), ETT.get("method_params", {}).get(method))
 
 
+if "multiswag" in ETT["methods"]:  # its member 0 is the SWAG-LoRA run (rule ett_swag)
+    check_multiswag_matches_swag(ett_method_cfg("swag"), ett_method_cfg("multiswag"))
+
+
 def ett_run(dataset, horizon, method, name):
     return f"results/ett/{dataset}/H{horizon}/{method}/{name}"
 
@@ -169,15 +173,16 @@ def ett_figure_args(matched):
 def ett_members(w):
     """The MultiSWAG-LoRA member files of one configuration, in order (one job each: rule ett_multiswag_member)."""
     n = int(ett_method_cfg("multiswag")["components"])
-    return [f"results/ett/{w.ett_dataset}/H{w.horizon}/multiswag/members/{c}.pt" for c in range(n)]
+    run = f"results/ett/{w.ett_dataset}/H{w.horizon}"
+    return [f"{run}/swag/posterior.pt"] + [f"{run}/multiswag/members/{c}.pt" for c in range(1, n)]
 
 
 def ett_member_inputs(w):
     run = f"results/ett/{w.ett_dataset}/H{w.horizon}"
     inputs = {"prepared": f"{run}/prepared.npz", "backbone": ett_backbone(w), "adapter": f"{run}/adapter.pt",
               "adapter_meta": f"{run}/adapter.json"}  # fmt: skip
-    if int(w.component) > 0:  # member 0 chose the SWAG settings
-        inputs["first"] = f"{run}/multiswag/members/0.json"
+    if int(w.component) > 0:  # member 0 (the SWAG run) chose the SWAG settings
+        inputs["first"] = f"{run}/swag/posterior.json"
     return inputs
 
 

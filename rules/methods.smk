@@ -14,7 +14,7 @@ rule run_method:
     benchmark:
         benchmark_file("run_method", "{experiment}/{dataset}/split{split}/{method}")
     wildcard_constraints:
-        method="|".join(BASELINES),
+        method="|".join(m for m in BASELINES if m != "swag"),
     conda:
         CONDA_ENV
     threads: 1
@@ -33,9 +33,20 @@ rule run_method:
         "../workflow_scripts/run_method.py"
 
 
+use rule run_method as run_swag with:
+    output:
+        samples="results/{experiment}/{dataset}/split{split}/{method}/samples.npz",
+        meta="results/{experiment}/{dataset}/split{split}/{method}/meta.json",
+        member="results/{experiment}/{dataset}/split{split}/{method}/posterior.pt",
+        member_meta="results/{experiment}/{dataset}/split{split}/{method}/posterior.json",
+    wildcard_constraints:
+        method="swag",
+
+
 rule multiswag_component:
-    """One MultiSWAG component: a network trained from its own seed, then its SWAG phase (component 0 chooses the
-    SWAG settings on validation data, the others reuse them). One job per component bounds every job's runtime."""
+    """One MultiSWAG component 1..L-1: a network trained from its own seed, then its SWAG phase at the settings SWAG
+    chose (component 0 is the SWAG run on the shared backbone, rule run_swag). One job per component bounds every
+    job's runtime."""
     input:
         unpack(component_inputs),
     output:
@@ -46,7 +57,7 @@ rule multiswag_component:
     benchmark:
         benchmark_file("multiswag_component", "{experiment}/{dataset}/split{split}/{component}")
     wildcard_constraints:
-        component=r"\d+",
+        component=r"[1-9]\d*",
     conda:
         CONDA_ENV
     threads: 1

@@ -113,7 +113,8 @@ def test_standin_never_reads_the_evaluated_station(csvs, tmp_path, monkeypatch):
     real = Path.read_bytes
 
     def spy(self):
-        opened.append(self.name)
+        if self.suffix != ".py":  # pytest reads the sources of modules named *_test.py (scipy.stats') as they import
+            opened.append(self.name)
         return real(self)
 
     monkeypatch.setattr(Path, "read_bytes", spy)
@@ -212,3 +213,27 @@ def test_adapt_and_methods_write_runs_in_the_contract(csvs, tmp_path):
     with pytest.raises(ValueError, match="first_path"):
         ett.train_multiswag_member(tmp_path / "p.npz", tmp_path / "bb.pt", tmp_path / "adapter.pt", tmp_path / "m.pt",
                                    component=1, lora=lora, train=train, method_cfg=ms_cfg, num_samples=4, seed=5)
+    # the workflow's member 0 is the SWAG-LoRA run: it keeps the posterior it sampled from (adapter tensors and SWAG
+    # moments as a member file), member 1 reads its settings, and MultiSWAG-LoRA pools the two
+    swag_cfg = {k: v for k, v in ms_cfg.items() if k != "components"}
+    post = tmp_path / "swag_m" / "posterior.pt"
+    swag_meta = ett.run_method("swag", tmp_path / "p.npz", tmp_path / "bb.pt", tmp_path / "adapter.pt",
+                               tmp_path / "swag_m", lora=lora, train=train, method_cfg=swag_cfg, num_samples=4, seed=5,
+                               swag_member=post, progress=False)  # fmt: skip
+    rec = json.loads(post.with_suffix(".json").read_text())
+    adapter_seconds = json.loads((tmp_path / "adapter.json").read_text())["seconds"]
+    assert rec["component"] == 0 and rec["selection"]["member_of"] == "swag"
+    assert rec["seconds"] == pytest.approx(adapter_seconds + swag_meta["seconds"]["train"])
+    m1 = tmp_path / "from_swag" / "1.pt"
+    rec1 = ett.train_multiswag_member(tmp_path / "p.npz", tmp_path / "bb.pt", tmp_path / "adapter.pt", m1, component=1,
+                                      lora=lora, train=train, method_cfg=ms_cfg, num_samples=4, seed=5,
+                                      first_path=post.with_suffix(".json"), progress=False)  # fmt: skip
+    assert rec1["candidate"] == rec["candidate"]
+    ett.run_method("multiswag", tmp_path / "p.npz", tmp_path / "bb.pt", tmp_path / "adapter.pt", tmp_path / "ms_swag",
+                   lora=lora, train=train, method_cfg=ms_cfg, num_samples=4, seed=5, members=[post, m1],
+                   progress=False)  # fmt: skip
+    pooled = np.load(tmp_path / "ms_swag" / "samples.npz")["samples"]
+    assert np.all(np.isfinite(pooled)) and np.std(pooled, axis=0).mean() > 0
+    with pytest.raises(ValueError, match="swag_member"):
+        ett.run_method("hsa", tmp_path / "p.npz", tmp_path / "bb.pt", tmp_path / "adapter.pt", tmp_path / "x",
+                       lora=lora, train=train, method_cfg={}, num_samples=3, seed=0, swag_member=post)  # fmt: skip

@@ -36,7 +36,8 @@ def ett_run(tmp_path_factory):
 def test_ett_run_writes_every_output_with_provenance(ett_run):
     work = ett_run["work"]
     stats = job_stats(ett_run["output"])
-    assert stats["ett_method"] == 5 and stats["ett_calibrate_sa"] == 1 and stats["ett_pretrain_standin"] == 1
+    assert stats["ett_method"] == 4 and stats["ett_swag"] == 1 and stats["ett_calibrate_sa"] == 1
+    assert stats["ett_pretrain_standin"] == 1 and stats["ett_multiswag_member"] == 1  # member 0: the SWAG run
     run = work / "results" / "ett" / "ETTh1" / "H96"
     for m in RUNS:
         metrics = json.loads((run / m / "metrics.json").read_text())
@@ -69,7 +70,7 @@ def test_every_ett_table_and_figure_audits_clean(ett_run):
     assert_every_output_audits_clean(work, 10)  # 7 tables, 3 figures
     rules = {n.rule for n in audit._iter(audit.audit("results/tables/ett_pooled.csv", work))}
     assert {"fetch_ett", "ett_prepare", "ett_pretrain_standin", "ett_adapt", "ett_calibrate_sa", "ett_method",
-            "ett_evaluate", "ett_table"} <= rules, rules  # fmt: skip
+            "ett_swag", "ett_multiswag_member", "ett_evaluate", "ett_table"} <= rules, rules  # fmt: skip
 
 
 @pytest.mark.slow

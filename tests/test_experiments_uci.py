@@ -117,6 +117,41 @@ def test_method_writes_contracted_samples_meta_and_metrics(workdir, sa_run, meth
         assert (0 <= gap < 1 / n_cal + 1e-12) or (key != "95" and np.isnan(matched[f"factor_{key}"])), (key, gap)
 
 
+def test_swag_run_keeps_the_posterior_it_sampled_as_multiswag_component_0(workdir, tmp_path):
+    """SWAG with ``swag_member`` writes the very posterior it sampled from as MultiSWAG's component 0 (the workflow
+    trains components 1..L-1 only): redrawn from the file with SWAG's seed it gives SWAG's samples; component 1
+    reuses its settings; MultiSWAG pools both; the file's seconds are a member's (training + SWAG phases)."""
+    from stochattn.baselines.swag import swag_samples
+    from stochattn.experiments import methods
+
+    post = tmp_path / "swag" / "posterior.pt"
+    swag_meta = uci.run_method("swag", workdir / "prepared.npz", tmp_path / "swag",
+                               backbone_path=workdir / "backbone/model.pt", model=MODEL, train=TRAIN,
+                               method_cfg=CFG["swag"], num_samples=S, seed=1, swag_member=post, progress=False)  # fmt: skip
+    rec = load_json(post.with_suffix(".json"))
+    assert rec["component"] == 0 and rec["selection"]["member_of"] == "swag"
+    assert rec["seconds"] == pytest.approx(load_json(workdir / "backbone/meta.json")["seconds"]
+                                           + swag_meta["seconds"]["train"])  # fmt: skip
+    data = load_prepared(workdir / "prepared.npz")
+    net, swag, candidate = uci._load_component(data, post)
+    redrawn = methods.to_original(swag_samples(net, swag, data["x_test"], S, 1, scale=candidate["scale"]), data)
+    np.testing.assert_allclose(redrawn, load_npz(tmp_path / "swag" / "samples.npz")["samples"], rtol=1e-6)
+    comp1 = tmp_path / "components" / "1.pt"
+    uci.train_multiswag_component(workdir / "prepared.npz", comp1, component=1, model=MODEL, train=TRAIN,
+                                  method_cfg=CFG["multiswag"], seed=2, num_samples=S,
+                                  first_path=post.with_suffix(".json"), progress=False)  # fmt: skip
+    assert load_json(comp1.with_suffix(".json"))["candidate"] == candidate
+    meta = uci.run_method("multiswag", workdir / "prepared.npz", tmp_path / "multiswag", components=[post, comp1],
+                          model=MODEL, train=TRAIN, method_cfg=CFG["multiswag"], num_samples=S, seed=3,
+                          progress=False)  # fmt: skip
+    pooled = load_npz(tmp_path / "multiswag" / "samples.npz")["samples"]
+    assert np.all(np.isfinite(pooled)) and pooled.std(0).mean() > 0
+    assert meta["seconds"]["train"] == pytest.approx(rec["seconds"] + load_json(comp1.with_suffix(".json"))["seconds"])
+    with pytest.raises(ValueError, match="swag_member"):
+        uci.run_method("mc_dropout", workdir / "prepared.npz", tmp_path / "x", backbone_path=workdir / "backbone/model.pt",
+                       model=MODEL, train=TRAIN, method_cfg={}, num_samples=S, seed=1, swag_member=tmp_path / "p.pt")
+
+
 def test_bad_method_and_missing_backbone(workdir):
     kw = dict(model=MODEL, train=TRAIN, method_cfg={}, num_samples=S, seed=0, progress=False)
     with pytest.raises(ValueError, match="unknown method 'dropout'"):

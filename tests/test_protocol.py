@@ -139,3 +139,13 @@ def test_a_uci_caption_states_the_uci_slice_alone():
            "ett": {"max_series": {"train": 700}, "train": {"lr": 1e-3}}, "era5": {"lead_hours": 72}}
     note = protocol_note(cfg, {})
     assert "model: n_blocks=1" in note and "ett" not in note and "era5" not in note
+
+
+def test_multiswag_must_repeat_swags_settings():
+    """The workflow keeps the SWAG run as MultiSWAG's member 0, so the two sections may differ only in components."""
+    from stochattn.protocol import check_multiswag_matches_swag
+
+    swag = {"lr": 1e-3, "epochs": 2, "grid": [{"lr": 1e-3}, {"lr": 1e-2}]}
+    check_multiswag_matches_swag(swag, {**swag, "components": 3})
+    with pytest.raises(ValueError, match=r"\['anneal_epochs', 'grid'\]"):
+        check_multiswag_matches_swag(swag, {**swag, "components": 3, "grid": [{"lr": 1e-3}], "anneal_epochs": 0})

@@ -72,7 +72,7 @@ def repo_copy(tmp_path_factory):
         # function) for the suite's 20-minute budget; the code versions of every rule come from the same code_for
         ("stochattn.report", "write_table", {"uci_table": 1}),
         # one baseline's stage function: that method's run only, not the other method's nor the backbone
-        ("stochattn.experiments.uci", "_swag", {"run_method": 1, "evaluate": 1, "uci_table": 1, "uci_pit_figure": 1}),
+        ("stochattn.experiments.uci", "_swag", {"run_swag": 1, "evaluate": 1, "uci_table": 1, "uci_pit_figure": 1}),
     ],
 )
 def test_editing_a_library_function_reruns_its_dependants_only(tiny_chain, repo_copy, tmp_path, module, function,

@@ -65,7 +65,7 @@ def test_rules_request_the_measured_runtime(tmp_path):
     res = smk(tmp_path / "work", "-n", "results/uci/yacht/split0/swag/samples.npz", configfile=cfg)
     assert res.returncode == 0, res.stdout[-3000:]
     jobs = dict(re.findall(r"rule (\w+):.*?resources: .*?runtime=(\d+)", res.stdout, re.S))
-    assert jobs["train_backbone"] == "7" and jobs["run_method"] == "11"
+    assert jobs["train_backbone"] == "7" and jobs["run_swag"] == "11"  # SWAG: rule run_swag (family run_method)
     plain = smk(tmp_path / "work", "-n", "results/uci/yacht/split0/swag/samples.npz",
                 configfile=write_config(tmp_path / "p.yaml", base=REPO / "config" / "test.yaml"))
     assert dict(re.findall(r"rule (\w+):.*?resources: .*?runtime=(\d+)", plain.stdout, re.S))["train_backbone"] != "7"

@@ -34,8 +34,8 @@ ALL_DATASETS = ["concrete", "energy", "kin8nm", "naval", "power", "protein", "wi
 ALL_METHODS = ["sa", "mc_dropout", "swag", "multiswag", "ivon", "hsa"]  # what a config lists
 RUNS = ["sa", "sa_match", "mc_dropout", "swag", "multiswag", "ivon", "hsa"]  # + sa_match, written beside sa
 PIPELINE_RULES = [
-    "fetch_uci", "prepare_uci", "prepare_toy", "train_backbone", "calibrate_sa", "run_method", "multiswag_component",
-    "evaluate",
+    "fetch_uci", "prepare_uci", "prepare_toy", "train_backbone", "calibrate_sa", "run_method", "run_swag",
+    "multiswag_component", "evaluate",
     "uci_table", "uci_pit_figure", "uci_sharpness_figure", "uci_yacht_appendix", "uci_cost_figure",
     "teaser_sinusoid",
 ]  # fmt: skip
@@ -147,8 +147,9 @@ def test_dry_run_paper_protocol(tmp_path):
         "prepare_toy": 1,
         "train_backbone": n_runs + 1,
         "calibrate_sa": n_runs + 1,
-        "run_method": (n_runs + 1) * (toy - 1),
-        "multiswag_component": (n_runs + 1) * 10,  # one job per MultiSWAG component (L = 10)
+        "run_method": (n_runs + 1) * (toy - 2),
+        "run_swag": n_runs + 1,  # SWAG keeps its posterior as MultiSWAG's component 0
+        "multiswag_component": (n_runs + 1) * 9,  # one job per MultiSWAG component 1..L-1 (L = 10)
         "evaluate": n_runs,  # one job per split evaluates all of its runs
         "uci_table": len(TABLES),
         "uci_pit_figure": 8,
@@ -163,8 +164,9 @@ def test_dry_run_paper_protocol(tmp_path):
         "ett_prepare": 8,
         "ett_adapt": 8,
         "ett_calibrate_sa": 8,
-        "ett_method": 8 * 5,
-        "ett_multiswag_member": 8 * 10,  # one job per MultiSWAG-LoRA member (L = 10)
+        "ett_method": 8 * 4,
+        "ett_swag": 8,  # SWAG-LoRA keeps its posterior as MultiSWAG-LoRA's member 0
+        "ett_multiswag_member": 8 * 9,  # one job per MultiSWAG-LoRA member 1..L-1 (L = 10)
         "ett_evaluate": 8,
         "ett_table": 7,
         "ett_figure": 3,
@@ -177,7 +179,7 @@ def test_dry_run_paper_protocol(tmp_path):
         "era5_calibrate_sa": 1,
         "era5_swag": 1,
         "era5_method": 4,
-        "era5_multiswag_member": 10,
+        "era5_multiswag_member": 9,
         "era5_analyses": 1,
         "era5_evaluate": 1,
         "era5_table": 6,
@@ -227,8 +229,8 @@ def test_dry_run_quick_config(tmp_path):
     path = smk(tmp_path, "-n", "results/uci/energy/split1/sa/metrics.json", configfile=REPO / "config" / "quick.yaml")
     assert path.returncode == 0, path.stdout[-3000:]
     # one split's evaluation scores all of its runs (every baseline is matched to SA's coverage)
-    split_jobs = {"fetch_uci": 1, "prepare_uci": 1, "train_backbone": 1, "calibrate_sa": 1,
-                  "run_method": len(ALL_METHODS) - 1, "multiswag_component": 2, "evaluate": 1}  # fmt: skip
+    split_jobs = {"fetch_uci": 1, "prepare_uci": 1, "train_backbone": 1, "calibrate_sa": 1, "run_swag": 1,
+                  "run_method": len(ALL_METHODS) - 2, "multiswag_component": 1, "evaluate": 1}  # fmt: skip
     assert job_stats(path.stdout) == split_jobs
     # sa_match comes out of the same calibrate_sa job; its evaluation reads SA's samples as the coverage reference
     match = smk(tmp_path, "-n", "results/uci/energy/split1/sa_match/metrics.json",
@@ -424,18 +426,24 @@ def test_second_invocation_does_nothing(tiny_run):
 
 @pytest.mark.slow
 def test_changing_a_method_parameter_reruns_only_its_dependents(tiny_run):
+    # MultiSWAG's component 0 is the SWAG run: a SWAG setting that MultiSWAG does not repeat is a parse-time error
     cfg = write_config(tiny_run["root"] / "swag_lr.yaml", base=tiny_run["cfg"], method_params={"swag": {"lr": 0.02}})
+    res = smk(tiny_run["work"], "-n", configfile=cfg)
+    assert res.returncode != 0 and "multiswag must repeat swag's settings" in res.stdout, res.stdout[-3000:]
+    cfg = write_config(tiny_run["root"] / "swag_lr.yaml", base=tiny_run["cfg"],
+                       method_params={"swag": {"lr": 0.02}, "multiswag": {"lr": 0.02}})  # fmt: skip
     res = smk(tiny_run["work"], "-n", configfile=cfg)
     assert res.returncode == 0, res.stdout[-3000:]
     stats = job_stats(res.stdout)
-    # uci swag + toy swag; the uci swag run's evaluation; every table and figure downstream of them
-    assert stats.pop("run_method") == 2
-    assert stats.pop("evaluate") == 1
+    # uci swag + toy swag; uci MultiSWAG's component 1 and pooling; the uci runs' evaluation; every table and figure
+    # downstream of them
+    assert stats.pop("run_swag") == 2 and stats.pop("multiswag_component") == 1, stats
+    assert stats.pop("run_method") == 1 and stats.pop("evaluate") == 1, stats
     assert set(stats) <= {"uci_table", "uci_pit_figure", "uci_sharpness_figure", "uci_yacht_appendix",
                           "uci_cost_figure", "teaser_sinusoid", "teaser", "paper_comparison", "uci_sharpness_grid",
                           "all"}, stats  # fmt: skip
     methods = set(re.findall(r"method=(\w+)", res.stdout))
-    assert methods == {"swag"}, methods
+    assert methods == {"swag", "multiswag"}, methods
     # the unchanged config still has nothing to do
     assert "Nothing to be done" in smk(tiny_run["work"], "-n", configfile=tiny_run["cfg"]).stdout
 

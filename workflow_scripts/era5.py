@@ -124,7 +124,8 @@ else:
                                Path(sm.output.samples).parent, lora=p.lora, train=p.train, method_cfg=p.method_cfg,
                                num_samples=p.num_samples, seed=p.seed, sa_sites=p.sa_sites,
                                swag_scales=p.swag_scales, allow_pickle=p.allow_pickle,
-                               require_skill=p.require_skill, members=sm.input.get("members"), progress=progress,
+                               require_skill=p.require_skill, members=sm.input.get("members"),
+                               swag_member=sm.output.get("member"), progress=progress,
                                provenance=job.stage())  # fmt: skip
         print(f"{p.method}: seconds {meta['seconds']}", flush=True)
     elif rule == "era5_multiswag_member":

@@ -1,4 +1,4 @@
-"""Rules calibrate_sa and run_method: stochattn.experiments.uci.run_method for one method on one split."""
+"""Rules calibrate_sa, run_method and run_swag: stochattn.experiments.uci.run_method for one method on one split."""
 
 import logging
 import os
@@ -27,6 +27,7 @@ meta = run_method(
     method_cfg=p.method_cfg,
     num_samples=p.num_samples,
     seed=p.seed,
+    swag_member=snakemake.output.get("member"),  # noqa: F821 (SWAG: its posterior as MultiSWAG's component 0)
     device=snakemake.config["device"],  # noqa: F821
     progress=snakemake.config["progress"],  # noqa: F821
     provenance=stage_provenance(

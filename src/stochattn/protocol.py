@@ -23,7 +23,8 @@ from typing import Any
 
 import yaml
 
-__all__ = ["NOT_PROTOCOL", "load_paper_protocol", "merged", "dataset_section", "protocol_deviations", "protocol_note"]
+__all__ = ["NOT_PROTOCOL", "check_multiswag_matches_swag", "load_paper_protocol", "merged", "dataset_section",
+           "protocol_deviations", "protocol_note"]
 
 NOT_PROTOCOL = ("seed", "device", "require_gpu", "progress", "runtime_estimates", "gpu_step_costs",
                 "gpu_runtime_factor", "data.mirrors", "data.allow_download",
@@ -55,6 +56,17 @@ def dataset_section(config: Mapping[str, Any], section: str, dataset: str | None
     if method is not None:
         base, override = (base or {}).get(method, {}), override.get(method)
     return merged(base, override)
+
+
+def check_multiswag_matches_swag(swag_cfg: Mapping[str, Any], multiswag_cfg: Mapping[str, Any]) -> None:
+    """ValueError unless MultiSWAG's settings are SWAG's (but ``components``): the workflow keeps the SWAG run as
+    MultiSWAG's member 0 (:func:`stochattn.experiments.adapters.write_swag_as_member`, the UCI SWAG run likewise),
+    so both must describe the same SWAG phase and grid."""
+    keys = (set(swag_cfg) | set(multiswag_cfg)) - {"components"}
+    differ = sorted(k for k in keys if swag_cfg.get(k) != multiswag_cfg.get(k))
+    if differ:
+        raise ValueError(f"method_params: multiswag must repeat swag's settings (its member 0 is the SWAG run); "
+                         f"they differ in {differ}")
 
 
 def load_paper_protocol(path: str | os.PathLike) -> dict[str, dict[str, Any]]:

@@ -133,9 +133,18 @@ def swag_lora_cfg(cfg: Mapping[str, Any], setup: AdapterSetup) -> Dict[str, Any]
 
 def _swag(data, setup, cfg, num_samples, seed, progress):
     """SWAG-LoRA: SWAG over the adapter parameters, from the adapted model (the backbone frozen), in SWAG-LoRA's
-    recipe (:func:`swag_lora_cfg`)."""
+    recipe (:func:`swag_lora_cfg`). ``setup.extra["on_swag_fitted"]`` (optional) sees the chosen posterior; the
+    posterior itself is left in ``setup.extra["swag_fitted"]`` as ``(member, swag, candidate)``
+    (:func:`write_swag_as_member`)."""
+    hook = setup.extra.get("on_swag_fitted")
+
+    def on_fitted(member, swag, candidate):
+        setup.extra["swag_fitted"] = (member, swag, candidate)
+        if hook is not None:
+            hook(member, swag, candidate)
+
     return methods.swag_run(data, setup.adapted(), swag_lora_cfg(cfg, setup), num_samples, seed, progress,
-                            on_fitted=setup.extra.get("on_swag_fitted"))  # fmt: skip
+                            on_fitted=on_fitted)  # fmt: skip
 
 
 def train_multiswag_member(data, setup: AdapterSetup, cfg: Mapping[str, Any], component: int, seed: int,
@@ -213,8 +222,7 @@ def write_multiswag_member(data, setup: AdapterSetup, cfg: Mapping[str, Any], ou
     (component, seed, SWAG settings and how they were chosen, seconds); component 0 chooses the settings, the
     others read them from component 0's record ``first_path``. One job per member, so no cluster job trains more
     than one adapter (MultiSWAG-LoRA with L = 10 members is ~12 V100 days on ClimaX, the paper's figure)."""
-    from ..io import load_json, save_json
-    from ..provenance import device_info
+    from ..io import load_json
 
     if component < 0 or (component > 0) != (first_path is not None):
         raise ValueError(f"component {component}: first_path (component 0's record) is needed exactly for "
@@ -222,10 +230,39 @@ def write_multiswag_member(data, setup: AdapterSetup, cfg: Mapping[str, Any], ou
     first = None if first_path is None else load_json(first_path)["candidate"]
     net, swag, candidate, selection, seconds = train_multiswag_member(data, setup, cfg, component, seed, progress,
                                                                       first, num_samples)  # fmt: skip
+    if first_path is not None:
+        selection = {"chosen_on": f"component 0 ({first_path})"}
+    return _write_member(out_path, net, swag, candidate, component=component,
+                         seed=methods.component_seed(seed, component), selection=selection, seconds=seconds,
+                         provenance=provenance)  # fmt: skip
+
+
+def write_swag_as_member(out_path: str | Path, setup: AdapterSetup, run: Mapping[str, Any], *, seed: int,
+                         adapter_seconds: float, provenance: Optional[Mapping[str, Any]] = None
+                         ) -> Dict[str, Any]:  # fmt: skip
+    """The SWAG-LoRA run's posterior (``setup.extra["swag_fitted"]``, left there by :func:`_swag`; ``run``: its
+    run dict) -> MultiSWAG-LoRA's member 0 at ``out_path``, in :func:`write_multiswag_member`'s format; its
+    ``seconds`` are the adapter's training and the SWAG phases (a member's cost: a training and a SWAG phase).
+
+    MultiSWAG (Wilson & Izmailov 2020) is an ensemble of SWAG runs from independent initialisations; the SWAG run
+    on the configuration's adapter is one of them, so the workflow trains only members 1..L-1 (each from its own
+    seed, with the SWAG settings this run chose) instead of L, whose first would repeat SWAG's selection on
+    another adapter. With the quick config's L = 3 that is a third of MultiSWAG-LoRA's trainings."""
+    member, swag, candidate = setup.extra["swag_fitted"]
+    return _write_member(out_path, member, swag, candidate, component=0, seed=seed,
+                         selection=dict(run["extra"]["selection"], member_of="swag"),
+                         seconds=float(adapter_seconds) + float(run["seconds"]["train"]),
+                         provenance=provenance)  # fmt: skip
+
+
+def _write_member(out_path, net, swag, candidate, *, component, seed, selection, seconds, provenance):
+    """One member's file (:func:`save_multiswag_member`) and its record ``<stem>.json``; returns the record."""
+    from ..io import save_json
+    from ..provenance import device_info
+
     save_multiswag_member(out_path, net, swag, candidate)
-    meta = {"method": "multiswag", "component": component, "seed": methods.component_seed(seed, component),
-            "candidate": dict(candidate), "seconds": seconds, "device": device_info(),
-            "selection": selection if first_path is None else {"chosen_on": f"component 0 ({first_path})"}}  # fmt: skip
+    meta = {"method": "multiswag", "component": component, "seed": seed, "candidate": dict(candidate),
+            "seconds": seconds, "device": device_info(), "selection": selection}  # fmt: skip
     if provenance is not None:
         meta["provenance"] = dict(provenance)
     save_json(Path(out_path).with_suffix(".json"), meta)
@@ -270,8 +307,11 @@ _STAGES = {"sa": _sa, "swag": _swag, "multiswag": _multiswag, "ivon": _ivon, "co
            "hsa": _hsa}  # fmt: skip
 
 
-def check_method(method: str, num_samples: int) -> None:
-    """ValueError for a method that is not run on its own or unknown, or fewer than 2 samples."""
+def check_method(method: str, num_samples: int, swag_member: Optional[str | Path] = None) -> None:
+    """ValueError for a method that is not run on its own or unknown, fewer than 2 samples, or a MultiSWAG member
+    file asked of another method than SWAG (:func:`write_swag_as_member`)."""
+    if swag_member is not None and method != "swag":
+        raise ValueError(f"swag_member (MultiSWAG's member 0) is written by the 'swag' run, not by {method!r}")
     if method in DERIVED_METHODS:
         raise ValueError(f"{method!r} is written by the {DERIVED_METHODS[method]!r} run, not run on its own")
     if method not in _STAGES:

@@ -466,6 +466,7 @@ def run_method(
     allow_pickle: bool = False,
     require_skill: bool = True,
     members: Optional[Sequence[str | Path]] = None,
+    swag_member: Optional[str | Path] = None,
     progress: bool = True,
     provenance: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
@@ -474,7 +475,7 @@ def run_method(
     ``scale_sweep.json``, :func:`swag_scale_sweep`). ``require_skill=False`` lets the baselines' selection keep
     a candidate that does not beat the training climatology (smoke runs; recorded in meta.json). MultiSWAG pools
     ``members`` (:func:`train_multiswag_member`'s files, in order) when given, else trains its members here."""
-    adapters.check_method(method, num_samples)
+    adapters.check_method(method, num_samples, swag_member)
     data = load_pairs(prepared_path)
     data["require_skill"] = bool(require_skill)
     adapter_meta = load_json(Path(adapter_path).with_suffix(".json"))
@@ -483,7 +484,7 @@ def run_method(
         ctx.extra["multiswag_members"] = [str(m) for m in members]
     if method == "swag" and swag_scales:  # the sweep samples the very SWAG posterior of the run
 
-        def sweep(member, swag):
+        def sweep(member, swag, candidate):
             t0 = time.perf_counter()
             record = swag_scale_sweep(data, member, swag, swag_scales, num_samples, seed)
             record["seconds"] = time.perf_counter() - t0
@@ -493,6 +494,9 @@ def run_method(
 
         ctx.extra["on_swag_fitted"] = sweep
     run = adapters.method_run(method, data, ctx, method_cfg, num_samples, seed, progress)
+    if swag_member is not None:
+        adapters.write_swag_as_member(swag_member, ctx, run, seed=seed, adapter_seconds=adapter_meta["seconds"],
+                                      provenance=provenance)  # fmt: skip
     run["seconds"]["backbone_train"] = adapter_meta["seconds"] if method in ADAPTED_METHODS else 0.0
     if method == "sa":
         run["extra"]["sa_sites"] = list(sa_sites)

@@ -338,6 +338,7 @@ def run_method(
     seed: int,
     members: Optional[Sequence[str | Path]] = None,
     require_skill: bool = True,
+    swag_member: Optional[str | Path] = None,
     progress: bool = True,
     provenance: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
@@ -346,7 +347,7 @@ def run_method(
     ``members`` (:func:`train_multiswag_member`'s files, in order) when given, else trains its members here.
     ``require_skill=False`` lets the baselines' selection keep a candidate that does not beat the training mean
     (recorded; the rehearsal's random weights)."""
-    adapters.check_method(method, num_samples)
+    adapters.check_method(method, num_samples, swag_member)
     data = load_windows(prepared_path)
     data["require_skill"] = bool(require_skill)
     adapter_meta = load_json(Path(adapter_path).with_suffix(".json"))
@@ -354,6 +355,9 @@ def run_method(
     if members:
         ctx.extra["multiswag_members"] = [str(m) for m in members]
     run = adapters.method_run(method, data, ctx, method_cfg, num_samples, seed, progress)
+    if swag_member is not None:
+        adapters.write_swag_as_member(swag_member, ctx, run, seed=seed, adapter_seconds=adapter_meta["seconds"],
+                                      provenance=provenance)  # fmt: skip
     run["seconds"]["backbone_train"] = adapter_meta["seconds"] if method in ADAPTED_METHODS else 0.0
     model = {"backbone": str(backbone_path), "adapter": str(adapter_path) if method in ADAPTED_METHODS else None}
     return methods.write_runs(method, out_dir, run, data, method_cfg, model, train, num_samples, seed, provenance)

@@ -189,8 +189,9 @@ def swag_select(method, data, net, cfg, seed, progress, num_samples):
 def swag_run(data, net, cfg, num_samples, seed, progress, on_fitted=None) -> Dict[str, Any]:
     """SWAG (diagonal + low-rank, Maddox et al. 2019) from the pretrained backbone; point = SWA weights.
 
-    ``train`` seconds include every grid candidate's SWAG phase. ``on_fitted(member, swag)`` (optional) is called
-    with the chosen posterior before sampling (e.g. a variance-scale sweep); its time is not counted."""
+    ``train`` seconds include every grid candidate's SWAG phase. ``on_fitted(member, swag, candidate)`` (optional)
+    is called with the chosen posterior and its settings before sampling (e.g. a variance-scale sweep, or keeping it
+    as MultiSWAG's first member); its time is not counted."""
     from ..baselines.swag import swag_samples
 
     t0 = time.perf_counter()
@@ -198,7 +199,7 @@ def swag_run(data, net, cfg, num_samples, seed, progress, on_fitted=None) -> Dic
     member, swag = sel.result
     train_seconds = time.perf_counter() - t0
     if on_fitted is not None:
-        on_fitted(member, swag)
+        on_fitted(member, swag, dict(sel.candidate))
     t1 = time.perf_counter()
     scale = sel.candidate["scale"]
     samples = swag_samples(member, swag, data["x_test"], num_samples, seed, scale=scale)

@@ -225,8 +225,9 @@ def train_multiswag_component(
     Component 0 chooses the SWAG settings on the validation part (as for SWAG, by the CRPS of ``num_samples``
     samples of its posterior); components 1..L-1 read the choice
     from component 0's meta (``first_path``). NOTE[DIFF]: one grid for the L components (they differ only in their
-    seed) instead of L grids. One job per component, so no cluster job trains more than one network (MultiSWAG on
-    protein is otherwise ~15 backbone trainings in one job).
+    seed) instead of L grids. In the workflow component 0 is the SWAG run on the shared backbone (:func:`run_method`
+    with ``swag_member``) and one job per component 1..L-1, so no cluster job trains more than one network
+    (MultiSWAG on protein is otherwise ~15 backbone trainings in one job).
     """
     from ..selection import ValidationSplit
 
@@ -246,13 +247,22 @@ def train_multiswag_component(
     )
     if first is not None:
         selection = {"chosen_on": f"component 0 ({first_path})"}
+    return _write_component(out_path, member, swag, candidate, component=component, seed=member_seed, model=model,
+                            train=train, method_cfg=method_cfg, selection=selection, seconds=time.perf_counter() - t0,
+                            provenance=provenance)  # fmt: skip
+
+
+def _write_component(out_path, member, swag, candidate, *, component, seed, model, train, method_cfg, selection,
+                     seconds, provenance) -> Dict[str, Any]:  # fmt: skip
+    """One MultiSWAG component's file (torch: network state, SWAG posterior, SWAG settings) and its record
+    ``<stem>.json``; returns the record."""
     with atomic_path(out_path) as tmp:
         torch.save({"state_dict": {k: v.cpu() for k, v in member.state_dict().items()}, "model": dict(model),
-                    "swag": swag.state_dict(), "candidate": candidate}, tmp)  # fmt: skip
+                    "swag": swag.state_dict(), "candidate": dict(candidate)}, tmp)  # fmt: skip
     meta = {
-        "method": "multiswag", "component": component, "seed": member_seed, "model": dict(model),
-        "train": dict(train), "hyperparameters": dict(method_cfg), "candidate": candidate, "selection": selection,
-        "seconds": time.perf_counter() - t0, "device": device_info(), "packages": package_versions(),
+        "method": "multiswag", "component": component, "seed": seed, "model": dict(model),
+        "train": dict(train), "hyperparameters": dict(method_cfg), "candidate": dict(candidate),
+        "selection": selection, "seconds": seconds, "device": device_info(), "packages": package_versions(),
     }
     if provenance is not None:
         meta["provenance"] = dict(provenance)
@@ -305,9 +315,11 @@ def _sa(data, net, cfg, num_samples, seed, progress) -> Dict[str, Any]:
     return methods.sa_runs(data, net, cfg, num_samples, seed, progress)
 
 
-def _swag(data, net, cfg, num_samples, seed, progress) -> Dict[str, Any]:
-    """SWAG from the shared backbone (:func:`stochattn.experiments.methods.swag_run`)."""
-    return methods.swag_run(data, net, cfg, num_samples, seed, progress)
+def _swag(data, net, cfg, num_samples, seed, progress, fitted=None) -> Dict[str, Any]:
+    """SWAG from the shared backbone (:func:`stochattn.experiments.methods.swag_run`); ``fitted`` (a dict, optional)
+    receives the chosen posterior as ``member``, ``swag``, ``candidate``."""
+    on_fitted = None if fitted is None else lambda m, s, c: fitted.update(member=m, swag=s, candidate=c)
+    return methods.swag_run(data, net, cfg, num_samples, seed, progress, on_fitted=on_fitted)
 
 
 def run_method(
@@ -322,6 +334,7 @@ def run_method(
     method_cfg: Mapping[str, Any],
     num_samples: int,
     seed: int,
+    swag_member: Optional[str | Path] = None,
     device: Optional[str] = None,
     progress: bool = True,
     provenance: Optional[Mapping[str, Any]] = None,
@@ -331,7 +344,10 @@ def run_method(
     samples.npz (original units): ``y`` (n,), ``point`` (n,), ``samples`` (S, n) on the test split; ``cal_y``,
     ``cal_point``, ``cal_samples`` on the calibration split (for post-hoc scaling); ``sigma_y`` (training-part std).
     ``"multiswag"`` pools the components written by :func:`train_multiswag_component` (``components``, in order;
-    when None they are trained here first, into ``<out_dir>/components/``).
+    when None they are trained here first, into ``<out_dir>/components/``). ``"swag"`` with ``swag_member`` also
+    writes its posterior there as MultiSWAG's component 0 (the SWAG run is one of MultiSWAG's independently
+    initialised SWAG runs; the workflow then trains components 1..L-1 only); its ``seconds`` are the backbone's
+    training and the SWAG phases.
 
     ``"sa"`` calibrates nu once and writes two runs: ``out_dir`` at Algorithm 2's loss arg-min (with
     ``calibration.json``) and ``<out_dir>/../sa_match`` at the surrogate's scale-matching nu; each meta.json
@@ -344,6 +360,8 @@ def run_method(
         raise ValueError(f"unknown method {method!r}; known: {', '.join(RUN_METHODS)}")
     if not isinstance(num_samples, int) or num_samples < 2:
         raise ValueError(f"num_samples must be an integer >= 2, got {num_samples!r}")
+    if swag_member is not None and method != "swag":
+        raise ValueError(f"swag_member (MultiSWAG's component 0) is written by the 'swag' run, not by {method!r}")
     data = load_prepared(prepared_path)
     data["source"] = str(prepared_path)  # names the data set in the baselines' selection errors
     torch.manual_seed(seed)
@@ -354,8 +372,17 @@ def run_method(
         backbone_meta = load_json(Path(backbone_path).with_name("meta.json"))
         if method == "mc_dropout":
             run = _mc_dropout(data, net, dict(model), train, method_cfg, num_samples, seed, progress)
+        elif method == "swag":
+            fitted = {}
+            run = _swag(data, net, method_cfg, num_samples, seed, progress, fitted)
+            if swag_member is not None:
+                _write_component(swag_member, fitted["member"], fitted["swag"], fitted["candidate"], component=0,
+                                 seed=seed, model=model, train=train, method_cfg=method_cfg,
+                                 selection=dict(run["extra"]["selection"], member_of="swag"),
+                                 seconds=float(backbone_meta["seconds"]) + float(run["seconds"]["train"]),
+                                 provenance=provenance)  # fmt: skip
         else:
-            run = {"sa": _sa, "swag": _swag}[method](data, net, method_cfg, num_samples, seed, progress)
+            run = _sa(data, net, method_cfg, num_samples, seed, progress)
         run["seconds"]["backbone_train"] = backbone_meta["seconds"]
     elif method == "multiswag":
         n = int(method_cfg["components"])
