@@ -474,7 +474,8 @@ def run_method(
     ``meta.json`` in ``out_dir`` (SA: also ``sa_match`` and ``calibration.json``; SWAG with ``swag_scales``: also
     ``scale_sweep.json``, :func:`swag_scale_sweep`). ``require_skill=False`` lets the baselines' selection keep
     a candidate that does not beat the training climatology (smoke runs; recorded in meta.json). MultiSWAG pools
-    ``members`` (:func:`train_multiswag_member`'s files, in order) when given, else trains its members here."""
+    ``members`` (:func:`train_multiswag_member`'s files, in order) when given, else trains its members here. SWAG
+    with ``swag_member``: also its posterior, as MultiSWAG-LoRA's member 0 (:func:`adapters.write_swag_as_member`)."""
     adapters.check_method(method, num_samples, swag_member)
     data = load_pairs(prepared_path)
     data["require_skill"] = bool(require_skill)

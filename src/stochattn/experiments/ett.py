@@ -346,7 +346,8 @@ def run_method(
     and ``meta.json`` in ``out_dir`` (SA: also ``sa_match`` beside it and ``calibration.json``). MultiSWAG pools
     ``members`` (:func:`train_multiswag_member`'s files, in order) when given, else trains its members here.
     ``require_skill=False`` lets the baselines' selection keep a candidate that does not beat the training mean
-    (recorded; the rehearsal's random weights)."""
+    (recorded; the rehearsal's random weights). SWAG with ``swag_member``: also its posterior, as MultiSWAG-LoRA's
+    member 0 (:func:`stochattn.experiments.adapters.write_swag_as_member`)."""
     adapters.check_method(method, num_samples, swag_member)
     data = load_windows(prepared_path)
     data["require_skill"] = bool(require_skill)
