@@ -23,8 +23,9 @@ rule calibrate_sa:
         benchmark_file("calibrate_sa", "{experiment}/{dataset}/split{split}/sa")
     conda:
         CONDA_ENV
-    threads: 1
+    threads: GPU_THREADS
     resources:
+        gpu=GPUS_PER_JOB,
         mem_mb=mem_mb_train,
         runtime=runtime_method,
     params:

@@ -320,6 +320,29 @@ def _trainings(experiment, method, dataset=None):
     return 0.25  # sa (BO passes) and multiswag (sampling only) on trained networks
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# cluster: every rule that trains or samples a model declares its GPU need here (resources gpu=GPUS_PER_JOB,
+# threads: GPU_THREADS), so a rule derived with `use rule ... as` inherits it and no profile keeps a list of rules;
+# the profile only names partitions (slurm/partitions.yaml: the SLURM plugin sends jobs with a gpu resource to a
+# partition with GPUs). Every runtime request is bounded by cluster.max_runtime_hours, retries included.
+# ---------------------------------------------------------------------------------------------------------------
+CLUSTER = config["cluster"]
+GPUS_PER_JOB = int(CLUSTER["gpus_per_job"])
+GPU_THREADS = int(CLUSTER["gpu_threads"])
+MAX_RUNTIME_MIN = 60 * float(CLUSTER["max_runtime_hours"])
+
+
+def bounded_runtime(job, minutes, attempt, wildcards, work="", resumable=False):
+    """stochattn.resources.runtime_request for one job of rule ``job``: ``minutes`` of counted work (``work``
+    described), doubled on a retry, at most cluster.max_runtime_hours; fails the DAG with what to change when the
+    work cannot fit. ``resumable``: the job's training resumes from its last saved epoch after a kill."""
+    from stochattn.resources import runtime_request
+
+    label = f"{job} ({', '.join(f'{k}={v}' for k, v in wildcards.items())})"
+    return runtime_request(minutes, attempt, MAX_RUNTIME_MIN, job=label, work=str(work), resumable=resumable,
+                           retries=workflow.execution_settings.retries)  # fmt: skip
+
+
 def mem_mb_train(wildcards, attempt):
     return int((2000 + _rows(wildcards.dataset) // 20) * attempt)
 
@@ -329,25 +352,27 @@ _MEASURED = load_dataset_estimates(
 )
 
 
-def _runtime(family, dataset, trainings, attempt):
-    """Minutes, doubled on each retry: the measured request of ``family`` on ``dataset`` (config
-    runtime_estimates, from benchmark records), else the cost model: ``trainings`` x (20 + 2 per 1000 rows), at
-    least 15 (generous for one GPU)."""
+def _runtime(family, wildcards, trainings, attempt, resumable=False):
+    """Minutes, doubled on each retry (bounded_runtime): the measured request of ``family`` on the job's data set
+    (config runtime_estimates, from benchmark records), else the cost model: ``trainings`` x (20 + 2 per 1000
+    rows), at least 15 (generous for one GPU)."""
+    dataset = wildcards.dataset
     measured = _MEASURED.get(family, {}).get(dataset)
+    work = "measured" if measured is not None else f"{trainings:g} trainings of {_rows(dataset)} rows"
     if measured is None:
         measured = max(15, (20 + 2 * _rows(dataset) / 1000) * trainings)
-    return int(math.ceil(measured * attempt))
+    return bounded_runtime(family, measured, attempt, wildcards, work, resumable)
 
 
 def runtime_backbone(wildcards, attempt):
-    return _runtime("train_backbone", wildcards.dataset, 1, attempt)
+    return _runtime("train_backbone", wildcards, 1, attempt, resumable=True)
 
 
 def runtime_method(wildcards, attempt):
     """One method's job (its trainings in backbone units); calibrate_sa is SA's job."""
     method = wildcards.get("method", "sa")
     family = f"{'calibrate_sa' if method == 'sa' else 'run_method'}/{method}"
-    return _runtime(family, wildcards.dataset, _trainings(wildcards.experiment, method, wildcards.dataset), attempt)
+    return _runtime(family, wildcards, _trainings(wildcards.experiment, method, wildcards.dataset), attempt)
 
 
 _STEP_COSTS = (
@@ -355,24 +380,26 @@ _STEP_COSTS = (
 )
 
 
-def gpu_runtime(flat, model, work, batch):
-    """Runtime (minutes, doubled on each retry) of a GPU rule: stochattn.resources.gpu_minutes of ``work(wildcards)``
-    (a resources.Work) at the measured step costs of ``model(wildcards)`` (a key of config gpu_step_costs) and
-    steps of ``batch`` inputs; ``flat`` minutes where gpu_step_costs is null."""
+def gpu_runtime(job, flat, model, work, batch, resumable=False):
+    """Runtime (minutes, doubled on each retry, bounded_runtime) of a GPU rule ``job``:
+    stochattn.resources.gpu_minutes of ``work(wildcards)`` (a resources.Work) at the measured step costs of
+    ``model(wildcards)`` (a key of config gpu_step_costs) and steps of ``batch`` inputs; ``flat`` minutes where
+    gpu_step_costs is null."""
 
     def runtime(wildcards, attempt):
         if _STEP_COSTS is None:
-            return flat * attempt
+            return bounded_runtime(job, flat, attempt, wildcards, "flat request", resumable)
         cost = _STEP_COSTS["costs"][model(wildcards)]
-        return gpu_minutes(work(wildcards), cost, batch, config["gpu_runtime_factor"]) * attempt
+        done = work(wildcards)
+        minutes = gpu_minutes(done, cost, batch, config["gpu_runtime_factor"])
+        return bounded_runtime(job, minutes, attempt, wildcards, done, resumable)
 
     return runtime
 
 
 def runtime_component(wildcards, attempt):
     """One MultiSWAG component (one training and one SWAG phase)."""
-    return _runtime("multiswag_component", wildcards.dataset, _trainings(wildcards.experiment, "multiswag_component"),
-                    attempt)  # fmt: skip
+    return _runtime("multiswag_component", wildcards, _trainings(wildcards.experiment, "multiswag_component"), attempt)
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -136,8 +136,9 @@ rule era5_pretrain_standin:
     priority: 20
     conda:
         CONDA_ENV
-    threads: 1
+    threads: GPU_THREADS
     resources:
+        gpu=GPUS_PER_JOB,
         mem_mb=8000,
         runtime=120,
     params:
@@ -192,8 +193,9 @@ rule era5_adapt:
         benchmark_file("era5_adapt", "adapter{era5_sub}")
     conda:
         CONDA_ENV
-    threads: 1
+    threads: GPU_THREADS
     resources:
+        gpu=GPUS_PER_JOB,
         mem_mb=era5_mem_mb(),
         runtime=era5_adapt_runtime(),
     params:
@@ -223,8 +225,9 @@ rule era5_multiswag_member:
         component=r"[1-9]\d*",
     conda:
         CONDA_ENV
-    threads: 1
+    threads: GPU_THREADS
     resources:
+        gpu=GPUS_PER_JOB,
         mem_mb=era5_mem_mb(),
         runtime=era5_member_runtime(),
     params:
@@ -261,8 +264,9 @@ rule era5_method:
         era5_method="|".join(ERA5_RUN_METHODS),
     conda:
         CONDA_ENV
-    threads: 1
+    threads: GPU_THREADS
     resources:
+        gpu=GPUS_PER_JOB,
         mem_mb=era5_mem_mb(),
         runtime=era5_method_runtime(),
     params:
@@ -295,7 +299,8 @@ use rule era5_method as era5_calibrate_sa with:
         "logs/era5{era5_sub}/sa.log",
     benchmark:
         benchmark_file("era5_method", "sa{era5_sub}")
-    resources:
+    resources:  # `with: resources` replaces the parent's whole block
+        gpu=GPUS_PER_JOB,
         mem_mb=era5_mem_mb(),
         runtime=era5_method_runtime("sa"),
     params:
@@ -326,7 +331,8 @@ use rule era5_method as era5_swag with:
         "logs/era5{era5_sub}/swag.log",
     benchmark:
         benchmark_file("era5_method", "swag{era5_sub}")
-    resources:
+    resources:  # `with: resources` replaces the parent's whole block
+        gpu=GPUS_PER_JOB,
         mem_mb=era5_mem_mb(),
         runtime=era5_method_runtime("swag"),
     params:
@@ -362,8 +368,9 @@ rule era5_analyses:
         benchmark_file("era5_analyses", "analyses{era5_sub}")
     conda:
         CONDA_ENV
-    threads: 1
+    threads: GPU_THREADS
     resources:
+        gpu=GPUS_PER_JOB,
         mem_mb=era5_mem_mb(),
         runtime=era5_analyses_runtime(),
     params:

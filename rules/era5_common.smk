@@ -125,20 +125,21 @@ def era5_pairs_mb():
     return sum(pairs_mb(n, len(era5_variables())) for n in era5_pair_counts().values())
 
 
-def era5_runtime(flat, work):
-    """gpu_runtime of an ERA5 job doing ``work(sizes, wildcards)``: the ClimaX step costs, the pair counts
+def era5_runtime(job, flat, work, resumable=False):
+    """gpu_runtime of an ERA5 job of rule ``job`` doing ``work(sizes, wildcards)``: the ClimaX step costs, the pair counts
     with the validation pairs halved into val and cal (experiments.era5.val_cal_split)."""
     from stochattn.resources import Sizes
 
     n = era5_pair_counts()
     sizes = Sizes.halving_validation(n["train"], n["val"], n["test"])
-    return gpu_runtime(flat, lambda w: "climax", lambda w: work(sizes, w), int(ERA5["train"]["batch_size"]))
+    return gpu_runtime(job, flat, lambda w: "climax", lambda w: work(sizes, w), int(ERA5["train"]["batch_size"]),
+                       resumable)  # fmt: skip
 
 
 def era5_adapt_runtime():
     from stochattn.resources import adapt_work
 
-    return era5_runtime(240, lambda sizes, w: adapt_work(sizes, ERA5["train"]))
+    return era5_runtime("era5_adapt", 240, lambda sizes, w: adapt_work(sizes, ERA5["train"]), resumable=True)
 
 
 def era5_method_runtime(method=None):
@@ -151,21 +152,23 @@ def era5_method_runtime(method=None):
                            components=int(era5_method_cfg("multiswag").get("components", 1)),
                            swag_scales=len(ERA5["swag_scales"]) if m == "swag" else 0)  # fmt: skip
 
-    return era5_runtime(480, work)
+    return era5_runtime("era5_method" if method is None else f"era5_method ({method})", 480, work)
 
 
 def era5_member_runtime():
     from stochattn.resources import member_work
 
-    return era5_runtime(480, lambda sizes, w: member_work(int(w.component), sizes, era5_method_cfg("multiswag"),
-                                                          ERA5["train"], config["num_samples"]))  # fmt: skip
+    return era5_runtime("era5_multiswag_member", 480,
+                        lambda sizes, w: member_work(int(w.component), sizes, era5_method_cfg("multiswag"),
+                                                     ERA5["train"], config["num_samples"]))  # fmt: skip
 
 
 def era5_analyses_runtime():
     from stochattn.resources import analyses_work
 
-    return era5_runtime(240, lambda sizes, w: analyses_work(sizes, era5_method_cfg("sa"), ERA5["analyses"],
-                                                            config["num_samples"]))  # fmt: skip
+    return era5_runtime("era5_analyses", 240,
+                        lambda sizes, w: analyses_work(sizes, era5_method_cfg("sa"), ERA5["analyses"],
+                                                       config["num_samples"]))  # fmt: skip
 
 
 def era5_mem_mb(base=8000):

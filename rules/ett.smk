@@ -69,8 +69,9 @@ rule ett_pretrain_standin:
     priority: 20
     conda:
         CONDA_ENV
-    threads: 1
+    threads: GPU_THREADS
     resources:
+        gpu=GPUS_PER_JOB,
         mem_mb=8000,
         runtime=120,
     params:
@@ -121,8 +122,9 @@ rule ett_adapt:
         benchmark_file("ett_adapt", "{ett_dataset}/H{horizon}")
     conda:
         CONDA_ENV
-    threads: 1
+    threads: GPU_THREADS
     resources:
+        gpu=GPUS_PER_JOB,
         mem_mb=8000,
         runtime=ett_adapt_runtime(),
     params:
@@ -154,8 +156,9 @@ rule ett_calibrate_sa:
         benchmark_file("ett_calibrate_sa", "{ett_dataset}/H{horizon}")
     conda:
         CONDA_ENV
-    threads: 1
+    threads: GPU_THREADS
     resources:
+        gpu=GPUS_PER_JOB,
         mem_mb=8000,
         runtime=ett_method_runtime("sa"),
     params:
@@ -191,8 +194,9 @@ rule ett_multiswag_member:
         component=r"[1-9]\d*",
     conda:
         CONDA_ENV
-    threads: 1
+    threads: GPU_THREADS
     resources:
+        gpu=GPUS_PER_JOB,
         mem_mb=8000,
         runtime=ett_member_runtime(),
     params:
@@ -228,8 +232,9 @@ rule ett_method:
         ett_method="|".join(m for m in ETT["methods"] if m not in ("sa", "swag")),
     conda:
         CONDA_ENV
-    threads: 1
+    threads: GPU_THREADS
     resources:
+        gpu=GPUS_PER_JOB,
         mem_mb=8000,
         runtime=ett_method_runtime(),
     params:

@@ -211,21 +211,21 @@ def _ett_measured_horizon(horizon):
     return fits[0] if fits else measured[-1]
 
 
-def ett_runtime(flat, work):
-    """gpu_runtime of an ETT job doing ``work(sizes, wildcards)``."""
+def ett_runtime(job, flat, work, resumable=False):
+    """gpu_runtime of an ETT job of rule ``job`` doing ``work(sizes, wildcards)``."""
 
     def priced(w):
         passes = math.ceil(int(w.horizon) / 128) / math.ceil(_ett_measured_horizon(w.horizon) / 128)
         return max(1.0, passes) * work(ett_sizes(w.ett_dataset, w.horizon), w)
 
-    return gpu_runtime(flat, lambda w: f"timesfm_h{_ett_measured_horizon(w.horizon)}", priced,
-                       int(ETT["train"]["batch_size"]))  # fmt: skip
+    return gpu_runtime(job, flat, lambda w: f"timesfm_h{_ett_measured_horizon(w.horizon)}", priced,
+                       int(ETT["train"]["batch_size"]), resumable)  # fmt: skip
 
 
 def ett_adapt_runtime():
     from stochattn.resources import adapt_work
 
-    return ett_runtime(120, lambda sizes, w: adapt_work(sizes, ETT["train"]))
+    return ett_runtime("ett_adapt", 120, lambda sizes, w: adapt_work(sizes, ETT["train"]), resumable=True)
 
 
 def ett_method_runtime(method=None):
@@ -237,11 +237,12 @@ def ett_method_runtime(method=None):
         return method_work(m, sizes, ett_method_cfg(m), ETT["train"], config["num_samples"],
                            components=int(ett_method_cfg("multiswag").get("components", 1)))  # fmt: skip
 
-    return ett_runtime(240, work)
+    return ett_runtime("ett_method" if method is None else f"ett_method ({method})", 240, work)
 
 
 def ett_member_runtime():
     from stochattn.resources import member_work
 
-    return ett_runtime(240, lambda sizes, w: member_work(int(w.component), sizes, ett_method_cfg("multiswag"),
-                                                         ETT["train"], config["num_samples"]))  # fmt: skip
+    return ett_runtime("ett_multiswag_member", 240,
+                       lambda sizes, w: member_work(int(w.component), sizes, ett_method_cfg("multiswag"), ETT["train"],
+                                                    config["num_samples"]))  # fmt: skip

@@ -17,8 +17,9 @@ rule run_method:
         method="|".join(m for m in BASELINES if m != "swag"),
     conda:
         CONDA_ENV
-    threads: 1
+    threads: GPU_THREADS
     resources:
+        gpu=GPUS_PER_JOB,
         mem_mb=mem_mb_train,
         runtime=runtime_method,
     params:
@@ -60,8 +61,9 @@ rule multiswag_component:
         component=r"[1-9]\d*",
     conda:
         CONDA_ENV
-    threads: 1
+    threads: GPU_THREADS
     resources:
+        gpu=GPUS_PER_JOB,
         mem_mb=mem_mb_train,
         runtime=runtime_component,
     params:

@@ -14,8 +14,9 @@ rule train_backbone:
         benchmark_file("train_backbone", "{experiment}/{dataset}/split{split}")
     conda:
         CONDA_ENV
-    threads: 1
+    threads: GPU_THREADS
     resources:
+        gpu=GPUS_PER_JOB,
         mem_mb=mem_mb_train,
         runtime=runtime_backbone,
     params:

@@ -17,25 +17,69 @@ import pytest
 from conftest import TINY_TARGETS, copy_run
 from test_workflow import REPO, _snakemake_cmd, job_stats, smk
 
-GPU_RULES = {"train_backbone", "calibrate_sa", "run_method", "multiswag_component"}
+def _dry_run_jobs(text: str) -> list[dict]:
+    """The jobs of a dry run's output: {"rule", "threads", "resources": {name: value}}."""
+    jobs = []
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", text):
+        m = re.match(r"(?:local)?rule (\w+):", block)
+        res = re.search(r"^\s+resources: (.*)$", block, re.M)
+        if m and res:
+            t = re.search(r"^\s+threads: (\d+)", block, re.M)
+            resources = dict(kv.split("=", 1) for kv in res.group(1).split(", ") if "=" in kv)
+            jobs.append({"rule": m.group(1), "threads": int(t.group(1)) if t else 1, "resources": resources})
+    return jobs
 
 
-def test_slurm_profile_by_name_from_the_root(tmp_path):
-    """`snakemake --profile slurm -n` as a user types it (cwd = repository root): the profile's threads and GPUs."""
-    cmd = [*_snakemake_cmd(), "--profile", "slurm", "-n", "--directory", str(tmp_path), "--configfile",
-           str(REPO / "config" / "test.yaml")]  # fmt: skip
+class _Job:
+    """What the SLURM plugin's partition scorer reads of a job."""
+
+    def __init__(self, job: dict):
+        self.name, self.threads = job["rule"], job["threads"]
+        self.resources = {k: (int(v) if v.isdigit() else v) for k, v in job["resources"].items()}
+
+
+def test_paper_protocol_under_the_slurm_profile_puts_every_model_job_on_a_gpu(tmp_path):
+    """`snakemake --profile slurm -n` as a user types it (cwd = repository root) on the paper protocol
+    (config/config.yaml): every job of a rule that trains or samples asks for the configured GPU and threads and the
+    plugin's partition scorer (slurm/partitions.yaml) sends it to the GPU partition; every other job stays on the CPU
+    partition with one thread; no runtime request exceeds cluster.max_runtime_hours.
+
+    The model rules come from the workflow: those whose jobs declare a GPU, and every rule derived from one with
+    `use rule A as B` (a `with: resources:` block replaces the parent's, the drift this guards against). A model
+    rule that declares nothing fails its first job in every tiny run (config/test.yaml: check_model_job)."""
+    import yaml
+    from snakemake_executor_plugin_slurm.partitions import get_best_partition, read_partition_file
+
+    cmd = [*_snakemake_cmd(), "--profile", "slurm", "-n", "--directory", str(tmp_path)]
     res = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-4000:]
     assert re.search(r"Using profiles? slurm and workflow specific profile", res.stdout), res.stdout[:500]
-    threads = {}
-    for block in re.split(r"\n(?=(?:local)?rule \w+:)", res.stdout):
-        m = re.match(r"(?:local)?rule (\w+):", block)
-        if m and "resources:" in block:
-            t = re.search(r"^\s+threads: (\d+)", block, re.M)
-            threads.setdefault(m.group(1), set()).add(int(t.group(1)) if t else 1)
-    assert GPU_RULES <= set(threads), threads
-    for rule, values in threads.items():
-        assert values == ({4} if rule in GPU_RULES else {1}), (rule, values)
+    jobs = _dry_run_jobs(res.stdout)
+    cluster = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["cluster"]
+    declared = {j["rule"] for j in jobs if int(j["resources"].get("gpu", 0)) > 0}
+    derived = {b for f in (REPO / "rules").glob("*.smk")
+               for a, b in re.findall(r"^use rule (\w+) as (\w+)", f.read_text(), re.M) if a in declared}  # fmt: skip
+    model_rules = declared | derived
+    assert {"train_backbone", "ett_adapt", "ett_swag", "run_swag", "era5_swag", "ett_multiswag_member"} <= model_rules
+    partitions = read_partition_file(REPO / "slurm" / "partitions.yaml")
+    gpu_partitions = {p.name for p in partitions if p.limits.max_gpu > 0}
+
+    class _Log:
+        def info(self, *a): pass
+        debug = warning = info
+
+    wrong = []
+    for job in jobs:
+        model = job["rule"] in model_rules
+        partition = get_best_partition(partitions, _Job(job), _Log())
+        ok = (int(job["resources"].get("gpu", 0)) == cluster["gpus_per_job"] and partition in gpu_partitions
+              and job["threads"] == cluster["gpu_threads"]) if model else (
+              "gpu" not in job["resources"] and partition not in gpu_partitions and job["threads"] == 1)  # fmt: skip
+        ok &= int(job["resources"]["runtime"]) <= 60 * cluster["max_runtime_hours"]
+        if not ok:
+            wrong.append((job["rule"], job["threads"], partition, job["resources"]))
+    assert not wrong, f"{len(wrong)} misplaced jobs, e.g. {wrong[:5]}"
+    assert len(jobs) > 1000
 
 
 # ------------------------------------------------------------------------------------------------------------------

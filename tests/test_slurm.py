@@ -21,7 +21,6 @@ from test_workflow import REPO, SNAKEFILE, _snakemake_cmd
 
 pytestmark = pytest.mark.slow
 SLURM_SH = REPO / "ci" / "slurm.sh"
-GPU_RULES = ("train_backbone", "calibrate_sa", "run_method", "multiswag_component")
 
 
 def _unavailable(reason: str):
@@ -46,25 +45,25 @@ def slurm():
 
 
 def _profile(path: Path) -> Path:
-    """./slurm with this cluster's values: partition debug, no account, squeue status (no accounting), 1 thread."""
+    """./slurm with this cluster's values: its one partition (a fake GPU) in the plugin's partition file, no account,
+    squeue status (no accounting). The rules declare their GPUs and threads (the tiny config: 1 GPU, 1 thread)."""
     cfg = yaml.safe_load((REPO / "slurm" / "config.yaml").read_text())
     cfg.update({"jobs": 4, "latency-wait": 5, "slurm-no-account": True, "slurm-status-command": "squeue",
                 "slurm-init-seconds-before-status-checks": 2, "retries": 0, "keep-going": False})  # fmt: skip
-    cfg["default-resources"] = {"slurm_partition": "debug", "mem_mb": 1000, "runtime": 10}
-    cfg["set-resources"] = {r: {"slurm_partition": "debug", "gpu": 1, "mem_mb": 1500} for r in GPU_RULES}
-    # NOTE: torch's results depend on its thread count (reduction order), so byte-identity with the local run (one
-    # thread per job) needs one thread here too; that a profile's set-threads reaches the jobs is tested by
-    # tests/test_reruns.py::test_slurm_profile_by_name_from_the_root
-    cfg["set-threads"] = {r: 1 for r in GPU_RULES}
+    cfg["default-resources"] = {"mem_mb": 1000, "runtime": 10}
+    assert not {"set-resources", "set-threads"} & set(cfg), "the profile must not keep per-rule lists"
     path.mkdir(parents=True)
+    partitions = path / "partitions.yaml"
+    partitions.write_text(yaml.safe_dump({"partitions": {"debug": {"max_runtime": 60, "max_gpu": 1}}}))
+    cfg["slurm-partition-config"] = str(partitions)
     (path / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
 
 
 def test_tiny_run_on_slurm_equals_the_local_run(slurm, tiny_chain, tmp_path):
     work = tmp_path / "work"
-    # this node has no CUDA: the CPU-only switch lets the fake-GPU jobs run (and is not a rerun trigger)
-    cfg = tiny_config(tmp_path / "slurm.yaml", require_gpu=False)
+    # this node has no CUDA: config/test.yaml's require_gpu: false lets the fake-GPU jobs run
+    cfg = tiny_config(tmp_path / "slurm.yaml")
     cmd = ["timeout", "-k", "30", "540", *_snakemake_cmd(), "--snakefile", str(SNAKEFILE), "--directory", str(work),
            "--profile", str(_profile(tmp_path / "profile")), *TINY_TARGETS, "--configfile", str(cfg)]  # fmt: skip
     t0 = time.time()
@@ -110,7 +109,7 @@ def test_gpu_request_without_cuda_fails_clearly(tiny_chain, tmp_path):
 
     work = copy_run(tiny_chain, tmp_path / "w")
     target = "results/uci/yacht/split0/backbone/model.pt"
-    res = smk(work, target, "--forcerun", "train_backbone", "--set-resources", "train_backbone:gpu=1",
-              configfile=tiny_chain["cfg"])  # fmt: skip
+    cfg = tiny_config(tmp_path / "gpu.yaml", require_gpu=True)  # the rule declares its GPU (cluster.gpus_per_job)
+    res = smk(work, target, "--forcerun", "train_backbone", configfile=cfg)
     assert res.returncode != 0
     assert "requested 1 GPU(s) but torch" in res.stdout and "require_gpu: false" in res.stdout, res.stdout[-3000:]

@@ -100,10 +100,11 @@ else:
     import torch
 
     from stochattn.experiments import era5
-    from stochattn.provenance import check_gpu_request
+    from stochattn.provenance import check_model_job
 
     torch.set_num_threads(sm.threads)
-    check_gpu_request(sm.resources.get("gpu", 0), sm.config.get("require_gpu", True))
+    if rule != "era5_prepare":  # every other rule here trains or samples a model (the prepare rule is a CPU job)
+        check_model_job(sm)
     progress = sm.config["progress"]
     if rule == "era5_pretrain_standin":
         meta = era5.pretrain_standin(sm.input[0], sm.output.state, model=p.model, pretrain=p.pretrain, seed=p.seed,

@@ -81,10 +81,11 @@ else:
     import torch
 
     from stochattn.experiments import ett
-    from stochattn.provenance import check_gpu_request
+    from stochattn.provenance import check_model_job
 
     torch.set_num_threads(sm.threads)
-    check_gpu_request(sm.resources.get("gpu", 0), sm.config.get("require_gpu", True))
+    if rule != "ett_prepare":  # every other rule here trains or samples a model (the prepare rule is a CPU job)
+        check_model_job(sm)
     progress = sm.config["progress"]
     if rule == "ett_prepare":
         meta = ett.prepare(sm.input.csv, w.ett_dataset, int(w.horizon), sm.output.prepared, context=p.context,

@@ -9,11 +9,11 @@ logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %
 import torch  # noqa: E402
 
 from stochattn.experiments.uci import train_multiswag_component  # noqa: E402
-from stochattn.provenance import check_gpu_request, stage_provenance  # noqa: E402
+from stochattn.provenance import check_model_job, stage_provenance  # noqa: E402
 
 sm = snakemake  # noqa: F821
 torch.set_num_threads(sm.threads)
-check_gpu_request(sm.resources.get("gpu", 0), sm.config.get("require_gpu", True))
+check_model_job(sm)
 p = sm.params
 meta = train_multiswag_component(
     sm.input.prepared,

@@ -10,11 +10,11 @@ logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %
 import torch  # noqa: E402
 
 from stochattn.experiments.uci import run_method  # noqa: E402
-from stochattn.provenance import check_gpu_request, stage_provenance  # noqa: E402
+from stochattn.provenance import check_model_job, stage_provenance  # noqa: E402
 
 torch.set_num_threads(snakemake.threads)  # noqa: F821
 # a job given a GPU by the scheduler must not silently train on the CPU (config require_gpu: false allows it)
-check_gpu_request(snakemake.resources.get("gpu", 0), snakemake.config.get("require_gpu", True))  # noqa: F821
+check_model_job(snakemake)  # noqa: F821
 p = snakemake.params  # noqa: F821
 meta = run_method(
     p.method,

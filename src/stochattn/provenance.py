@@ -39,6 +39,7 @@ __all__ = [
     "write_sidecar",
     "JobProvenance",
     "check_gpu_request",
+    "check_model_job",
 ]
 
 PROVENANCE_VERSION = 1
@@ -528,5 +529,25 @@ def check_gpu_request(requested_gpus: Any, require_gpu: bool = True) -> None:
         raise RuntimeError(
             f"this job requested {requested_gpus} GPU(s) but torch {torch.__version__} sees no CUDA device "
             f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); install the CUDA build of torch on "
-            "the nodes, or set require_gpu: false in the config (CPU-only runs), or drop gpu from the profile"
+            "the nodes, or set require_gpu: false in the config (CPU-only runs), or cluster.gpus_per_job: 0"
         )
+
+
+def check_model_job(sm: Any) -> None:
+    """At the start of a job that trains or samples a model (``sm``: the job's snakemake object): its rule must
+    declare the GPUs of config ``cluster.gpus_per_job`` (so no model job reaches a CPU partition because its rule
+    forgot them: e.g. a ``use rule ... with: resources:`` block replaces the parent's whole block), and a GPU it
+    was given must be usable (:func:`check_gpu_request`)."""
+    requested = sm.resources.get("gpu", 0)
+    expected = int(sm.config.get("cluster", {}).get("gpus_per_job", 0))
+    try:
+        n = int(requested or 0)
+    except (TypeError, ValueError):
+        n = expected  # a gres string such as "gpu:a100:1"
+    if n < expected:
+        raise RuntimeError(
+            f"rule {sm.rule} trains or samples a model but requests {n} GPU(s), config cluster.gpus_per_job is "
+            f"{expected}: give the rule `gpu=GPUS_PER_JOB` in its resources and `threads: GPU_THREADS` "
+            "(rules/common.smk)"
+        )
+    check_gpu_request(requested, sm.config.get("require_gpu", True))

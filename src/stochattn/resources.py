@@ -28,7 +28,8 @@ from typing import Any, Mapping
 
 __all__ = ["read_benchmarks", "runtime_estimates", "dataset_estimates", "load_dataset_estimates", "pairs_mb",
            "windows_mb", "memory_needed", "write_measured", "load_measured", "load_step_costs", "Sizes", "Work",
-           "adapt_work", "method_work", "member_work", "analyses_work", "gpu_minutes", "main"]
+           "adapt_work", "method_work", "member_work", "analyses_work", "gpu_minutes", "QueueLimitError",
+           "runtime_request", "main"]
 
 _PER_METHOD = {"run_method", "calibrate_sa"}
 
@@ -221,6 +222,9 @@ class Work:
 
     __rmul__ = __mul__
 
+    def __str__(self) -> str:
+        return ", ".join(f"{k.replace('_', ' ')} {v:,.0f}" for k, v in self.__dict__.items() if v) or "no work"
+
     def seconds(self, cost: Mapping[str, float], batch: int) -> float:
         """Seconds at the per-step ``cost`` (one model of :func:`load_step_costs`), steps of ``batch`` inputs
         priced in proportion to the measured batch (never below one measured step)."""
@@ -316,6 +320,42 @@ def gpu_minutes(work: Work, cost: Mapping[str, float], batch: int, factor: float
     if not factor >= 1:
         raise ValueError(f"factor must be >= 1, got {factor!r}")
     return math.ceil(work.seconds(cost, batch) * factor / 60 + overhead_min)
+
+
+class QueueLimitError(ValueError):
+    """A job's counted work cannot fit the cluster's runtime bound (config ``cluster.max_runtime_hours``)."""
+
+
+def runtime_request(minutes: float, attempt: int, bound_minutes: float, *, job: str, work: str = "",
+                    resumable: bool = False, retries: int = 0) -> int:
+    """SLURM runtime request (minutes) of attempt ``attempt`` (1 = first submission) of a job whose counted work
+    takes ``minutes``: the work, doubled on each retry, never above ``bound_minutes`` (the longest job a queue
+    takes).
+
+    A job that cannot resume must fit the bound in one attempt. One that resumes from its last saved epoch
+    (:func:`stochattn.training.fit_regressor` with a checkpoint) may need several: each attempt requests the bound
+    and continues where the previous one was killed, so ``ceil(minutes / bound)`` attempts must be at most
+    ``1 + retries`` (the profile's ``retries``).
+
+    Raises:
+        QueueLimitError: the work cannot fit; the message names ``job``, its counted ``work`` and what to change.
+    """
+    if attempt < 1:
+        raise ValueError(f"attempt must be >= 1, got {attempt!r}")
+    if not bound_minutes > 0:
+        raise ValueError(f"bound_minutes must be > 0, got {bound_minutes!r}")
+    needed = math.ceil(minutes / bound_minutes)
+    allowed = 1 + retries if resumable else 1
+    if needed > allowed:
+        how = (f"it resumes from its last epoch, so it needs {needed} attempts: set retries >= {needed - 1} in the "
+               f"profile, or " if resumable else "it cannot resume, so ")
+        raise QueueLimitError(
+            f"{job}: counted work {minutes / 60:.1f} h{f' ({work})' if work else ''} exceeds cluster.max_runtime_hours"
+            f" = {bound_minutes / 60:g} h; {how}raise cluster.max_runtime_hours to your GPU queue's limit, lower "
+            f"gpu_runtime_factor on GPUs faster than a V100 (2 on H100 / H200), or reduce the configuration's work "
+            f"(epochs, grid, data)"
+        )
+    return int(math.ceil(min(minutes * attempt, bound_minutes)))
 
 
 def main(argv: list[str] | None = None) -> int:
