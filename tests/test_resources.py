@@ -143,3 +143,33 @@ def test_step_costs_file_is_the_full_size_measurement(tmp_path):
     bad.write_text('{"small": true, "costs": {"climax": ' + str(COST).replace("'", '"') + "}}")
     with pytest.raises(ValueError, match="reduced modules"):
         resources.load_step_costs(bad)
+
+
+def test_runtime_request_is_bounded_and_refuses_work_that_cannot_fit():
+    from stochattn.resources import QueueLimitError, runtime_request
+
+    assert runtime_request(100, 1, 1440, job="j") == 100
+    assert runtime_request(100, 2, 1440, job="j") == 200  # a retry doubles
+    assert runtime_request(1000, 2, 1440, job="j") == 1440  # never above the bound, retries included
+    with pytest.raises(QueueLimitError, match=r"ett_method \(x=1\): counted work 25.0 h \(steps 7\) exceeds"):
+        runtime_request(1500, 1, 1440, job="ett_method (x=1)", work="steps 7")
+    # a job that resumes from its last epoch may take several attempts of the bound, as many as the retries allow
+    assert runtime_request(3000, 1, 1440, job="j", resumable=True, retries=2) == 1440
+    assert runtime_request(3000, 3, 1440, job="j", resumable=True, retries=2) == 1440
+    with pytest.raises(QueueLimitError, match="needs 3 attempts: set retries >= 2"):
+        runtime_request(3000, 1, 1440, job="j", resumable=True, retries=1)
+
+
+def test_model_job_without_its_gpu_fails_clearly():
+    from types import SimpleNamespace
+
+    from stochattn.provenance import check_model_job
+
+    def job(gpu, gpus_per_job):
+        return SimpleNamespace(rule="ett_swag", resources={"gpu": gpu} if gpu is not None else {},
+                               config={"cluster": {"gpus_per_job": gpus_per_job}, "require_gpu": False})
+
+    check_model_job(job(1, 1))
+    check_model_job(job(None, 0))  # a CPU configuration
+    with pytest.raises(RuntimeError, match=r"rule ett_swag trains or samples a model but requests 0 GPU\(s\)"):
+        check_model_job(job(None, 1))
