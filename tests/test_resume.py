@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from stochattn.backbones.ft_transformer import build_ft_transformer
+from stochattn.baselines.ivon import ivon_step, make_ivon
 from stochattn.experiments import adapters, era5, ett, uci
 from stochattn.training import TrainingInterrupted, fit_regressor, standard_step
 
@@ -27,14 +28,15 @@ class Step:
     """standard_step that counts its calls; at call ``signal_at`` (after the step) it sends this process
     ``signum``, at call ``kill_at`` (before the step) it raises Killed."""
 
-    def __init__(self, signal_at=None, kill_at=None, signum=signal.SIGUSR1):
+    def __init__(self, signal_at=None, kill_at=None, signum=signal.SIGUSR1, inner=standard_step):
         self.signal_at, self.kill_at, self.signum, self.calls = signal_at, kill_at, signum, 0
+        self.inner = inner
 
     def __call__(self, model, optimizer, x, y, loss):
         self.calls += 1
         if self.calls == self.kill_at:
             raise Killed
-        out = standard_step(model, optimizer, x, y, loss)
+        out = self.inner(model, optimizer, x, y, loss)
         if self.calls == self.signal_at:
             os.kill(os.getpid(), self.signum)
         return out
@@ -65,8 +67,19 @@ def assert_identical(model_a, result_a, model_b, result_b):
     a, b = model_a.state_dict(), model_b.state_dict()
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
     assert record(result_a) == record(result_b)
-    opt_a, opt_b = result_a.optimizer.state_dict()["state"], result_b.optimizer.state_dict()["state"]
-    assert all(torch.equal(opt_a[i][k], opt_b[i][k]) for i in opt_a for k in opt_a[i])
+    assert same(result_a.optimizer.state_dict(), result_b.optimizer.state_dict())
+    assert getattr(result_a.optimizer, "current_step", None) == getattr(result_b.optimizer, "current_step", None)
+
+
+def same(a, b):
+    """Equal, tensors bit for bit, inside nested dicts / lists / tuples."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return a == b
 
 
 @pytest.fixture
@@ -110,6 +123,16 @@ def test_resume_after_a_kill_is_bit_identical(reference, tmp_path, epochs_done):
     assert resumed.calls == ref_calls - epochs_done * STEPS
     assert_identical(ref_model, ref_result, model, result)
     assert not ckpt.exists()
+
+
+def test_ivon_resumes_bit_identical(tmp_path):
+    """IVON: its Hessian estimate (in the state_dict) and its step counter (outside it) are restored."""
+    settings = dict(optimizer=lambda m: make_ivon(m, lr=0.1, ess=200.0, hess_init=1.0), max_epochs=4, patience=None)
+    ref_model, ref_result = fit(Step(inner=ivon_step(1)), **settings)
+    ckpt = tmp_path / "fit.ckpt"
+    with pytest.raises(TrainingInterrupted):
+        fit(Step(signal_at=STEPS + 3, inner=ivon_step(1)), ckpt, **settings)
+    assert_identical(ref_model, ref_result, *fit(Step(inner=ivon_step(1)), ckpt, **settings))
 
 
 def test_resume_is_logged(tmp_path, caplog):

@@ -534,6 +534,8 @@ def fit_regressor(
     if saved is not None:
         model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["optimizer"])
+        if saved["optimizer_steps"] is not None:
+            opt.current_step = saved["optimizer_steps"]
         shuffle_gen.set_state(saved["shuffle_rng"])
         history, best_rmse, best_epoch, best_state = (saved[k] for k in ("history", "best_rmse", "best_epoch",
                                                                           "best_state"))  # fmt: skip
@@ -547,6 +549,8 @@ def fit_regressor(
         """What :class:`_Checkpoint` saves: ``epoch`` epochs done, plus ``partial`` progress into the next one."""
         return {
             "epoch": epoch, "partial": partial, "model": model.state_dict(), "optimizer": opt.state_dict(),
+            # ivon.IVON counts its steps (for bias correction) outside its state_dict
+            "optimizer_steps": getattr(opt, "current_step", None),
             "shuffle_rng": shuffle_gen.get_state(), "rng": _rng_state(dev), "history": history,
             "best_rmse": best_rmse, "best_epoch": best_epoch, "best_state": best_state,
             "seconds": time.perf_counter() - t0,
