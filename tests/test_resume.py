@@ -135,6 +135,34 @@ def test_ivon_resumes_bit_identical(tmp_path):
     assert_identical(ref_model, ref_result, *fit(Step(inner=ivon_step(1)), ckpt, **settings))
 
 
+class NoisyMLP(torch.nn.Module):
+    """Draws training noise from its own generator (as HSA / Contextual Dropout modules may)."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+        self.generator = torch.Generator().manual_seed(5)
+
+    def forward(self, x):
+        return self.net(x + torch.randn(x.shape, generator=self.generator) if self.training else x)
+
+
+def test_module_generators_are_restored(tmp_path):
+    torch.manual_seed(0)
+    ref_model, ref_result = fit(Step(), model=NoisyMLP(), max_epochs=3, patience=None)
+    ckpt = tmp_path / "fit.ckpt"
+    torch.manual_seed(0)
+    with pytest.raises(TrainingInterrupted):
+        fit(Step(signal_at=STEPS + 3), ckpt, model=NoisyMLP(), max_epochs=3, patience=None)
+    torch.manual_seed(0)
+    assert_identical(ref_model, ref_result, *fit(Step(), ckpt, model=NoisyMLP(), max_epochs=3, patience=None))
+
+
+def test_checkpoint_refuses_an_epoch_hook(tmp_path):
+    with pytest.raises(ValueError, match="on_epoch_end"):
+        fit(Step(), tmp_path / "fit.ckpt", on_epoch_end=lambda epoch, model: None)
+
+
 def test_resume_is_logged(tmp_path, caplog):
     ckpt = tmp_path / "fit.ckpt"
     caplog.set_level(logging.INFO, logger="stochattn.training")

@@ -403,15 +403,29 @@ class _Checkpoint:
         self.path.unlink(missing_ok=True)
 
 
-def _rng_state(dev: torch.device) -> dict[str, Tensor | None]:
-    """Torch's global RNG states that the loop draws from (CPU, and ``dev`` when it is CUDA)."""
-    return {"cpu": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None}
+def _generators(model: nn.Module) -> dict[str, torch.Generator]:
+    """The generators held by modules of ``model`` (e.g. a ``generator`` attribute), by module and attribute name."""
+    return {f"{name}.{attr}": v for name, m in model.named_modules() for attr, v in vars(m).items()
+            if isinstance(v, torch.Generator)}  # fmt: skip
 
 
-def _set_rng_state(state: dict[str, Tensor | None], dev: torch.device) -> None:
+def _rng_state(dev: torch.device, model: nn.Module) -> dict[str, Any]:
+    """The RNG states a training step draws from: torch's global RNG (CPU, and ``dev`` when it is CUDA) and the
+    generators of ``model``'s modules."""
+    return {
+        "cpu": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None,
+        "modules": {name: g.get_state() for name, g in _generators(model).items()},
+    }
+
+
+def _set_rng_state(state: dict[str, Any], dev: torch.device, model: nn.Module) -> None:
     torch.set_rng_state(state["cpu"])
     if state["cuda"] is not None:
         torch.cuda.set_rng_state(state["cuda"], dev)
+    generators = _generators(model)
+    for name, g in state["modules"].items():
+        generators[name].set_state(g)
 
 
 def fit_regressor(
@@ -462,13 +476,13 @@ def fit_regressor(
             (SWAG collects its moments here).
         device: where to train; ``None`` picks CUDA when available. The model is moved there.
         checkpoint: a file to make the fit resumable. After every epoch the full state (model, optimizer, the
-            shuffling generator and torch's RNG, best-so-far record, history) is saved there atomically; SIGUSR1
+            RNGs, best-so-far record, history) is saved there atomically; SIGUSR1
             or SIGTERM (handled while the fit runs in the main thread) save it after the current optimisation step
             and raise :class:`TrainingInterrupted`. An existing file from the same training (same arguments, model
             layout and initial weights, data) is resumed from, and the result is bit-identical to an uninterrupted
             run on CPU; a file from another training is a ValueError. A finished fit (returned, or diverged with
-            FloatingPointError) deletes the file. Not saved: state kept outside the model and optimizer by
-            ``step_fn``, ``on_epoch_end`` or modules with their own generators.
+            FloatingPointError) deletes the file. Not saved: state a ``step_fn`` keeps elsewhere; not allowed with
+            ``on_epoch_end`` (a hook's state, e.g. SWAG's moments, could not be resumed).
 
     Returns:
         :class:`FitResult`; the model (and optimizer) hold the state of ``best_epoch`` (of the last epoch if
@@ -491,6 +505,8 @@ def fit_regressor(
         raise ValueError(f"patience: must be >= 1 or None, got {patience}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed: expected an int, got {type(seed).__name__}")
+    if checkpoint is not None and on_epoch_end is not None:
+        raise ValueError("checkpoint: not supported with on_epoch_end (the hook's state would not be resumed)")
     x_tr = as_tensor(x_train, "x_train", 2)
     y_tr = as_tensor(y_train, "y_train", _target_ndim(y_train))
     if len(x_tr) != len(y_tr) or len(x_tr) == 0:
@@ -515,7 +531,7 @@ def fit_regressor(
             "seed": int(seed), "lr": lr, "weight_decay": weight_decay, "batch_size": batch_size,
             "max_epochs": max_epochs, "patience": patience, "restore_best": restore_best,
             "eval_batch_size": eval_batch_size, "loss": _name(loss), "step_fn": _name(step),
-            "on_epoch_end": None if on_epoch_end is None else _name(on_epoch_end), "device": dev.type,
+            "device": dev.type, "generators": sorted(_generators(model)),
             "optimizer": f"{type(opt).__name__} " + repr([{k: v for k, v in g.items() if k != "params"}
                                                           | {"params": len(g["params"])} for g in opt.param_groups]),
             "model": repr([(k, tuple(v.shape), str(v.dtype)) for k, v in model.state_dict().items()]),
@@ -551,7 +567,7 @@ def fit_regressor(
             "epoch": epoch, "partial": partial, "model": model.state_dict(), "optimizer": opt.state_dict(),
             # ivon.IVON counts its steps (for bias correction) outside its state_dict
             "optimizer_steps": getattr(opt, "current_step", None),
-            "shuffle_rng": shuffle_gen.get_state(), "rng": _rng_state(dev), "history": history,
+            "shuffle_rng": shuffle_gen.get_state(), "rng": _rng_state(dev, model), "history": history,
             "best_rmse": best_rmse, "best_epoch": best_epoch, "best_state": best_state,
             "seconds": time.perf_counter() - t0,
         }  # fmt: skip
@@ -559,7 +575,7 @@ def fit_regressor(
     try:
         with seeded(int(seed), dev), _stop_requests(ckpt is not None) as stop:
             if saved is not None:
-                _set_rng_state(saved["rng"], dev)
+                _set_rng_state(saved["rng"], dev, model)
             epochs = range(first_epoch, max_epochs + 1)
             bar = show_progress(epochs, desc=desc, unit="epoch", disable=not progress)
             for epoch in bar:
