@@ -163,6 +163,24 @@ def test_checkpoint_refuses_an_epoch_hook(tmp_path):
         fit(Step(), tmp_path / "fit.ckpt", on_epoch_end=lambda epoch, model: None)
 
 
+def test_a_diverged_fit_removes_its_checkpoint(tmp_path):
+    """FloatingPointError is a final outcome (a rerun would end the same way): no checkpoint is left behind."""
+    ckpt, seen = tmp_path / "fit.ckpt", []
+
+    def nan_in_epoch_3(model, optimizer, x, y, loss):
+        seen.append(ckpt.exists())
+        out = standard_step(model, optimizer, x, y, loss)
+        return out * float("nan") if len(seen) > 2 * STEPS else out
+
+    with pytest.warns(UserWarning, match="training loss became nan in epoch 3"):
+        fit(Step(inner=nan_in_epoch_3), ckpt)  # falls back on the best epoch: returns
+    assert seen[2 * STEPS] and not ckpt.exists()  # saved after epoch 2, removed at the end
+    seen.clear()
+    with pytest.raises(FloatingPointError):
+        fit(Step(inner=nan_in_epoch_3), ckpt, restore_best=False)
+    assert seen[2 * STEPS] and not ckpt.exists()
+
+
 def test_resume_is_logged(tmp_path, caplog):
     ckpt = tmp_path / "fit.ckpt"
     caplog.set_level(logging.INFO, logger="stochattn.training")

@@ -323,7 +323,7 @@ def _make_optimizer(
 # checkpoints
 # ---------------------------------------------------------------------------------------------------------------
 
-STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGUSR1", "SIGTERM") if hasattr(signal, name))
+_STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGUSR1", "SIGTERM") if hasattr(signal, name))
 
 
 class TrainingInterrupted(Exception):
@@ -344,9 +344,9 @@ def _stop_requests(enabled: bool) -> Iterator[list[int]]:
     if not enabled or threading.current_thread() is not threading.main_thread():
         yield received
         return
-    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS}
+    previous = {s: signal.getsignal(s) for s in _STOP_SIGNALS}
     try:
-        for s in STOP_SIGNALS:
+        for s in _STOP_SIGNALS:
             signal.signal(s, lambda signum, frame: received.append(signum))
         yield received
     finally:
@@ -401,6 +401,20 @@ class _Checkpoint:
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _removed_when_final(ckpt: _Checkpoint | None) -> Iterator[None]:
+    """Delete the checkpoint file when the block ends normally or with FloatingPointError (a final outcome: a rerun
+    would end the same way); keep it when the block is interrupted or fails otherwise."""
+    try:
+        yield
+    except FloatingPointError:
+        if ckpt is not None:
+            ckpt.remove()
+        raise
+    if ckpt is not None:
+        ckpt.remove()
 
 
 def _generators(model: nn.Module) -> dict[str, torch.Generator]:
@@ -572,74 +586,67 @@ def fit_regressor(
             "seconds": time.perf_counter() - t0,
         }  # fmt: skip
 
-    try:
-        with seeded(int(seed), dev), _stop_requests(ckpt is not None) as stop:
-            if saved is not None:
-                _set_rng_state(saved["rng"], dev, model)
-            epochs = range(first_epoch, max_epochs + 1)
-            bar = show_progress(epochs, desc=desc, unit="epoch", disable=not progress)
-            for epoch in bar:
-                model.train()
-                if partial is None:
-                    perm = torch.randperm(len(x_tr), generator=shuffle_gen)
-                    done, total, count = 0, torch.zeros((), device=dev, dtype=torch.float64), 0
-                else:  # resume inside the epoch: its batch order, the steps done, the loss summed so far
-                    perm, done, count = partial["perm"], partial["step"], partial["count"]
-                    total = partial["total"].to(dev)
-                    partial = None
-                batches = perm.to(dev).split(batch_size)
-                for i in range(done, len(batches)):
-                    idx = batches[i]
-                    batch_loss = step(model, opt, x_tr[idx], y_tr[idx], loss)
-                    total += batch_loss.detach().double() * len(idx)
-                    count += len(idx)
-                    if stop:
-                        ckpt.save(state(epoch - 1, {"perm": perm, "step": i + 1, "total": total.cpu(), "count": count}))
-                        interrupted = TrainingInterrupted(ckpt.path, stop[0], epoch, i + 1)
-                        logger.warning(str(interrupted))
-                        raise interrupted
-                train_loss = float(total) / count
-                if on_epoch_end is not None:
-                    on_epoch_end(epoch, model)
-                val_rmse = _rmse(predict(model, x_va, eval_batch_size), y_va) if has_val else math.nan
-                history["epoch"].append(epoch)
-                history["train_loss"].append(train_loss)
-                history["val_rmse"].append(val_rmse)
-                bar.set_postfix(loss=f"{train_loss:.4g}", val_rmse=f"{val_rmse:.4g}")
+    with seeded(int(seed), dev), _stop_requests(ckpt is not None) as stop, _removed_when_final(ckpt):
+        if saved is not None:
+            _set_rng_state(saved["rng"], dev, model)
+        epochs = range(first_epoch, max_epochs + 1)
+        bar = show_progress(epochs, desc=desc, unit="epoch", disable=not progress)
+        for epoch in bar:
+            model.train()
+            if partial is None:
+                perm = torch.randperm(len(x_tr), generator=shuffle_gen)
+                done, total, count = 0, torch.zeros((), device=dev, dtype=torch.float64), 0
+            else:  # resume inside the epoch: its batch order, the steps done, the loss summed so far
+                perm, done, count = partial["perm"], partial["step"], partial["count"]
+                total = partial["total"].to(dev)
+                partial = None
+            batches = perm.to(dev).split(batch_size)
+            for i in range(done, len(batches)):
+                idx = batches[i]
+                batch_loss = step(model, opt, x_tr[idx], y_tr[idx], loss)
+                total += batch_loss.detach().double() * len(idx)
+                count += len(idx)
+                if stop:
+                    ckpt.save(state(epoch - 1, {"perm": perm, "step": i + 1, "total": total.cpu(), "count": count}))
+                    interrupted = TrainingInterrupted(ckpt.path, stop[0], epoch, i + 1)
+                    logger.warning(str(interrupted))
+                    raise interrupted
+            train_loss = float(total) / count
+            if on_epoch_end is not None:
+                on_epoch_end(epoch, model)
+            val_rmse = _rmse(predict(model, x_va, eval_batch_size), y_va) if has_val else math.nan
+            history["epoch"].append(epoch)
+            history["train_loss"].append(train_loss)
+            history["val_rmse"].append(val_rmse)
+            bar.set_postfix(loss=f"{train_loss:.4g}", val_rmse=f"{val_rmse:.4g}")
 
-                if not math.isfinite(train_loss):
-                    if best_state is None or not restore_best:
-                        raise FloatingPointError(
-                            f"training loss became {train_loss} in epoch {epoch} with no earlier best state to"
-                            " fall back on; lower lr"
-                        )
-                    warnings.warn(f"training loss became {train_loss} in epoch {epoch}; restoring epoch {best_epoch}")
+            if not math.isfinite(train_loss):
+                if best_state is None or not restore_best:
+                    raise FloatingPointError(
+                        f"training loss became {train_loss} in epoch {epoch} with no earlier best state to"
+                        " fall back on; lower lr"
+                    )
+                warnings.warn(f"training loss became {train_loss} in epoch {epoch}; restoring epoch {best_epoch}")
+                stopped_early = True
+                break
+            if has_val:
+                if val_rmse < best_rmse:
+                    best_rmse, best_epoch = val_rmse, epoch
+                    best_state = _snapshot(model, opt) if restore_best else ()
+                elif patience is not None and epoch - best_epoch >= patience:
                     stopped_early = True
                     break
-                if has_val:
-                    if val_rmse < best_rmse:
-                        best_rmse, best_epoch = val_rmse, epoch
-                        best_state = _snapshot(model, opt) if restore_best else ()
-                    elif patience is not None and epoch - best_epoch >= patience:
-                        stopped_early = True
-                        break
-                else:
-                    best_epoch = epoch
-                if ckpt is not None and epoch < max_epochs:
-                    ckpt.save(state(epoch, None))
-            bar.close()
+            else:
+                best_epoch = epoch
+            if ckpt is not None and epoch < max_epochs:
+                ckpt.save(state(epoch, None))
+        bar.close()
         if has_val:
             if best_state is None:
                 raise FloatingPointError("validation RMSE was never finite; lower lr")
             if restore_best and best_epoch != history["epoch"][-1]:
                 model.load_state_dict(best_state[0])
                 opt.load_state_dict(best_state[1])
-    except FloatingPointError:  # a final outcome, like a return: the rerun would end the same way
-        if ckpt is not None:
-            ckpt.remove()
-        raise
-    if ckpt is not None:
-        ckpt.remove()
     return FitResult(
         best_epoch=best_epoch,
         best_val_rmse=best_rmse,
