@@ -27,6 +27,7 @@ __all__ = [
     "load_npz",
     "save_json",
     "load_json",
+    "save_torch",
     "to_jsonable",
     "sha256_file",
 ]
@@ -149,6 +150,19 @@ def save_json(path: PathLike, obj: Any, *, indent: int = 2) -> Path:
     with atomic_path(target) as tmp:
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+    return target
+
+
+def save_torch(path: PathLike, obj: Any) -> Path:
+    """``torch.save(obj)`` to ``path``, atomically and fsynced (e.g. a training checkpoint that a kill may hit)."""
+    import torch  # here, so that this module stays importable without torch
+
+    target = Path(path)
+    with atomic_path(target) as tmp:
+        with open(tmp, "wb") as fh:
+            torch.save(obj, fh)
             fh.flush()
             os.fsync(fh.fileno())
     return target

@@ -9,29 +9,40 @@ One loop, three ways to use it:
 A model here maps ``x: (B, n_features) -> (B,)`` (a trailing singleton output dimension is also accepted).
 Everything random inside :func:`fit_regressor` (mini-batch order, dropout masks, IVON's weight noise) is driven by
 the ``seed`` argument, so a CPU run is bit-for-bit repeatable; the global torch RNG of the caller is left untouched.
+
+With ``checkpoint=<file>`` a fit saves its full state after every epoch (and on SIGUSR1 / SIGTERM, mid-epoch, before
+raising :class:`TrainingInterrupted`), and a rerun with the same arguments continues from there and ends exactly
+where an uninterrupted run ends.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
+import logging
 import math
+import signal
+import threading
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Protocol, Sequence
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .io import save_torch
 from .progress import progress as show_progress
 
 __all__ = [
     "FitResult",
     "LossFn",
     "StepFn",
+    "TrainingInterrupted",
     "as_generator",
     "as_tensor",
     "derive_seed",
@@ -46,6 +57,8 @@ __all__ = [
     "seeded",
     "standard_step",
 ]
+
+logger = logging.getLogger(__name__)
 
 LossFn = Callable[[Tensor, Tensor], Tensor]
 """``loss(prediction: (B,), target: (B,)) -> scalar``, averaged over the batch (e.g. ``F.mse_loss``)."""
@@ -306,6 +319,129 @@ def _make_optimizer(
     raise TypeError(f"optimizer: expected 'adamw', an Optimizer or a callable, got {type(optimizer).__name__}")
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# checkpoints
+# ---------------------------------------------------------------------------------------------------------------
+
+_STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGUSR1", "SIGTERM") if hasattr(signal, name))
+
+
+class TrainingInterrupted(Exception):
+    """A checkpointed :func:`fit_regressor` received SIGUSR1 or SIGTERM: its state is saved in ``checkpoint`` and
+    the same call, rerun, continues from there (the job should exit non-zero so that it is resubmitted)."""
+
+    def __init__(self, checkpoint: Path, signum: int, epoch: int, step: int):
+        self.checkpoint, self.signum, self.epoch, self.step = checkpoint, signum, epoch, step
+        name = signal.Signals(signum).name
+        super().__init__(f"received {name} at epoch {epoch} step {step}: state saved to {checkpoint}")
+
+
+@contextlib.contextmanager
+def _stop_requests(enabled: bool) -> Iterator[list[int]]:
+    """Yield a list to which SIGUSR1 / SIGTERM append their number instead of acting (only when ``enabled`` and in
+    the main thread, where Python delivers signals); the previous handlers are restored afterwards."""
+    received: list[int] = []
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield received
+        return
+    previous = {s: signal.getsignal(s) for s in _STOP_SIGNALS}
+    try:
+        for s in _STOP_SIGNALS:
+            signal.signal(s, lambda signum, frame: received.append(signum))
+        yield received
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+
+
+def _digest(tensors: Iterable[Tensor]) -> str:
+    """SHA-256 over the dtypes, shapes and bytes of ``tensors``."""
+    h = hashlib.sha256()
+    for t in tensors:
+        t = t.detach().cpu().contiguous()
+        h.update(f"{t.dtype}{tuple(t.shape)};".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy())
+    return h.hexdigest()
+
+
+def _name(fn: Any) -> str:
+    """Module-qualified name of a function, or of a callable object's class."""
+    fn = fn if hasattr(fn, "__qualname__") else type(fn)
+    return f"{getattr(fn, '__module__', '')}.{fn.__qualname__}"
+
+
+class _Checkpoint:
+    """The resumable state of one :func:`fit_regressor` call in the file ``path``, tagged with ``fingerprint`` (the
+    call's settings, model layout and initial weights, data digest) so that a foreign file is refused."""
+
+    def __init__(self, path: str | Path, fingerprint: dict[str, Any]):
+        self.path, self.fingerprint = Path(path), fingerprint
+
+    def load(self) -> dict[str, Any] | None:
+        """The saved state, or ``None`` without a file; ValueError if the file belongs to another training."""
+        if not self.path.exists():
+            return None
+        # weights_only=True: the file holds tensors and plain Python values only
+        state = torch.load(self.path, map_location="cpu", weights_only=True)
+        saved = state.get("fingerprint", {})
+        diff = [
+            f"{k} (checkpoint {str(saved.get(k))[:80]!r}, this fit {str(v)[:80]!r})"
+            for k, v in self.fingerprint.items()
+            if saved.get(k) != v
+        ]
+        if diff:
+            raise ValueError(
+                f"checkpoint {self.path}: written by a different training; mismatch in " + "; ".join(diff)
+                + ". Delete the file to start afresh."
+            )
+        return state
+
+    def save(self, state: dict[str, Any]) -> None:
+        save_torch(self.path, {"fingerprint": self.fingerprint, **state})
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def _removed_when_final(ckpt: _Checkpoint | None) -> Iterator[None]:
+    """Delete the checkpoint file when the block ends normally or with FloatingPointError (a final outcome: a rerun
+    would end the same way); keep it when the block is interrupted or fails otherwise."""
+    try:
+        yield
+    except FloatingPointError:
+        if ckpt is not None:
+            ckpt.remove()
+        raise
+    if ckpt is not None:
+        ckpt.remove()
+
+
+def _generators(model: nn.Module) -> dict[str, torch.Generator]:
+    """The generators held by modules of ``model`` (e.g. a ``generator`` attribute), by module and attribute name."""
+    return {f"{name}.{attr}": v for name, m in model.named_modules() for attr, v in vars(m).items()
+            if isinstance(v, torch.Generator)}  # fmt: skip
+
+
+def _rng_state(dev: torch.device, model: nn.Module) -> dict[str, Any]:
+    """The RNG states a training step draws from: torch's global RNG (CPU, and ``dev`` when it is CUDA) and the
+    generators of ``model``'s modules."""
+    return {
+        "cpu": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None,
+        "modules": {name: g.get_state() for name, g in _generators(model).items()},
+    }
+
+
+def _set_rng_state(state: dict[str, Any], dev: torch.device, model: nn.Module) -> None:
+    torch.set_rng_state(state["cpu"])
+    if state["cuda"] is not None:
+        torch.cuda.set_rng_state(state["cuda"], dev)
+    generators = _generators(model)
+    for name, g in state["modules"].items():
+        generators[name].set_state(g)
+
+
 def fit_regressor(
     model: nn.Module,
     x_train: Tensor | np.ndarray,
@@ -328,6 +464,7 @@ def fit_regressor(
     device: str | torch.device | None = None,
     progress: bool = True,
     desc: str = "train",
+    checkpoint: str | Path | None = None,
 ) -> FitResult:
     """Train ``model`` (``(B, F) -> (B,)``) in place by mini-batch optimisation with early stopping.
 
@@ -352,6 +489,14 @@ def fit_regressor(
         on_epoch_end: ``hook(epoch, model)`` called after each epoch's training pass and before validation
             (SWAG collects its moments here).
         device: where to train; ``None`` picks CUDA when available. The model is moved there.
+        checkpoint: a file to make the fit resumable. After every epoch the full state (model, optimizer, the
+            RNGs, best-so-far record, history) is saved there atomically; SIGUSR1
+            or SIGTERM (handled while the fit runs in the main thread) save it after the current optimisation step
+            and raise :class:`TrainingInterrupted`. An existing file from the same training (same arguments, model
+            layout and initial weights, data) is resumed from, and the result is bit-identical to an uninterrupted
+            run on CPU; a file from another training is a ValueError. A finished fit (returned, or diverged with
+            FloatingPointError) deletes the file. Not saved: state a ``step_fn`` keeps elsewhere; not allowed with
+            ``on_epoch_end`` (a hook's state, e.g. SWAG's moments, could not be resumed).
 
     Returns:
         :class:`FitResult`; the model (and optimizer) hold the state of ``best_epoch`` (of the last epoch if
@@ -362,6 +507,7 @@ def fit_regressor(
         FloatingPointError: if the training loss turns non-finite and there is no earlier best state to restore
             (no validation data, ``restore_best=False``, or no finite validation RMSE yet), or if the
             validation RMSE is never finite.
+        TrainingInterrupted: with ``checkpoint``, on SIGUSR1 / SIGTERM, after saving the state.
     """
     if (x_val is None) != (y_val is None):
         raise ValueError("x_val, y_val: give both or neither")
@@ -373,6 +519,8 @@ def fit_regressor(
         raise ValueError(f"patience: must be >= 1 or None, got {patience}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed: expected an int, got {type(seed).__name__}")
+    if checkpoint is not None and on_epoch_end is not None:
+        raise ValueError("checkpoint: not supported with on_epoch_end (the hook's state would not be resumed)")
     x_tr = as_tensor(x_train, "x_train", 2)
     y_tr = as_tensor(y_train, "y_train", _target_ndim(y_train))
     if len(x_tr) != len(y_tr) or len(x_tr) == 0:
@@ -390,23 +538,79 @@ def fit_regressor(
     dev = resolve_device(device)
     model.to(dev)
     opt = _make_optimizer(optimizer, model, lr, weight_decay)
+    ckpt = None
+    if checkpoint is not None:
+        data = (x_tr, y_tr, x_va, y_va) if has_val else (x_tr, y_tr)
+        ckpt = _Checkpoint(checkpoint, {
+            "seed": int(seed), "lr": lr, "weight_decay": weight_decay, "batch_size": batch_size,
+            "max_epochs": max_epochs, "patience": patience, "restore_best": restore_best,
+            "eval_batch_size": eval_batch_size, "loss": _name(loss), "step_fn": _name(step),
+            "device": dev.type, "generators": sorted(_generators(model)),
+            "optimizer": f"{type(opt).__name__} " + repr([{k: v for k, v in g.items() if k != "params"}
+                                                          | {"params": len(g["params"])} for g in opt.param_groups]),
+            "model": repr([(k, tuple(v.shape), str(v.dtype)) for k, v in model.state_dict().items()]),
+            "trainable": repr([n for n, p in model.named_parameters() if p.requires_grad]),
+            "initial_weights": _digest(model.state_dict().values()),
+            "data_shapes": repr([tuple(t.shape) for t in data]), "data": _digest(data),
+        })  # fmt: skip
     x_tr, y_tr = x_tr.to(dev), y_tr.to(dev)
     shuffle_gen = torch.Generator().manual_seed(int(seed))  # CPU generator: same order on every device
 
     history: dict[str, list[float]] = {"epoch": [], "train_loss": [], "val_rmse": []}
     best_rmse, best_epoch, best_state = math.inf, 0, None
     stopped_early = False
-    t0 = time.perf_counter()
-    with seeded(int(seed), dev):
-        bar = show_progress(range(1, max_epochs + 1), desc=desc, unit="epoch", disable=not progress)
+    first_epoch, partial, seconds_before = 1, None, 0.0
+    saved = ckpt.load() if ckpt is not None else None
+    if saved is not None:
+        model.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["optimizer"])
+        if saved["optimizer_steps"] is not None:
+            opt.current_step = saved["optimizer_steps"]
+        shuffle_gen.set_state(saved["shuffle_rng"])
+        history, best_rmse, best_epoch, best_state = (saved[k] for k in ("history", "best_rmse", "best_epoch",
+                                                                          "best_state"))  # fmt: skip
+        first_epoch, partial, seconds_before = saved["epoch"] + 1, saved["partial"], saved["seconds"]
+        where = f"epoch {saved['epoch']}" if partial is None else f"epoch {first_epoch} step {partial['step']}"
+        logger.info(f"resuming from {ckpt.path}: after {where} of max {max_epochs} (best epoch {best_epoch}, val RMSE"
+                    f" {best_rmse:.6g})")  # fmt: skip
+    t0 = time.perf_counter() - seconds_before
+
+    def state(epoch: int, partial: dict | None) -> dict[str, Any]:
+        """What :class:`_Checkpoint` saves: ``epoch`` epochs done, plus ``partial`` progress into the next one."""
+        return {
+            "epoch": epoch, "partial": partial, "model": model.state_dict(), "optimizer": opt.state_dict(),
+            # ivon.IVON counts its steps (for bias correction) outside its state_dict
+            "optimizer_steps": getattr(opt, "current_step", None),
+            "shuffle_rng": shuffle_gen.get_state(), "rng": _rng_state(dev, model), "history": history,
+            "best_rmse": best_rmse, "best_epoch": best_epoch, "best_state": best_state,
+            "seconds": time.perf_counter() - t0,
+        }  # fmt: skip
+
+    with seeded(int(seed), dev), _stop_requests(ckpt is not None) as stop, _removed_when_final(ckpt):
+        if saved is not None:
+            _set_rng_state(saved["rng"], dev, model)
+        epochs = range(first_epoch, max_epochs + 1)
+        bar = show_progress(epochs, desc=desc, unit="epoch", disable=not progress)
         for epoch in bar:
             model.train()
-            perm = torch.randperm(len(x_tr), generator=shuffle_gen).to(dev)
-            total, count = torch.zeros((), device=dev, dtype=torch.float64), 0
-            for idx in perm.split(batch_size):
+            if partial is None:
+                perm = torch.randperm(len(x_tr), generator=shuffle_gen)
+                done, total, count = 0, torch.zeros((), device=dev, dtype=torch.float64), 0
+            else:  # resume inside the epoch: its batch order, the steps done, the loss summed so far
+                perm, done, count = partial["perm"], partial["step"], partial["count"]
+                total = partial["total"].to(dev)
+                partial = None
+            batches = perm.to(dev).split(batch_size)
+            for i in range(done, len(batches)):
+                idx = batches[i]
                 batch_loss = step(model, opt, x_tr[idx], y_tr[idx], loss)
                 total += batch_loss.detach().double() * len(idx)
                 count += len(idx)
+                if stop:
+                    ckpt.save(state(epoch - 1, {"perm": perm, "step": i + 1, "total": total.cpu(), "count": count}))
+                    interrupted = TrainingInterrupted(ckpt.path, stop[0], epoch, i + 1)
+                    logger.warning(str(interrupted))
+                    raise interrupted
             train_loss = float(total) / count
             if on_epoch_end is not None:
                 on_epoch_end(epoch, model)
@@ -434,13 +638,15 @@ def fit_regressor(
                     break
             else:
                 best_epoch = epoch
+            if ckpt is not None and epoch < max_epochs:
+                ckpt.save(state(epoch, None))
         bar.close()
-    if has_val:
-        if best_state is None:
-            raise FloatingPointError("validation RMSE was never finite; lower lr")
-        if restore_best and best_epoch != history["epoch"][-1]:
-            model.load_state_dict(best_state[0])
-            opt.load_state_dict(best_state[1])
+        if has_val:
+            if best_state is None:
+                raise FloatingPointError("validation RMSE was never finite; lower lr")
+            if restore_best and best_epoch != history["epoch"][-1]:
+                model.load_state_dict(best_state[0])
+                opt.load_state_dict(best_state[1])
     return FitResult(
         best_epoch=best_epoch,
         best_val_rmse=best_rmse,

@@ -54,10 +54,11 @@ class AdapterSetup:
 
 
 def fit_adapter(net: torch.nn.Module, data: Mapping[str, Any], train: Mapping[str, Any], *, seed: int, progress: bool,
-                desc: str) -> Dict[str, Any]:  # fmt: skip
+                desc: str, checkpoint: Optional[str | Path] = None) -> Dict[str, Any]:  # fmt: skip
     """Train ``net``'s adapters (AdamW, MSE, early stopping on the ``val`` part); the best validation epoch is kept,
     and epoch 0 (the backbone, LoRA B = 0) competes: when no epoch beats it, the adapters are put back to their
-    initial values. Returns the training record (best_epoch 0 = the backbone kept)."""
+    initial values. Returns the training record (best_epoch 0 = the backbone kept). ``checkpoint``: a file that
+    makes the training resumable (see :func:`stochattn.training.fit_regressor`)."""
     names = [n for n, p in net.named_parameters() if p.requires_grad]
     zero_val = predict(net, data["x_val"], 256).numpy()
     zero_rmse = float(np.sqrt(np.mean((zero_val - data["y_val"]) ** 2)))
@@ -67,7 +68,7 @@ def fit_adapter(net: torch.nn.Module, data: Mapping[str, Any], train: Mapping[st
         net, data["x_train"], data["y_train"], data["x_val"], data["y_val"], seed=seed, lr=float(train["lr"]),
         weight_decay=float(train.get("weight_decay", 0.0)), batch_size=int(train["batch_size"]),
         max_epochs=int(train["max_epochs"]), patience=train.get("patience"), eval_batch_size=256, progress=progress,
-        desc=desc,
+        desc=desc, checkpoint=checkpoint,
     )
     best_epoch, best_rmse = fit.best_epoch, fit.best_val_rmse
     if not best_rmse < zero_rmse:  # adaptation did not help on validation: keep the backbone (B = 0)

@@ -379,11 +379,12 @@ def adapt(
     allow_pickle: bool = False,
     progress: bool = True,
     provenance: Optional[Mapping[str, Any]] = None,
+    checkpoint: Optional[str | Path] = None,
 ) -> Dict[str, Any]:
     """Fit the LoRA adapter for the prepared target and lead (72 h Z500 in the paper; AdamW, MSE in normalised units, early stopping on the val pairs; best
     epoch kept, the backbone competing as epoch 0) -> ``out_path`` and ``<stem>.json``, with the test skill
     (latitude-weighted RMSE, ACC) of the backbone, the adapted model, persistence and climatology, which decides
-    nothing.
+    nothing. ``checkpoint``: a file that makes the training resumable (:func:`stochattn.training.fit_regressor`).
 
     NOTE[DIFF]: plain MSE over the grid cells (ClimaX fine-tunes with latitude-weighted MSE): every method's
     adapter is trained by the same shared training code. AdamW at a constant learning rate (the paper: warm-up and
@@ -395,7 +396,8 @@ def adapt(
     target = meta_prepared.get("target", TARGET)
     net = lora_forecaster(backbone_path, variables, lead_hours, lora, seed, allow_pickle, target)
     record = adapters.fit_adapter(net, data, train, seed=seed, progress=progress,
-                                  desc=f"LoRA ClimaX {lead_hours:g} h {meta_prepared.get('target_label', 'Z500')}")  # fmt: skip
+                                  desc=f"LoRA ClimaX {lead_hours:g} h {meta_prepared.get('target_label', 'Z500')}",
+                                  checkpoint=checkpoint)  # fmt: skip
     adapters.save_adapter(net, out_path, lora=dict(lora), variables=list(variables), lead_hours=lead_hours,
                           target=target)
     physical = lambda a: np.asarray(a, np.float64) * data["y_std"] + data["y_mean"]  # noqa: E731

@@ -258,6 +258,7 @@ def adapt(
     seed: int,
     progress: bool = True,
     provenance: Optional[Mapping[str, Any]] = None,
+    checkpoint: Optional[str | Path] = None,
 ) -> Dict[str, Any]:
     """Fit the configuration's LoRA adapter on the adaptation windows (AdamW, MSE on the forecast in z-units,
     early stopping on the val windows) and write ``out_path`` (adapter state) and ``<stem>.json``.
@@ -265,13 +266,15 @@ def adapt(
     The best validation epoch is kept, and epoch 0 (the backbone itself, LoRA B = 0) competes: on 10 % of the
     training rows adaptation can hurt (measured on the stand-in), and the paper's recipe keeps the best epoch.
     ``<stem>.json`` also reports the backbone's zero-shot test MAE next to the seasonal-naive (one day) and
-    last-value forecasts; those numbers decide nothing.
+    last-value forecasts; those numbers decide nothing. ``checkpoint``: a file that makes the training resumable
+    (:func:`stochattn.training.fit_regressor`).
     NOTE[DIFF]: AdamW at a constant learning rate (the paper: Adam + cosine, batch 16, 50 epochs; the quick
     configuration caps the epochs, where a cosine schedule would decay over epochs never run).
     """
     data = load_windows(prepared_path)
     net = lora_forecaster(backbone_path, horizon, lora, seed)
-    record = adapters.fit_adapter(net, data, train, seed=seed, progress=progress, desc=f"LoRA {dataset} H={horizon}")
+    record = adapters.fit_adapter(net, data, train, seed=seed, progress=progress, desc=f"LoRA {dataset} H={horizon}",
+                                  checkpoint=checkpoint)
     adapters.save_adapter(net, out_path, lora=dict(lora), horizon=horizon)
     test_point = predict(net, data["x_test"], 256).numpy()
     season = 24 if ett_data.resolve_ett(dataset).step_minutes == 60 else 96

@@ -97,12 +97,13 @@ def prepare_sinusoid(
 # --------------------------------------------------------------------------------------------------------------
 # backbone
 # --------------------------------------------------------------------------------------------------------------
-def _fit(model: torch.nn.Module, data: Mapping[str, Any], train: Mapping[str, Any], seed: int, device, progress: bool, desc: str):
+def _fit(model: torch.nn.Module, data: Mapping[str, Any], train: Mapping[str, Any], seed: int, device, progress: bool,
+         desc: str, checkpoint: Optional[str | Path] = None):  # fmt: skip
     return fit_regressor(
         model, data["x_train"], data["y_train"], data["x_val"], data["y_val"], seed=seed,
         lr=train.get("lr", 1e-4), weight_decay=train.get("weight_decay", 1e-5), batch_size=train.get("batch_size", 256),
         max_epochs=train.get("max_epochs", 500), patience=train.get("patience", 16), device=device, progress=progress,
-        desc=desc,
+        desc=desc, checkpoint=checkpoint,
     )
 
 
@@ -121,15 +122,17 @@ def train_backbone(
     device: Optional[str] = None,
     progress: bool = True,
     provenance: Optional[Mapping[str, Any]] = None,
+    checkpoint: Optional[str | Path] = None,
 ) -> Dict[str, Any]:
     """Train the deterministic FT-Transformer with early stopping on the validation part; save its state.
 
     ``provenance``: recorded as meta.json's ``provenance`` (stochattn.provenance.stage_provenance: input hashes,
-    code version)."""
+    code version). ``checkpoint``: a file that makes the training resumable (:func:`stochattn.training.fit_regressor`;
+    a rerun after a kill continues from it, and it is deleted when the training completes)."""
     data = load_prepared(prepared_path)
     dev = resolve_device(device)
     net = _build(data, model, seed)
-    fit = _fit(net, data, train, seed, dev, progress, "backbone")
+    fit = _fit(net, data, train, seed, dev, progress, "backbone", checkpoint)
     with atomic_path(model_path) as tmp:
         torch.save({"state_dict": {k: v.cpu() for k, v in net.state_dict().items()}, "model": dict(model)}, tmp)
     val_rmse = float(np.sqrt(np.mean((predict(net, data["x_val"]).numpy() - data["y_val"]) ** 2)))

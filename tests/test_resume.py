@@ -1,0 +1,322 @@
+"""Resumable training: fit_regressor(checkpoint=...) killed after any epoch or signalled mid-epoch, then rerun, ends
+bit-identical to an uninterrupted run; foreign checkpoints are refused; writes are atomic."""
+
+import logging
+import os
+import signal
+
+import pytest
+import torch
+
+from stochattn.backbones.ft_transformer import build_ft_transformer
+from stochattn.baselines.ivon import ivon_step, make_ivon
+from stochattn.experiments import adapters, era5, ett, uci
+from stochattn.training import TrainingInterrupted, fit_regressor, standard_step
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+# lr 0.1 makes the validation curve noisy: early stopping at epoch 8 of 12, best epoch 6 (checked below)
+SETTINGS = dict(seed=0, lr=0.1, batch_size=32, max_epochs=12, patience=2, progress=False)
+STEPS = 7  # optimisation steps per epoch: 200 training rows in batches of 32
+
+
+class Killed(Exception):
+    """Stands for a SIGKILL: the process ends without saving anything."""
+
+
+class Step:
+    """standard_step that counts its calls; at call ``signal_at`` (after the step) it sends this process
+    ``signum``, at call ``kill_at`` (before the step) it raises Killed."""
+
+    def __init__(self, signal_at=None, kill_at=None, signum=signal.SIGUSR1, inner=standard_step):
+        self.signal_at, self.kill_at, self.signum, self.calls = signal_at, kill_at, signum, 0
+        self.inner = inner
+
+    def __call__(self, model, optimizer, x, y, loss):
+        self.calls += 1
+        if self.calls == self.kill_at:
+            raise Killed
+        out = self.inner(model, optimizer, x, y, loss)
+        if self.calls == self.signal_at:
+            os.kill(os.getpid(), self.signum)
+        return out
+
+
+def data():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(300, 3, generator=g)
+    y = torch.sin(2 * x[:, 0]) + 0.1 * torch.randn(300, generator=g)
+    return x[:200], y[:200], x[200:], y[200:]
+
+
+def tiny(d_block=8):
+    return build_ft_transformer(3, n_blocks=1, d_block=d_block, attention_n_heads=2, seed=0)  # dropout on
+
+
+def fit(step, checkpoint=None, model=None, **overrides):
+    model = tiny() if model is None else model
+    result = fit_regressor(model, *data(), step_fn=step, checkpoint=checkpoint, **{**SETTINGS, **overrides})
+    return model, result
+
+
+def record(result):
+    return (result.best_epoch, result.best_val_rmse, result.epochs_run, result.stopped_early, result.history)
+
+
+def assert_identical(model_a, result_a, model_b, result_b):
+    a, b = model_a.state_dict(), model_b.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert record(result_a) == record(result_b)
+    assert same(result_a.optimizer.state_dict(), result_b.optimizer.state_dict())
+    assert getattr(result_a.optimizer, "current_step", None) == getattr(result_b.optimizer, "current_step", None)
+
+
+def same(a, b):
+    """Equal, tensors bit for bit, inside nested dicts / lists / tuples."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+@pytest.fixture
+def reference():
+    step = Step()
+    model, result = fit(step)
+    assert result.stopped_early and result.best_epoch < result.epochs_run - 1  # the best-so-far record matters
+    return model, result, step.calls
+
+
+@pytest.mark.parametrize(
+    "signal_at, signum",
+    [(3, signal.SIGUSR1), (STEPS, signal.SIGUSR1), (5 * STEPS + 4, signal.SIGTERM), (7 * STEPS + 2, signal.SIGUSR1)],
+    ids=["epoch1-step3", "epoch1-last-step", "epoch6-step4-sigterm", "epoch8-step2"],
+)
+def test_resume_from_a_signal_mid_epoch_is_bit_identical(reference, tmp_path, signal_at, signum):
+    ref_model, ref_result, ref_calls = reference
+    ckpt = tmp_path / "fit.ckpt"
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGUSR1, signal.SIGTERM)}
+    with pytest.raises(TrainingInterrupted) as info:
+        fit(Step(signal_at=signal_at, signum=signum), ckpt)
+    epoch, step = divmod(signal_at - 1, STEPS)
+    assert (info.value.epoch, info.value.step, info.value.signum) == (epoch + 1, step + 1, signum)
+    assert ckpt.exists() and {s: signal.getsignal(s) for s in handlers} == handlers  # handlers put back
+    resumed = Step()
+    model, result = fit(resumed, ckpt)
+    assert resumed.calls == ref_calls - signal_at  # continued, not restarted
+    assert_identical(ref_model, ref_result, model, result)
+    assert not ckpt.exists()  # removed on completion
+
+
+@pytest.mark.parametrize("epochs_done", [1, 6])
+def test_resume_after_a_kill_is_bit_identical(reference, tmp_path, epochs_done):
+    """A kill without warning in epoch ``epochs_done + 1`` leaves the state saved at the end of ``epochs_done``."""
+    ref_model, ref_result, ref_calls = reference
+    ckpt = tmp_path / "fit.ckpt"
+    with pytest.raises(Killed):
+        fit(Step(kill_at=epochs_done * STEPS + 3), ckpt)
+    resumed = Step()
+    model, result = fit(resumed, ckpt)
+    assert resumed.calls == ref_calls - epochs_done * STEPS
+    assert_identical(ref_model, ref_result, model, result)
+    assert not ckpt.exists()
+
+
+def test_ivon_resumes_bit_identical(tmp_path):
+    """IVON: its Hessian estimate (in the state_dict) and its step counter (outside it) are restored."""
+    settings = dict(optimizer=lambda m: make_ivon(m, lr=0.1, ess=200.0, hess_init=1.0), max_epochs=4, patience=None)
+    ref_model, ref_result = fit(Step(inner=ivon_step(1)), **settings)
+    ckpt = tmp_path / "fit.ckpt"
+    with pytest.raises(TrainingInterrupted):
+        fit(Step(signal_at=STEPS + 3, inner=ivon_step(1)), ckpt, **settings)
+    assert_identical(ref_model, ref_result, *fit(Step(inner=ivon_step(1)), ckpt, **settings))
+
+
+class NoisyMLP(torch.nn.Module):
+    """Draws training noise from its own generator (as HSA / Contextual Dropout modules may)."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+        self.generator = torch.Generator().manual_seed(5)
+
+    def forward(self, x):
+        return self.net(x + torch.randn(x.shape, generator=self.generator) if self.training else x)
+
+
+def test_module_generators_are_restored(tmp_path):
+    torch.manual_seed(0)
+    ref_model, ref_result = fit(Step(), model=NoisyMLP(), max_epochs=3, patience=None)
+    ckpt = tmp_path / "fit.ckpt"
+    torch.manual_seed(0)
+    with pytest.raises(TrainingInterrupted):
+        fit(Step(signal_at=STEPS + 3), ckpt, model=NoisyMLP(), max_epochs=3, patience=None)
+    torch.manual_seed(0)
+    assert_identical(ref_model, ref_result, *fit(Step(), ckpt, model=NoisyMLP(), max_epochs=3, patience=None))
+
+
+def test_checkpoint_refuses_an_epoch_hook(tmp_path):
+    with pytest.raises(ValueError, match="on_epoch_end"):
+        fit(Step(), tmp_path / "fit.ckpt", on_epoch_end=lambda epoch, model: None)
+
+
+def test_a_diverged_fit_removes_its_checkpoint(tmp_path):
+    """FloatingPointError is a final outcome (a rerun would end the same way): no checkpoint is left behind."""
+    ckpt, seen = tmp_path / "fit.ckpt", []
+
+    def nan_in_epoch_3(model, optimizer, x, y, loss):
+        seen.append(ckpt.exists())
+        out = standard_step(model, optimizer, x, y, loss)
+        return out * float("nan") if len(seen) > 2 * STEPS else out
+
+    with pytest.warns(UserWarning, match="training loss became nan in epoch 3"):
+        fit(Step(inner=nan_in_epoch_3), ckpt)  # falls back on the best epoch: returns
+    assert seen[2 * STEPS] and not ckpt.exists()  # saved after epoch 2, removed at the end
+    seen.clear()
+    with pytest.raises(FloatingPointError):
+        fit(Step(inner=nan_in_epoch_3), ckpt, restore_best=False)
+    assert seen[2 * STEPS] and not ckpt.exists()
+
+
+def test_resume_is_logged(tmp_path, caplog):
+    ckpt = tmp_path / "fit.ckpt"
+    caplog.set_level(logging.INFO, logger="stochattn.training")
+    with pytest.raises(TrainingInterrupted):
+        fit(Step(signal_at=STEPS + 3), ckpt)
+    assert f"received SIGUSR1 at epoch 2 step 3: state saved to {ckpt}" in caplog.messages
+    caplog.clear()
+    with pytest.raises(Killed):
+        fit(Step(kill_at=STEPS - 3 + 1), ckpt)  # epoch 2 completes (and is saved), then a kill in epoch 3
+    (line,) = [m for m in caplog.messages if m.startswith("resuming from")]
+    assert line.startswith(f"resuming from {ckpt}: after epoch 2 step 3 of max 12 (best epoch 1, val RMSE ")
+    caplog.clear()
+    fit(Step(), ckpt)
+    (line,) = [m for m in caplog.messages if m.startswith("resuming from")]
+    assert line.startswith(f"resuming from {ckpt}: after epoch 2 of max 12 (best epoch ")
+
+
+@pytest.mark.parametrize(
+    "change, named",
+    [(dict(lr=0.05), "lr"), (dict(model=tiny(d_block=12)), "model"), (dict(seed=1), "seed"),
+     (dict(max_epochs=13), "max_epochs")],
+)
+def test_foreign_checkpoint_is_refused_and_kept(tmp_path, change, named):
+    ckpt = tmp_path / "fit.ckpt"
+    with pytest.raises(TrainingInterrupted):
+        fit(Step(signal_at=10), ckpt)
+    saved = ckpt.read_bytes()
+    with pytest.raises(ValueError, match=rf"checkpoint .*fit\.ckpt: written by a different training; mismatch in .*"
+                                         rf"\b{named} \(checkpoint "):  # fmt: skip
+        fit(Step(), ckpt, **change)
+    assert ckpt.read_bytes() == saved
+
+
+def test_a_failed_write_leaves_the_previous_checkpoint(reference, tmp_path, monkeypatch):
+    ref_model, ref_result, _ = reference
+    ckpt = tmp_path / "fit.ckpt"
+    with pytest.raises(TrainingInterrupted):
+        fit(Step(signal_at=10), ckpt)  # epoch 2, step 3
+    saved = ckpt.read_bytes()
+
+    def broken_save(obj, f, *args, **kwargs):
+        f.write(b"half a checkpoint")
+        raise OSError("disk full")
+
+    with monkeypatch.context() as m:
+        m.setattr(torch, "save", broken_save)
+        with pytest.raises(OSError, match="disk full"):
+            fit(Step(), ckpt)  # fails saving the end of epoch 2
+    assert ckpt.read_bytes() == saved and os.listdir(tmp_path) == ["fit.ckpt"]  # no temporary file left
+    assert_identical(ref_model, ref_result, *fit(Step(), ckpt))
+
+
+def test_without_checkpoint_no_signal_handler_is_installed(tmp_path):
+    seen = []
+
+    def step(*args):
+        seen.append(signal.getsignal(signal.SIGUSR1))
+        return standard_step(*args)
+
+    before = signal.getsignal(signal.SIGUSR1)
+    fit(step, max_epochs=1)
+    fit(step, tmp_path / "fit.ckpt", max_epochs=1)
+    assert seen[0] is before and seen[-1] is not before and signal.getsignal(signal.SIGUSR1) is before
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# the experiment functions pass checkpoint= on to fit_regressor
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def test_uci_backbone_resumes(tmp_path, monkeypatch):
+    uci.prepare_sinusoid(tmp_path / "prepared.npz", n=160, seed=0)
+    model, train = dict(n_blocks=1, d_block=8, attention_n_heads=2), dict(max_epochs=4, lr=1e-2, batch_size=16)
+
+    def run(name, step, checkpoint=None):
+        monkeypatch.setattr("stochattn.training.standard_step", step)  # the default step_fn of fit_regressor
+        meta = uci.train_backbone(tmp_path / "prepared.npz", tmp_path / name / "model.pt", tmp_path / name / "m.json",
+                                  model=model, train=train, seed=0, progress=False, checkpoint=checkpoint)  # fmt: skip
+        return meta, torch.load(tmp_path / name / "model.pt", weights_only=True)["state_dict"]
+
+    ref_meta, ref_state = run("ref", Step())
+    ckpt = tmp_path / "resumed" / "backbone.ckpt"
+    with pytest.raises(TrainingInterrupted):
+        run("resumed", Step(signal_at=9), ckpt)
+    meta, state = run("resumed", Step(), ckpt)
+    assert all(torch.equal(ref_state[k], state[k]) for k in ref_state)
+    assert (meta["best_epoch"], meta["epochs_run"], meta["val_rmse_standardised"]) == (
+        ref_meta["best_epoch"], ref_meta["epochs_run"], ref_meta["val_rmse_standardised"])  # fmt: skip
+    assert not ckpt.exists()
+
+
+def test_fit_adapter_resumes(tmp_path, monkeypatch):
+    xt, yt, xv, yv = (t.numpy() for t in data())
+    d = {"x_train": xt, "y_train": yt, "x_val": xv, "y_val": yv}
+    train = dict(lr=0.1, batch_size=32, max_epochs=5, patience=2)
+    ckpt = tmp_path / "adapter.ckpt"
+
+    def run(step, checkpoint=None):
+        monkeypatch.setattr("stochattn.training.standard_step", step)
+        net = tiny()
+        rec = adapters.fit_adapter(net, d, train, seed=0, progress=False, desc="", checkpoint=checkpoint)
+        return net, {k: v for k, v in rec.items() if k != "seconds"}
+
+    ref_net, ref = run(Step())
+    with pytest.raises(TrainingInterrupted):
+        run(Step(signal_at=12), ckpt)
+    net, rec = run(Step(), ckpt)
+    assert rec == ref and all(torch.equal(a, b) for a, b in zip(ref_net.parameters(), net.parameters()))
+    assert not ckpt.exists()
+
+
+class Reached(Exception):
+    pass
+
+
+def _capture_fit_adapter(monkeypatch):
+    def fake(*args, **kwargs):
+        raise Reached(kwargs["checkpoint"])
+
+    monkeypatch.setattr(adapters, "fit_adapter", fake)
+
+
+def test_ett_and_era5_adapt_pass_the_checkpoint_on(tmp_path, monkeypatch):
+    _capture_fit_adapter(monkeypatch)
+    monkeypatch.setattr(ett, "load_windows", lambda path: {})
+    monkeypatch.setattr(ett, "lora_forecaster", lambda *args: None)
+    with pytest.raises(Reached) as info:
+        ett.adapt("p.npz", "bb.pt", "a.pt", dataset="ETTh1", horizon=96, lora={}, train={}, seed=0,
+                  checkpoint=tmp_path / "ett.ckpt")  # fmt: skip
+    assert info.value.args == (tmp_path / "ett.ckpt",)
+    monkeypatch.setattr(era5, "load_pairs", lambda path: {})
+    monkeypatch.setattr(era5, "load_json", lambda path: {"variables": ["z500"], "lead_hours": 72})
+    monkeypatch.setattr(era5, "lora_forecaster", lambda *args: None)
+    with pytest.raises(Reached) as info:
+        era5.adapt("p.npz", "bb.pt", "a.pt", lora={}, train={}, seed=0, checkpoint=tmp_path / "era5.ckpt")
+    assert info.value.args == (tmp_path / "era5.ckpt",)
+    with pytest.raises(Reached) as info:
+        era5.adapt("p.npz", "bb.pt", "a.pt", lora={}, train={}, seed=0)
+    assert info.value.args == (None,)
