@@ -339,8 +339,9 @@ def bounded_runtime(job, minutes, attempt, wildcards, work="", resumable=False):
     from stochattn.resources import runtime_request
 
     label = f"{job} ({', '.join(f'{k}={v}' for k, v in wildcards.items())})"
+    # a submitted job re-evaluates its resources without the profile's retries: the submitting process checked them
     return runtime_request(minutes, attempt, MAX_RUNTIME_MIN, job=label, work=str(work), resumable=resumable,
-                           retries=workflow.execution_settings.retries)  # fmt: skip
+                           retries=workflow.execution_settings.retries, check=workflow.is_main_process)  # fmt: skip
 
 
 def mem_mb_train(wildcards, attempt):

@@ -173,3 +173,9 @@ def test_model_job_without_its_gpu_fails_clearly():
     check_model_job(job(None, 0))  # a CPU configuration
     with pytest.raises(RuntimeError, match=r"rule ett_swag trains or samples a model but requests 0 GPU\(s\)"):
         check_model_job(job(None, 1))
+
+
+def test_runtime_request_inside_a_job_does_not_recheck():
+    from stochattn.resources import runtime_request
+
+    assert runtime_request(3000, 1, 1440, job="j", resumable=True, retries=0, check=False) == 1440

@@ -113,3 +113,63 @@ def test_gpu_request_without_cuda_fails_clearly(tiny_chain, tmp_path):
     res = smk(work, target, "--forcerun", "train_backbone", configfile=cfg)
     assert res.returncode != 0
     assert "requested 1 GPU(s) but torch" in res.stdout and "require_gpu: false" in res.stdout, res.stdout[-3000:]
+
+
+RESUME_EPOCHS = 4000  # the tiny backbone trains for ~2 minutes on one thread: longer than the queue's 1-minute limit
+
+
+def test_training_killed_at_its_time_limit_resumes_on_slurm(slurm, tmp_path):
+    """A queue whose MaxTime is 1 minute, a backbone training that takes longer: SLURM kills the job at its limit
+    (TIMEOUT; SIGTERM saves the training state mid-epoch), Snakemake resubmits it (retries), the training resumes
+    from the saved state and ends bit-identical to an uninterrupted local run of the same job."""
+    import torch
+
+    partition = ["scontrol", "create", "PartitionName=short", "Nodes=localhost", "MaxTime=1", "State=UP"]
+    res = subprocess.run(partition, capture_output=True, text=True)
+    assert res.returncode == 0 or "already exists" in res.stderr.lower() + res.stdout.lower(), res.stderr
+    estimates = tmp_path / "runtime.yaml"  # the counted work: 2 minutes, twice the bound -> two attempts
+    estimates.write_text(yaml.safe_dump({"train_backbone": {"yacht": 2}}))
+    cfg = tiny_config(tmp_path / "resume.yaml", train={"max_epochs": RESUME_EPOCHS, "patience": None},
+                      cluster={"max_runtime_hours": 1 / 60}, runtime_estimates=str(estimates))  # fmt: skip
+    target = "results/uci/yacht/split0/backbone/model.pt"
+    reference = tmp_path / "local"
+    # the uninterrupted reference, meanwhile on the local executor (one thread, as the SLURM job)
+    ref_cmd = [*_snakemake_cmd(), "--snakefile", str(SNAKEFILE), "--directory", str(reference), "--cores", "1",
+               target, "--configfile", str(cfg)]  # fmt: skip
+    reference.mkdir()
+    local = subprocess.Popen(ref_cmd, cwd=reference, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    profile = _profile(tmp_path / "profile")
+    prof = yaml.safe_load((profile / "config.yaml").read_text())
+    prof["retries"] = 3
+    (profile / "partitions.yaml").write_text(yaml.safe_dump({"partitions": {"short": {"max_runtime": 1, "max_gpu": 1}}}))
+    (profile / "config.yaml").write_text(yaml.safe_dump(prof, sort_keys=False))
+    work = tmp_path / "work"
+    cmd = ["timeout", "-k", "30", "900", *_snakemake_cmd(), "--snakefile", str(SNAKEFILE), "--directory", str(work),
+           "--profile", str(profile), target, "--configfile", str(cfg)]  # fmt: skip
+    t0 = time.time()
+    res = subprocess.run(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=960)
+    log = res.stdout
+    ref_out = local.communicate(timeout=900)[0]
+    assert res.returncode == 0, log[-6000:]
+    assert local.returncode == 0, ref_out[-4000:]
+
+    submitted = re.findall(r"Job (\d+) has been submitted with SLURM jobid (\d+)", log)
+    shown = subprocess.run(["scontrol", "show", "job", *(i for _, i in submitted)], capture_output=True,
+                           text=True).stdout  # fmt: skip
+    # the backbone's attempts, in submission order (the plugin names the rule in each job's comment)
+    backbone = [re.search(r"JobState=(\w+)", j).group(1) for j in shown.split("\n\n") if "train_backbone" in j]
+    print(f"SLURM jobs {[i for _, i in submitted]}: states {backbone}; {time.time() - t0:.0f} s")
+    assert "TIMEOUT" in backbone and backbone[-1] == "COMPLETED", shown[-4000:]
+    rule_log = (work / "logs/uci/yacht/split0/train_backbone.log").read_text()
+    resumed = re.search(r"resuming from \S+: after epoch (\d+)", rule_log)
+    assert resumed and 0 < int(resumed.group(1)) < RESUME_EPOCHS, rule_log[-3000:]
+    print(f"resumed after epoch {resumed.group(1)} of {RESUME_EPOCHS}")
+
+    a, b = (torch.load(d / target, weights_only=True)["state_dict"] for d in (reference, work))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    ma, mb = (json.loads((d / target).with_name("meta.json").read_text()) for d in (reference, work))
+    for key in ("best_epoch", "epochs", "best_val_rmse", "val_rmse"):
+        if key in ma:
+            assert ma[key] == mb[key], key
+    assert not list((work / target).parent.glob(".*resume*")), "the checkpoint is removed when the training completes"

@@ -100,7 +100,7 @@ else:
     import torch
 
     from stochattn.experiments import era5
-    from stochattn.provenance import check_model_job
+    from stochattn.provenance import check_model_job, resume_checkpoint
 
     torch.set_num_threads(sm.threads)
     if rule != "era5_prepare":  # every other rule here trains or samples a model (the prepare rule is a CPU job)
@@ -118,7 +118,7 @@ else:
     elif rule == "era5_adapt":
         meta = era5.adapt(sm.input.prepared, sm.input.backbone, sm.output.adapter, lora=p.lora, train=p.train,
                           seed=p.seed, allow_pickle=p.allow_pickle, progress=progress,
-                          provenance=job.stage())  # fmt: skip
+                          checkpoint=resume_checkpoint(sm), provenance=job.stage())  # fmt: skip
         print(f"LoRA: best epoch {meta['best_epoch']}, test skill {meta['test_skill']}", flush=True)
     elif rule in ("era5_method", "era5_calibrate_sa", "era5_swag"):
         meta = era5.run_method(p.method, sm.input.prepared, sm.input.backbone, sm.input.adapter,

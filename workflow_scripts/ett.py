@@ -81,7 +81,7 @@ else:
     import torch
 
     from stochattn.experiments import ett
-    from stochattn.provenance import check_model_job
+    from stochattn.provenance import check_model_job, resume_checkpoint
 
     torch.set_num_threads(sm.threads)
     if rule != "ett_prepare":  # every other rule here trains or samples a model (the prepare rule is a CPU job)
@@ -101,7 +101,7 @@ else:
     elif rule == "ett_adapt":
         meta = ett.adapt(sm.input.prepared, sm.input.backbone, sm.output.adapter, dataset=w.ett_dataset,
                          horizon=int(w.horizon), lora=p.lora, train=p.train, seed=p.seed, progress=progress,
-                         provenance=job.stage())  # fmt: skip
+                         checkpoint=resume_checkpoint(sm), provenance=job.stage())  # fmt: skip
         print(f"LoRA: best epoch {meta['best_epoch']}, test MAE {meta['test_mae']}", flush=True)
     elif rule in ("ett_method", "ett_calibrate_sa", "ett_swag"):
         meta = ett.run_method(p.method, sm.input.prepared, sm.input.backbone, sm.input.adapter,

@@ -11,6 +11,7 @@ import ast
 import datetime as _dt
 import functools
 import hashlib
+import json
 import os
 import platform
 import subprocess
@@ -40,6 +41,7 @@ __all__ = [
     "JobProvenance",
     "check_gpu_request",
     "check_model_job",
+    "resume_checkpoint",
 ]
 
 PROVENANCE_VERSION = 1
@@ -531,6 +533,16 @@ def check_gpu_request(requested_gpus: Any, require_gpu: bool = True) -> None:
             f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); install the CUDA build of torch on "
             "the nodes, or set require_gpu: false in the config (CPU-only runs), or cluster.gpus_per_job: 0"
         )
+
+
+def resume_checkpoint(sm: Any) -> Path:
+    """The training checkpoint of a workflow job (``sm``: its snakemake object): a hidden file beside its first
+    output, named by a hash of the job's params (settings, seed, code version), so that a rerun after a kill resumes
+    from it (:func:`stochattn.training.fit_regressor`) and a job with other settings never meets it. Snakemake does
+    not delete it when the job fails; the training deletes it when it completes."""
+    digest = hashlib.sha256(json.dumps(to_jsonable(dict(sm.params.items())), sort_keys=True).encode()).hexdigest()
+    out = Path(sm.output[0])
+    return out.with_name(f".{out.name}.resume-{digest[:12]}.pt")
 
 
 def check_model_job(sm: Any) -> None:

@@ -327,7 +327,7 @@ class QueueLimitError(ValueError):
 
 
 def runtime_request(minutes: float, attempt: int, bound_minutes: float, *, job: str, work: str = "",
-                    resumable: bool = False, retries: int = 0) -> int:
+                    resumable: bool = False, retries: int = 0, check: bool = True) -> int:
     """SLURM runtime request (minutes) of attempt ``attempt`` (1 = first submission) of a job whose counted work
     takes ``minutes``: the work, doubled on each retry, never above ``bound_minutes`` (the longest job a queue
     takes).
@@ -336,6 +336,9 @@ def runtime_request(minutes: float, attempt: int, bound_minutes: float, *, job: 
     (:func:`stochattn.training.fit_regressor` with a checkpoint) may need several: each attempt requests the bound
     and continues where the previous one was killed, so ``ceil(minutes / bound)`` attempts must be at most
     ``1 + retries`` (the profile's ``retries``).
+
+    ``check=False`` skips the fit check (inside a submitted job, which re-evaluates its resources without the
+    profile's retries: the submitting process checked it).
 
     Raises:
         QueueLimitError: the work cannot fit; the message names ``job``, its counted ``work`` and what to change.
@@ -346,7 +349,7 @@ def runtime_request(minutes: float, attempt: int, bound_minutes: float, *, job: 
         raise ValueError(f"bound_minutes must be > 0, got {bound_minutes!r}")
     needed = math.ceil(minutes / bound_minutes)
     allowed = 1 + retries if resumable else 1
-    if needed > allowed:
+    if check and needed > allowed:
         how = (f"it resumes from its last epoch, so it needs {needed} attempts: set retries >= {needed - 1} in the "
                f"profile, or " if resumable else "it cannot resume, so ")
         raise QueueLimitError(
