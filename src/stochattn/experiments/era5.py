@@ -467,6 +467,7 @@ def run_method(
     require_skill: bool = True,
     members: Optional[Sequence[str | Path]] = None,
     swag_member: Optional[str | Path] = None,
+    candidates: Optional[Sequence[str | Path]] = None,
     progress: bool = True,
     provenance: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
@@ -475,7 +476,8 @@ def run_method(
     ``scale_sweep.json``, :func:`swag_scale_sweep`). ``require_skill=False`` lets the baselines' selection keep
     a candidate that does not beat the training climatology (smoke runs; recorded in meta.json). MultiSWAG pools
     ``members`` (:func:`train_multiswag_member`'s files, in order) when given, else trains its members here. SWAG
-    with ``swag_member``: also its posterior, as MultiSWAG-LoRA's member 0 (:func:`adapters.write_swag_as_member`)."""
+    with ``swag_member``: also its posterior, as MultiSWAG-LoRA's member 0 (:func:`adapters.write_swag_as_member`). ``candidates``: the method's grid fitted one candidate per
+    job (:func:`fit_candidate`'s files, in grid order): only the choice and the sampling run here."""
     adapters.check_method(method, num_samples, swag_member)
     data = load_pairs(prepared_path)
     data["require_skill"] = bool(require_skill)
@@ -494,7 +496,7 @@ def run_method(
             save_json(Path(out_dir) / "scale_sweep.json", record)
 
         ctx.extra["on_swag_fitted"] = sweep
-    run = adapters.method_run(method, data, ctx, method_cfg, num_samples, seed, progress)
+    run = adapters.method_run(method, data, ctx, method_cfg, num_samples, seed, progress, candidates)
     if swag_member is not None:
         adapters.write_swag_as_member(swag_member, ctx, run, seed=seed, adapter_seconds=adapter_meta["seconds"],
                                       provenance=provenance)  # fmt: skip
@@ -746,3 +748,31 @@ def train_multiswag_member(
     return adapters.write_multiswag_member(data, ctx, method_cfg, out_path, component=component, seed=seed,
                                            num_samples=num_samples, first_path=first_path, progress=progress,
                                            provenance=provenance)  # fmt: skip
+
+
+def fit_candidate(
+    method: str,
+    prepared_path: str | Path,
+    backbone_path: str | Path,
+    adapter_path: str | Path,
+    out_path: str | Path,
+    *,
+    index: int,
+    lora: Mapping[str, Any],
+    train: Mapping[str, Any],
+    method_cfg: Mapping[str, Any],
+    num_samples: int,
+    seed: int,
+    allow_pickle: bool = False,
+    require_skill: bool = True,
+    progress: bool = True,
+    provenance: Optional[Mapping[str, Any]] = None,
+) -> Dict[str, Any]:
+    """Candidate ``index`` of ``method``'s validation grid -> ``out_path`` (its fitted state) and its record
+    (:func:`stochattn.experiments.adapters.write_candidate`); ``seed``: the method run's. :func:`run_method` with
+    ``candidates`` chooses among them."""
+    data = load_pairs(prepared_path)
+    data["require_skill"] = bool(require_skill)
+    ctx = setup(backbone_path, adapter_path, lora, train, allow_pickle=allow_pickle)
+    return adapters.write_candidate(method, data, ctx, method_cfg, out_path, index=index, num_samples=num_samples,
+                                    seed=seed, progress=progress, provenance=provenance)  # fmt: skip
