@@ -258,7 +258,7 @@ rule era5_method:
     benchmark:
         benchmark_file("era5_method", "{era5_method}{era5_sub}")
     wildcard_constraints:
-        era5_method="|".join(ERA5_RUN_METHODS),
+        era5_method=one_of([m for m in ERA5_RUN_METHODS if m not in ERA5_SEARCHED]),
     conda:
         CONDA_ENV
     threads: 1
@@ -276,10 +276,7 @@ rule era5_method:
         allow_pickle=ERA5["backbone"]["checkpoint"].get("allow_pickle", False),
         require_skill=ERA5["require_skill"],
         seed=lambda w: era5_seed(w.era5_method),
-        code=lambda w: code_for(
-            "stochattn.experiments.era5:run_method",
-            exclude=[f"stochattn.experiments.adapters:_{m}" for m in ERA5_METHOD_FUNCTIONS if m != w.era5_method],
-        ),
+        code=lambda w: era5_method_code(w.era5_method),
     script:
         "../workflow_scripts/era5.py"
 
@@ -309,10 +306,7 @@ use rule era5_method as era5_calibrate_sa with:
         allow_pickle=ERA5["backbone"]["checkpoint"].get("allow_pickle", False),
         require_skill=ERA5["require_skill"],
         seed=era5_seed("sa"),
-        code=code_for(
-            "stochattn.experiments.era5:run_method",
-            exclude=[f"stochattn.experiments.adapters:_{m}" for m in ERA5_METHOD_FUNCTIONS if m != "sa"],
-        ),
+        code=era5_method_code("sa"),
 
 
 use rule era5_method as era5_swag with:
@@ -340,11 +334,88 @@ use rule era5_method as era5_swag with:
         allow_pickle=ERA5["backbone"]["checkpoint"].get("allow_pickle", False),
         require_skill=ERA5["require_skill"],
         seed=era5_seed("swag"),
-        code=code_for(
-            "stochattn.experiments.era5:run_method",
-            "stochattn.experiments.era5:swag_scale_sweep",
-            exclude=[f"stochattn.experiments.adapters:_{m}" for m in ERA5_METHOD_FUNCTIONS if m != "swag"],
-        ),
+        code=era5_method_code("swag", "stochattn.experiments.era5:swag_scale_sweep"),
+
+
+rule era5_candidate:
+    """One candidate of a method's validation grid (a SWAG-LoRA rate, an IVON-LoRA setting, a Contextual Dropout or
+    HSA candidate): fitted, scored on the val pairs (stochattn.selection.fit_candidate), its fitted state (adapter,
+    posterior) kept for rule era5_select. One job per candidate bounds every job's runtime."""
+    input:
+        prepared=f"{ERA5_CASE_DIR}/pairs.npz",
+        backbone=era5_backbone(),
+        adapter=f"{ERA5_CASE_DIR}/adapter.pt",
+        adapter_meta=f"{ERA5_CASE_DIR}/adapter.json",
+    output:
+        state=f"{ERA5_CASE_DIR}/runs/{{era5_method}}/candidates/{{candidate}}.pt",
+        record=f"{ERA5_CASE_DIR}/runs/{{era5_method}}/candidates/{{candidate}}.json",
+    log:
+        "logs/era5{era5_sub}/{era5_method}_candidate{candidate}.log",
+    benchmark:
+        benchmark_file("era5_candidate", "{era5_method}/{candidate}{era5_sub}")
+    wildcard_constraints:
+        era5_method=one_of(ERA5_SEARCHED),
+        candidate=r"\d+",
+    conda:
+        CONDA_ENV
+    threads: GPU_THREADS
+    resources:
+        gpu=GPUS_PER_JOB,
+        mem_mb=era5_mem_mb(),
+        runtime=era5_candidate_runtime(),
+    params:
+        lora=ERA5["lora"],
+        train=ERA5["train"],
+        method=lambda w: w.era5_method,
+        method_cfg=lambda w: era5_method_cfg(w.era5_method),
+        index=lambda w: int(w.candidate),
+        num_samples=config["num_samples"],
+        allow_pickle=ERA5["backbone"]["checkpoint"].get("allow_pickle", False),
+        require_skill=ERA5["require_skill"],
+        seed=lambda w: era5_seed(w.era5_method),
+        code=lambda w: era5_candidate_code(w.era5_method),
+    script:
+        "../workflow_scripts/era5.py"
+
+
+# the choice among a searched method's candidates (stochattn.selection.choose, the single-job search's choice), the
+# winner's state loaded and sampled: the same run files as one era5_method (era5_swag) job
+use rule era5_method as era5_select with:
+    input:
+        prepared=f"{ERA5_CASE_DIR}/pairs.npz",
+        backbone=era5_backbone(),
+        adapter=f"{ERA5_CASE_DIR}/adapter.pt",
+        adapter_meta=f"{ERA5_CASE_DIR}/adapter.json",
+        candidates=era5_candidates,
+    benchmark:
+        benchmark_file("era5_select", "{era5_method}{era5_sub}")
+    wildcard_constraints:
+        era5_method=one_of([m for m in ERA5_SEARCHED if m != "swag"]),
+    threads: GPU_THREADS
+    resources:
+        gpu=GPUS_PER_JOB,
+        mem_mb=era5_mem_mb(),
+        runtime=era5_select_runtime(),
+
+
+if "swag" in ERA5_SEARCHED:
+
+    use rule era5_swag as era5_select_swag with:
+        input:
+            prepared=f"{ERA5_CASE_DIR}/pairs.npz",
+            backbone=era5_backbone(),
+            adapter=f"{ERA5_CASE_DIR}/adapter.pt",
+            adapter_meta=f"{ERA5_CASE_DIR}/adapter.json",
+            candidates=lambda w: era5_candidates(w, "swag"),
+        benchmark:
+            benchmark_file("era5_select", "swag{era5_sub}")
+        threads: GPU_THREADS
+        resources:
+            gpu=GPUS_PER_JOB,
+            mem_mb=era5_mem_mb(),
+            runtime=era5_select_runtime("swag"),
+
+    ruleorder: era5_select_swag > era5_swag
 
 
 rule era5_analyses:

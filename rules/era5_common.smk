@@ -322,3 +322,56 @@ def era5_member_inputs(w):
     if int(w.component) > 0:  # member 0 (the SWAG run) chose the SWAG settings
         inputs["first"] = f"{d}/runs/swag/posterior.json"
     return inputs
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# validation searches split in jobs: one per candidate (rule era5_candidate), the choice and sampling in rule
+# era5_select (era5_select_swag), the same samples as one era5_method (era5_swag) job fitting every candidate
+# ---------------------------------------------------------------------------------------------------------------
+ERA5_SEARCHED = searched_methods(ERA5["methods"], era5_method_cfg)
+
+
+def era5_candidates(w, method=None):
+    """The candidate files of a searched method's job (in grid order); none for a method fitted in one job."""
+    m = method or w.era5_method
+    if m not in ERA5_SEARCHED:
+        return []
+    return [era5_run(m, f"candidates/{k}.pt", w.era5_sub) for k in range(len(grid_entries(era5_method_cfg(m))))]
+
+
+def era5_method_code(method, *extra):
+    """run_method's code version for one method: the other methods' stage and search functions left out."""
+    others = [m for m in ERA5_METHOD_FUNCTIONS if m != method]
+    return code_for("stochattn.experiments.era5:run_method", *extra,
+                    exclude=[f"stochattn.experiments.adapters:_{m}" for m in others]
+                    + [f"stochattn.experiments.adapters:_{m}_search" for m in others if m in SEARCH_METHODS])  # fmt: skip
+
+
+def era5_candidate_code(method):
+    others = [m for m in SEARCH_METHODS if m != method]
+    return code_for("stochattn.experiments.era5:fit_candidate",
+                    exclude=[f"stochattn.experiments.adapters:_{m}_search" for m in others])  # fmt: skip
+
+
+def era5_candidate_runtime():
+    """One candidate's fit and validation samples (its own settings: the grid entry over the method's)."""
+    from stochattn.resources import candidate_work
+
+    def work(sizes, w):
+        cfg = era5_method_cfg(w.era5_method)
+        return candidate_work(w.era5_method, sizes, {**cfg, **grid_entries(cfg)[int(w.candidate)]}, ERA5["train"],
+                              config["num_samples"])  # fmt: skip
+
+    return era5_runtime(480, work)
+
+
+def era5_select_runtime(method=None):
+    """The choice among fitted candidates: the winner's sampling only (SWAG: and its variance-scale sweep)."""
+    from stochattn.resources import selection_work
+
+    def work(sizes, w):
+        m = method or w.era5_method
+        return selection_work(m, sizes, config["num_samples"],
+                              swag_scales=len(ERA5["swag_scales"]) if m == "swag" else 0)  # fmt: skip
+
+    return era5_runtime(120, work)

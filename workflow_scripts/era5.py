@@ -119,15 +119,22 @@ else:
                           seed=p.seed, allow_pickle=p.allow_pickle, progress=progress,
                           provenance=job.stage())  # fmt: skip
         print(f"LoRA: best epoch {meta['best_epoch']}, test skill {meta['test_skill']}", flush=True)
-    elif rule in ("era5_method", "era5_calibrate_sa", "era5_swag"):
+    elif rule in ("era5_method", "era5_calibrate_sa", "era5_swag", "era5_select", "era5_select_swag"):
         meta = era5.run_method(p.method, sm.input.prepared, sm.input.backbone, sm.input.adapter,
                                Path(sm.output.samples).parent, lora=p.lora, train=p.train, method_cfg=p.method_cfg,
                                num_samples=p.num_samples, seed=p.seed, sa_sites=p.sa_sites,
                                swag_scales=p.swag_scales, allow_pickle=p.allow_pickle,
                                require_skill=p.require_skill, members=sm.input.get("members"),
-                               swag_member=sm.output.get("member"), progress=progress,
-                               provenance=job.stage())  # fmt: skip
+                               swag_member=sm.output.get("member"), candidates=sm.input.get("candidates"),
+                               progress=progress, provenance=job.stage())  # fmt: skip
         print(f"{p.method}: seconds {meta['seconds']}", flush=True)
+    elif rule == "era5_candidate":
+        record = era5.fit_candidate(p.method, sm.input.prepared, sm.input.backbone, sm.input.adapter, sm.output.state,
+                                    index=p.index, lora=p.lora, train=p.train, method_cfg=p.method_cfg,
+                                    num_samples=p.num_samples, seed=p.seed, allow_pickle=p.allow_pickle,
+                                    require_skill=p.require_skill, progress=progress,
+                                    provenance=job.stage())  # fmt: skip
+        print(f"{p.method} candidate {p.index}: val CRPS {record['val_crps']}, {record['seconds']:.1f} s", flush=True)
     elif rule == "era5_multiswag_member":
         meta = era5.train_multiswag_member(sm.input.prepared, sm.input.backbone, sm.input.adapter, sm.output.state,
                                            component=p.component, lora=p.lora, train=p.train,

@@ -102,13 +102,20 @@ else:
                          horizon=int(w.horizon), lora=p.lora, train=p.train, seed=p.seed, progress=progress,
                          provenance=job.stage())  # fmt: skip
         print(f"LoRA: best epoch {meta['best_epoch']}, test MAE {meta['test_mae']}", flush=True)
-    elif rule in ("ett_method", "ett_calibrate_sa", "ett_swag"):
+    elif rule in ("ett_method", "ett_calibrate_sa", "ett_swag", "ett_select", "ett_select_swag"):
         meta = ett.run_method(p.method, sm.input.prepared, sm.input.backbone, sm.input.adapter,
                               Path(sm.output.samples).parent, lora=p.lora, train=p.train, method_cfg=p.method_cfg,
                               num_samples=p.num_samples, seed=p.seed, members=sm.input.get("members"),
-                              require_skill=p.require_skill, swag_member=sm.output.get("member"), progress=progress,
+                              require_skill=p.require_skill, swag_member=sm.output.get("member"),
+                              candidates=sm.input.get("candidates"), progress=progress,
                               provenance=job.stage())  # fmt: skip
         print(f"{p.method}: seconds {meta['seconds']}", flush=True)
+    elif rule == "ett_candidate":
+        record = ett.fit_candidate(p.method, sm.input.prepared, sm.input.backbone, sm.input.adapter, sm.output.state,
+                                   index=p.index, lora=p.lora, train=p.train, method_cfg=p.method_cfg,
+                                   num_samples=p.num_samples, seed=p.seed, require_skill=p.require_skill,
+                                   progress=progress, provenance=job.stage())  # fmt: skip
+        print(f"{p.method} candidate {p.index}: val CRPS {record['val_crps']}, {record['seconds']:.1f} s", flush=True)
     elif rule == "ett_multiswag_member":
         meta = ett.train_multiswag_member(sm.input.prepared, sm.input.backbone, sm.input.adapter, sm.output.state,
                                           component=p.component, lora=p.lora, train=p.train, method_cfg=p.method_cfg,

@@ -30,7 +30,7 @@ from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, Sequen
 import numpy as np
 
 __all__ = ["CandidateFit", "Selection", "SelectionError", "ValidationSplit", "best_index", "choose", "entry_from_record",
-           "entry_record", "fit_candidate", "select_on_validation"]
+           "entry_record", "fit_candidate", "grid_entries", "select_on_validation"]
 
 T = TypeVar("T")
 
@@ -38,6 +38,12 @@ METRICS = {"crps": "val_crps", "rmse": "val_rmse"}
 COVERAGE_LEVEL = 0.95
 COVERAGE_KEY = f"val_coverage_{round(100 * COVERAGE_LEVEL)}"
 ENTRY_KEYS = ("score", "val_rmse", "val_crps", COVERAGE_KEY, "seconds", "error")
+
+
+def grid_entries(cfg: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """The grid of a method's settings ``cfg``: its ``grid`` entries (overrides), one empty entry without a grid
+    (the workflow fits each entry of a grid with more than one in its own job)."""
+    return [dict(e) for e in cfg.get("grid", [{}])]
 
 
 class SelectionError(ValueError):

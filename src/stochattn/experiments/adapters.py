@@ -366,11 +366,6 @@ def method_search(method: str, data: Mapping[str, Any], setup: AdapterSetup, cfg
     return _SEARCHES[method](data, setup, cfg, num_samples, seed, progress)
 
 
-def grid_size(method: str, cfg: Mapping[str, Any]) -> int:
-    """How many candidates ``method``'s validation search has under ``cfg`` (0 for a method without one)."""
-    return len(methods.candidates(cfg, (), {})) if method in _SEARCHES else 0
-
-
 def write_candidate(method: str, data: Mapping[str, Any], setup: AdapterSetup, cfg: Mapping[str, Any],
                     out_path: str | Path, *, index: int, num_samples: int, seed: int, progress: bool = True,
                     provenance: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:  # fmt: skip

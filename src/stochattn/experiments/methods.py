@@ -98,8 +98,10 @@ def sa_runs(data, net, cfg, num_samples, seed, progress, nu_template=None) -> Di
 def candidates(cfg: Mapping[str, Any], keys: tuple, defaults: Mapping[str, Any]) -> list:
     """The candidate settings of a method: ``cfg["grid"]`` entries (overrides) over ``cfg``'s own values over
     ``defaults``, restricted to ``keys``; no grid gives one candidate."""
+    from ..selection import grid_entries
+
     base = {k: cfg.get(k, defaults.get(k)) for k in keys}
-    return [dict(base, **override) for override in cfg.get("grid", [{}])]
+    return [dict(base, **override) for override in grid_entries(cfg)]
 
 
 def selection_options(data) -> Dict[str, Any]:
