@@ -418,13 +418,81 @@ if "swag" in ERA5_SEARCHED:
     ruleorder: era5_select_swag > era5_swag
 
 
-rule era5_analyses:
-    """SA's operating-point analyses: score-oriented nu sweep, BO over several seeds, per-pass latency vs nu."""
+rule era5_analyses_sweep:
+    """SA's score-oriented nu sweep (cal), its two test operating points and the per-pass latency vs nu."""
     input:
         prepared=f"{ERA5_CASE_DIR}/pairs.npz",
         backbone=era5_backbone(),
         adapter=f"{ERA5_CASE_DIR}/adapter.pt",
         calibration=era5_run("sa", "calibration.json"),
+    output:
+        f"{ERA5_CASE_DIR}/analyses/sweep.json",
+    log:
+        "logs/era5{era5_sub}/analyses_sweep.log",
+    benchmark:
+        benchmark_file("era5_analyses_sweep", "sweep{era5_sub}")
+    conda:
+        CONDA_ENV
+    threads: GPU_THREADS
+    resources:
+        gpu=GPUS_PER_JOB,
+        mem_mb=era5_mem_mb(),
+        runtime=era5_analyses_sweep_runtime(),
+    params:
+        lora=ERA5["lora"],
+        sa_cfg=era5_method_cfg("sa"),
+        analyses=ERA5["analyses"],
+        num_samples=config["num_samples"],
+        sa_sites=ERA5["sa_sites"],
+        allow_pickle=ERA5["backbone"]["checkpoint"].get("allow_pickle", False),
+        seed=era5_seed("analyses"),
+        code=code_for("stochattn.experiments.era5:sa_analyses_sweep"),
+    script:
+        "../workflow_scripts/era5.py"
+
+
+rule era5_analyses_bo:
+    """One BO run of the analyses (App. "BO sensitivity"): the sa run's BO under seed {bo_seed} on the sa run's nu
+    range (bo_seeds) or on the second one (bo_second_range). One job per seed and range."""
+    input:
+        prepared=f"{ERA5_CASE_DIR}/pairs.npz",
+        backbone=era5_backbone(),
+        adapter=f"{ERA5_CASE_DIR}/adapter.pt",
+    output:
+        f"{ERA5_CASE_DIR}/analyses/{{bo_range}}_{{bo_seed}}.json",
+    log:
+        "logs/era5{era5_sub}/analyses_{bo_range}_{bo_seed}.log",
+    benchmark:
+        benchmark_file("era5_analyses_bo", "{bo_range}_{bo_seed}{era5_sub}")
+    wildcard_constraints:
+        bo_range="bo_seeds|bo_second_range",
+        bo_seed=r"-?\d+",
+    conda:
+        CONDA_ENV
+    threads: GPU_THREADS
+    resources:
+        gpu=GPUS_PER_JOB,
+        mem_mb=era5_mem_mb(),
+        runtime=era5_analyses_bo_runtime(),
+    params:
+        lora=ERA5["lora"],
+        sa_cfg=era5_method_cfg("sa"),
+        nu_range=lambda w: era5_bo_ranges()[w.bo_range],
+        bo_seed=lambda w: int(w.bo_seed),
+        sa_sites=ERA5["sa_sites"],
+        allow_pickle=ERA5["backbone"]["checkpoint"].get("allow_pickle", False),
+        seed=era5_seed("analyses"),
+        code=code_for("stochattn.experiments.era5:sa_analyses_bo"),
+    script:
+        "../workflow_scripts/era5.py"
+
+
+rule era5_analyses:
+    """SA's operating-point analyses (score-oriented nu sweep, BO over several seeds, per-pass latency vs nu)
+    gathered from their jobs into one file, as one job running them all would write it."""
+    input:
+        sweep=f"{ERA5_CASE_DIR}/analyses/sweep.json",
+        bo=era5_bo_files,
     output:
         f"{ERA5_CASE_DIR}/analyses.json",
     log:
@@ -435,17 +503,11 @@ rule era5_analyses:
         CONDA_ENV
     threads: 1
     resources:
-        mem_mb=era5_mem_mb(),
-        runtime=era5_analyses_runtime(),
+        mem_mb=2000,
+        runtime=15,
     params:
-        lora=ERA5["lora"],
-        sa_cfg=era5_method_cfg("sa"),
-        analyses=ERA5["analyses"],
-        num_samples=config["num_samples"],
-        sa_sites=ERA5["sa_sites"],
-        allow_pickle=ERA5["backbone"]["checkpoint"].get("allow_pickle", False),
-        seed=era5_seed("analyses"),
-        code=code_for("stochattn.experiments.era5:sa_analyses"),
+        bo_files=lambda w: era5_bo_files(w, grouped=True),
+        code=code_for("stochattn.experiments.era5:gather_analyses"),
     script:
         "../workflow_scripts/era5.py"
 

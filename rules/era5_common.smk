@@ -161,11 +161,34 @@ def era5_member_runtime():
                                                           ERA5["train"], config["num_samples"]))  # fmt: skip
 
 
-def era5_analyses_runtime():
-    from stochattn.resources import analyses_work
+def era5_analyses_sweep_runtime():
+    """The analyses' nu sweep and test operating points (the latency is left out: a few hundred passes)."""
+    from stochattn.resources import analyses_sweep_work
 
-    return era5_runtime(240, lambda sizes, w: analyses_work(sizes, era5_method_cfg("sa"), ERA5["analyses"],
-                                                            config["num_samples"]))  # fmt: skip
+    return era5_runtime(120, lambda sizes, w: analyses_sweep_work(sizes, ERA5["analyses"], config["num_samples"]))
+
+
+def era5_analyses_bo_runtime():
+    """One BO seed of the analyses on one nu range."""
+    from stochattn.resources import analyses_bo_work
+
+    return era5_runtime(60, lambda sizes, w: analyses_bo_work(sizes, era5_method_cfg("sa")))
+
+
+def era5_bo_ranges():
+    """{"bo_seeds": the sa run's nu range, "bo_second_range": the second one (when configured)}."""
+    sa, second = era5_method_cfg("sa"), ERA5["analyses"].get("bo_second_range")
+    ranges = {"bo_seeds": [int(sa["nu_min"]), int(sa["nu_max"])]}
+    if second is not None:
+        ranges["bo_second_range"] = [int(second[0]), int(second[1])]
+    return ranges
+
+
+def era5_bo_files(w, grouped=False):
+    """The BO runs' files of a case (rule era5_analyses_bo), per range in seed order (``grouped``: by range)."""
+    files = {key: [f"{ERA5_DIR}{w.era5_sub}/analyses/{key}_{int(s)}.json" for s in ERA5["analyses"]["bo_seeds"]]
+             for key in era5_bo_ranges()}  # fmt: skip
+    return files if grouped else [f for paths in files.values() for f in paths]
 
 
 def era5_mem_mb(base=8000):

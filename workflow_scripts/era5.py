@@ -72,6 +72,10 @@ elif rule == "era5_evaluate":
                    provenance={m: job.stage(inputs_of(m)) for m in methods})  # fmt: skip
     evaluate_spatial(samples, {m: sm.output[m] for m in methods}, sm.input.prepared,
                      {m: sm.output[f"{m}_spatial"] for m in methods}, provenance=job.stage)  # fmt: skip
+elif rule == "era5_analyses":
+    from stochattn.experiments.era5 import gather_analyses
+
+    gather_analyses(sm.input.sweep, p.bo_files, sm.output[0], provenance=job.stage())
 elif rule == "era5_table":
     import os
     import time
@@ -143,13 +147,17 @@ else:
                                            require_skill=p.require_skill, progress=progress,
                                            provenance=job.stage())  # fmt: skip
         print(f"multiswag member {p.component}: {meta['seconds']:.1f} s", flush=True)
-    elif rule == "era5_analyses":
+    elif rule == "era5_analyses_sweep":
         a = p.analyses
-        era5.sa_analyses(sm.input.prepared, sm.input.backbone, sm.input.adapter, sm.input.calibration, sm.output[0],
-                         lora=p.lora, sa_cfg=p.sa_cfg, nu_grid=a["nu_grid"], bo_seeds=a["bo_seeds"],
-                         latency_nu=a["latency_nu"], latency_batch=a["latency_batch"],
-                         latency_repeats=a["latency_repeats"], num_samples=p.num_samples, seed=p.seed,
-                         sa_sites=p.sa_sites, second_range=a.get("bo_second_range"), allow_pickle=p.allow_pickle,
-                         progress=progress, provenance=job.stage())  # fmt: skip
+        era5.sa_analyses_sweep(sm.input.prepared, sm.input.backbone, sm.input.adapter, sm.input.calibration,
+                               sm.output[0], lora=p.lora, sa_cfg=p.sa_cfg, nu_grid=a["nu_grid"],
+                               latency_nu=a["latency_nu"], latency_batch=a["latency_batch"],
+                               latency_repeats=a["latency_repeats"], num_samples=p.num_samples, seed=p.seed,
+                               sa_sites=p.sa_sites, allow_pickle=p.allow_pickle, progress=progress,
+                               provenance=job.stage())  # fmt: skip
+    elif rule == "era5_analyses_bo":
+        era5.sa_analyses_bo(sm.input.prepared, sm.input.backbone, sm.input.adapter, sm.output[0], lora=p.lora,
+                            sa_cfg=p.sa_cfg, nu_range=p.nu_range, bo_seed=p.bo_seed, seed=p.seed, sa_sites=p.sa_sites,
+                            allow_pickle=p.allow_pickle, provenance=job.stage())  # fmt: skip
     else:
         raise ValueError(f"workflow_scripts/era5.py: no stage for rule {rule!r}")

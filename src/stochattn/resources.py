@@ -28,7 +28,8 @@ from typing import Any, Mapping
 
 __all__ = ["read_benchmarks", "runtime_estimates", "dataset_estimates", "load_dataset_estimates", "pairs_mb",
            "windows_mb", "memory_needed", "write_measured", "load_measured", "load_step_costs", "Sizes", "Work",
-           "adapt_work", "method_work", "candidate_work", "selection_work", "member_work", "analyses_work", "gpu_minutes", "main"]
+           "adapt_work", "method_work", "candidate_work", "selection_work", "member_work", "analyses_work",
+           "analyses_sweep_work", "analyses_bo_work", "gpu_minutes", "main"]
 
 _PER_METHOD = {"run_method", "calibrate_sa"}
 
@@ -327,8 +328,18 @@ def analyses_work(sizes: Sizes, sa: Mapping[str, Any], analyses: Mapping[str, An
     """ERA5's SA analyses: the nu sweep on cal, two test operating points, BO over the seeds on one or two ranges
     (the per-pass latency is left out: a few hundred passes of one input)."""
     ranges = 2 if analyses.get("bo_second_range") else 1
+    return analyses_sweep_work(sizes, analyses, num_samples) + len(analyses["bo_seeds"]) * ranges * _bo(sizes, sa)
+
+
+def analyses_sweep_work(sizes: Sizes, analyses: Mapping[str, Any], num_samples: int) -> Work:
+    """The nu sweep on cal and the two test operating points (the job of the split analyses without BO)."""
     sweep = Work(sa_inputs=len(analyses["nu_grid"]) * num_samples * sizes.cal + 2 * num_samples * sizes.test)
-    return sweep + len(analyses["bo_seeds"]) * ranges * _bo(sizes, sa) + Work(forward_inputs=sizes.cal)
+    return sweep + Work(forward_inputs=sizes.cal)
+
+
+def analyses_bo_work(sizes: Sizes, sa: Mapping[str, Any]) -> Work:
+    """One BO seed of the analyses on one range (and the cal point prediction)."""
+    return _bo(sizes, sa) + Work(forward_inputs=sizes.cal)
 
 
 def gpu_minutes(work: Work, cost: Mapping[str, float], batch: int, factor: float, overhead_min: float = 10) -> int:
