@@ -367,7 +367,8 @@ def era5_method_code(method, *extra):
     others = [m for m in ERA5_METHOD_FUNCTIONS if m != method]
     return code_for("stochattn.experiments.era5:run_method", *extra,
                     exclude=[f"stochattn.experiments.adapters:_{m}" for m in others]
-                    + [f"stochattn.experiments.adapters:_{m}_search" for m in others if m in SEARCH_METHODS])  # fmt: skip
+                    + [f"stochattn.experiments.adapters:_{m}_search" for m in others
+                       if m in SEARCH_METHODS])  # fmt: skip
 
 
 def era5_candidate_code(method):

@@ -267,7 +267,8 @@ def ett_method_code(method):
     others = [m for m in ETT_METHOD_FUNCTIONS if m != method]
     return code_for("stochattn.experiments.ett:run_method",
                     exclude=[f"stochattn.experiments.adapters:_{m}" for m in others]
-                    + [f"stochattn.experiments.adapters:_{m}_search" for m in others if m in SEARCH_METHODS])  # fmt: skip
+                    + [f"stochattn.experiments.adapters:_{m}_search" for m in others
+                       if m in SEARCH_METHODS])  # fmt: skip
 
 
 def ett_candidate_code(method):

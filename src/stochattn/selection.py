@@ -29,8 +29,8 @@ from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, Sequen
 
 import numpy as np
 
-__all__ = ["CandidateFit", "Selection", "SelectionError", "ValidationSplit", "best_index", "choose", "entry_from_record",
-           "entry_record", "fit_candidate", "grid_entries", "select_on_validation"]
+__all__ = ["CandidateFit", "Selection", "SelectionError", "ValidationSplit", "best_index", "choose",
+           "entry_from_record", "entry_record", "fit_candidate", "grid_entries", "select_on_validation"]
 
 T = TypeVar("T")
 

@@ -343,7 +343,8 @@ def check_method(method: str, num_samples: int, swag_member: Optional[str | Path
 
 
 def method_run(method: str, data: Mapping[str, Any], setup: AdapterSetup, cfg: Mapping[str, Any], num_samples: int,
-               seed: int, progress: bool, candidates: Optional[Sequence[str | Path]] = None) -> Dict[str, Any]:  # fmt: skip
+               seed: int, progress: bool,
+               candidates: Optional[Sequence[str | Path]] = None) -> Dict[str, Any]:  # fmt: skip
     """One method's run (arrays and seconds; :func:`stochattn.experiments.methods.write_runs` writes it). With
     ``candidates`` (the files of :func:`write_candidate`, in grid order) the search's fits are read from them and
     only the choice and the sampling run here (:func:`choose_candidate`)."""
@@ -398,7 +399,8 @@ def write_candidate(method: str, data: Mapping[str, Any], setup: AdapterSetup, c
 
 
 def choose_candidate(method: str, data: Mapping[str, Any], setup: AdapterSetup, cfg: Mapping[str, Any],
-                     paths: Sequence[str | Path], *, num_samples: int, seed: int, progress: bool) -> Dict[str, Any]:  # fmt: skip
+                     paths: Sequence[str | Path], *, num_samples: int, seed: int,
+                     progress: bool) -> Dict[str, Any]:  # fmt: skip
     """The run of ``method`` from its candidates' files (:func:`write_candidate`, in grid order): the choice of
     :func:`stochattn.selection.choose` (as the single-job search makes it), the winner's state loaded and sampled
     (the same seeds). ``train`` seconds: the candidates' fits."""
