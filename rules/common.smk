@@ -15,6 +15,7 @@ from stochattn.protocol import protocol_deviations as _protocol_deviations
 from stochattn.protocol import protocol_note as _protocol_note
 from stochattn.provenance import code_version
 from stochattn.resources import gpu_minutes, load_dataset_estimates, load_step_costs
+from stochattn.selection import grid_entries
 
 # Every rule's software, used with `--sdm conda` (the local `make` setup runs in the virtual environment instead).
 CONDA_ENV = str(Path(workflow.basedir) / "envs" / "stochattn.yaml")
@@ -27,6 +28,19 @@ CONDA_ENV = str(Path(workflow.basedir) / "envs" / "stochattn.yaml")
 # calibration: sa_match (SA at the BO surrogate's scale-matching nu) by calibrate_sa, beside sa (Algorithm 2's nu).
 ALL_METHODS = ["sa", "sa_match", "mc_dropout", "swag", "multiswag", "ivon", "hsa"]
 DERIVED_METHODS = {"sa_match": "sa"}
+# the adapter slices' methods that choose their settings on validation data (stochattn.experiments.adapters.
+# SEARCH_METHODS): with a grid of more than one candidate, one job per candidate and a selection job
+SEARCH_METHODS = ["swag", "ivon", "contextual_dropout", "hsa"]
+
+
+def searched_methods(methods, method_cfg):
+    """The ``methods`` whose validation grid (``method_cfg(method)``) has more than one candidate."""
+    return [m for m in methods if m in SEARCH_METHODS and len(grid_entries(method_cfg(m))) > 1]
+
+
+def one_of(names):
+    """Wildcard constraint matching exactly ``names`` (nothing when there is none)."""
+    return "|".join(names) if names else "(?!)"
 BACKBONE_METHODS = ["sa", "mc_dropout", "swag"]  # start from the shared deterministic backbone
 BASELINES = [m for m in ALL_METHODS if m != "sa" and m not in DERIVED_METHODS]
 TOY_DATASET = "sinusoid"

@@ -261,7 +261,7 @@ rule era5_method:
     benchmark:
         benchmark_file("era5_method", "{era5_method}{era5_sub}")
     wildcard_constraints:
-        era5_method="|".join(ERA5_RUN_METHODS),
+        era5_method=one_of([m for m in ERA5_RUN_METHODS if m not in ERA5_SEARCHED]),
     conda:
         CONDA_ENV
     threads: GPU_THREADS
@@ -280,10 +280,7 @@ rule era5_method:
         allow_pickle=ERA5["backbone"]["checkpoint"].get("allow_pickle", False),
         require_skill=ERA5["require_skill"],
         seed=lambda w: era5_seed(w.era5_method),
-        code=lambda w: code_for(
-            "stochattn.experiments.era5:run_method",
-            exclude=[f"stochattn.experiments.adapters:_{m}" for m in ERA5_METHOD_FUNCTIONS if m != w.era5_method],
-        ),
+        code=lambda w: era5_method_code(w.era5_method),
     script:
         "../workflow_scripts/era5.py"
 
@@ -314,10 +311,7 @@ use rule era5_method as era5_calibrate_sa with:
         allow_pickle=ERA5["backbone"]["checkpoint"].get("allow_pickle", False),
         require_skill=ERA5["require_skill"],
         seed=era5_seed("sa"),
-        code=code_for(
-            "stochattn.experiments.era5:run_method",
-            exclude=[f"stochattn.experiments.adapters:_{m}" for m in ERA5_METHOD_FUNCTIONS if m != "sa"],
-        ),
+        code=era5_method_code("sa"),
 
 
 use rule era5_method as era5_swag with:
@@ -346,33 +340,110 @@ use rule era5_method as era5_swag with:
         allow_pickle=ERA5["backbone"]["checkpoint"].get("allow_pickle", False),
         require_skill=ERA5["require_skill"],
         seed=era5_seed("swag"),
-        code=code_for(
-            "stochattn.experiments.era5:run_method",
-            "stochattn.experiments.era5:swag_scale_sweep",
-            exclude=[f"stochattn.experiments.adapters:_{m}" for m in ERA5_METHOD_FUNCTIONS if m != "swag"],
-        ),
+        code=era5_method_code("swag", "stochattn.experiments.era5:swag_scale_sweep"),
 
 
-rule era5_analyses:
-    """SA's operating-point analyses: score-oriented nu sweep, BO over several seeds, per-pass latency vs nu."""
+rule era5_candidate:
+    """One candidate of a method's validation grid (a SWAG-LoRA rate, an IVON-LoRA setting, a Contextual Dropout or
+    HSA candidate): fitted, scored on the val pairs (stochattn.selection.fit_candidate), its fitted state (adapter,
+    posterior) kept for rule era5_select. One job per candidate bounds every job's runtime."""
     input:
         prepared=f"{ERA5_CASE_DIR}/pairs.npz",
         backbone=era5_backbone(),
         adapter=f"{ERA5_CASE_DIR}/adapter.pt",
-        calibration=era5_run("sa", "calibration.json"),
+        adapter_meta=f"{ERA5_CASE_DIR}/adapter.json",
     output:
-        f"{ERA5_CASE_DIR}/analyses.json",
+        state=f"{ERA5_CASE_DIR}/runs/{{era5_method}}/candidates/{{candidate}}.pt",
+        record=f"{ERA5_CASE_DIR}/runs/{{era5_method}}/candidates/{{candidate}}.json",
     log:
-        "logs/era5{era5_sub}/analyses.log",
+        "logs/era5{era5_sub}/{era5_method}_candidate{candidate}.log",
     benchmark:
-        benchmark_file("era5_analyses", "analyses{era5_sub}")
+        benchmark_file("era5_candidate", "{era5_method}/{candidate}{era5_sub}")
+    wildcard_constraints:
+        era5_method=one_of(ERA5_SEARCHED),
+        candidate=r"\d+",
     conda:
         CONDA_ENV
     threads: GPU_THREADS
     resources:
         gpu=GPUS_PER_JOB,
         mem_mb=era5_mem_mb(),
-        runtime=era5_analyses_runtime(),
+        runtime=era5_candidate_runtime(),
+    params:
+        lora=ERA5["lora"],
+        train=ERA5["train"],
+        method=lambda w: w.era5_method,
+        method_cfg=lambda w: era5_method_cfg(w.era5_method),
+        index=lambda w: int(w.candidate),
+        num_samples=config["num_samples"],
+        allow_pickle=ERA5["backbone"]["checkpoint"].get("allow_pickle", False),
+        require_skill=ERA5["require_skill"],
+        seed=lambda w: era5_seed(w.era5_method),
+        code=lambda w: era5_candidate_code(w.era5_method),
+    script:
+        "../workflow_scripts/era5.py"
+
+
+# the choice among a searched method's candidates (stochattn.selection.choose, the single-job search's choice), the
+# winner's state loaded and sampled: the same run files as one era5_method (era5_swag) job
+use rule era5_method as era5_select with:
+    input:
+        prepared=f"{ERA5_CASE_DIR}/pairs.npz",
+        backbone=era5_backbone(),
+        adapter=f"{ERA5_CASE_DIR}/adapter.pt",
+        adapter_meta=f"{ERA5_CASE_DIR}/adapter.json",
+        candidates=era5_candidates,
+    benchmark:
+        benchmark_file("era5_select", "{era5_method}{era5_sub}")
+    wildcard_constraints:
+        era5_method=one_of([m for m in ERA5_SEARCHED if m != "swag"]),
+    threads: GPU_THREADS
+    resources:
+        gpu=GPUS_PER_JOB,
+        mem_mb=era5_mem_mb(),
+        runtime=era5_select_runtime(),
+
+
+if "swag" in ERA5_SEARCHED:
+
+    use rule era5_swag as era5_select_swag with:
+        input:
+            prepared=f"{ERA5_CASE_DIR}/pairs.npz",
+            backbone=era5_backbone(),
+            adapter=f"{ERA5_CASE_DIR}/adapter.pt",
+            adapter_meta=f"{ERA5_CASE_DIR}/adapter.json",
+            candidates=lambda w: era5_candidates(w, "swag"),
+        benchmark:
+            benchmark_file("era5_select", "swag{era5_sub}")
+        threads: GPU_THREADS
+        resources:
+            gpu=GPUS_PER_JOB,
+            mem_mb=era5_mem_mb(),
+            runtime=era5_select_runtime("swag"),
+
+    ruleorder: era5_select_swag > era5_swag
+
+
+rule era5_analyses_sweep:
+    """SA's score-oriented nu sweep (cal), its two test operating points and the per-pass latency vs nu."""
+    input:
+        prepared=f"{ERA5_CASE_DIR}/pairs.npz",
+        backbone=era5_backbone(),
+        adapter=f"{ERA5_CASE_DIR}/adapter.pt",
+        calibration=era5_run("sa", "calibration.json"),
+    output:
+        f"{ERA5_CASE_DIR}/analyses/sweep.json",
+    log:
+        "logs/era5{era5_sub}/analyses_sweep.log",
+    benchmark:
+        benchmark_file("era5_analyses_sweep", "sweep{era5_sub}")
+    conda:
+        CONDA_ENV
+    threads: GPU_THREADS
+    resources:
+        gpu=GPUS_PER_JOB,
+        mem_mb=era5_mem_mb(),
+        runtime=era5_analyses_sweep_runtime(),
     params:
         lora=ERA5["lora"],
         sa_cfg=era5_method_cfg("sa"),
@@ -381,7 +452,68 @@ rule era5_analyses:
         sa_sites=ERA5["sa_sites"],
         allow_pickle=ERA5["backbone"]["checkpoint"].get("allow_pickle", False),
         seed=era5_seed("analyses"),
-        code=code_for("stochattn.experiments.era5:sa_analyses"),
+        code=code_for("stochattn.experiments.era5:sa_analyses_sweep"),
+    script:
+        "../workflow_scripts/era5.py"
+
+
+rule era5_analyses_bo:
+    """One BO run of the analyses (App. "BO sensitivity"): the sa run's BO under seed {bo_seed} on the sa run's nu
+    range (bo_seeds) or on the second one (bo_second_range). One job per seed and range."""
+    input:
+        prepared=f"{ERA5_CASE_DIR}/pairs.npz",
+        backbone=era5_backbone(),
+        adapter=f"{ERA5_CASE_DIR}/adapter.pt",
+    output:
+        f"{ERA5_CASE_DIR}/analyses/{{bo_range}}_{{bo_seed}}.json",
+    log:
+        "logs/era5{era5_sub}/analyses_{bo_range}_{bo_seed}.log",
+    benchmark:
+        benchmark_file("era5_analyses_bo", "{bo_range}_{bo_seed}{era5_sub}")
+    wildcard_constraints:
+        bo_range="bo_seeds|bo_second_range",
+        bo_seed=r"-?\d+",
+    conda:
+        CONDA_ENV
+    threads: GPU_THREADS
+    resources:
+        gpu=GPUS_PER_JOB,
+        mem_mb=era5_mem_mb(),
+        runtime=era5_analyses_bo_runtime(),
+    params:
+        lora=ERA5["lora"],
+        sa_cfg=era5_method_cfg("sa"),
+        nu_range=lambda w: era5_bo_ranges()[w.bo_range],
+        bo_seed=lambda w: int(w.bo_seed),
+        sa_sites=ERA5["sa_sites"],
+        allow_pickle=ERA5["backbone"]["checkpoint"].get("allow_pickle", False),
+        seed=era5_seed("analyses"),
+        code=code_for("stochattn.experiments.era5:sa_analyses_bo"),
+    script:
+        "../workflow_scripts/era5.py"
+
+
+rule era5_analyses:
+    """SA's operating-point analyses (score-oriented nu sweep, BO over several seeds, per-pass latency vs nu)
+    gathered from their jobs into one file, as one job running them all would write it."""
+    input:
+        sweep=f"{ERA5_CASE_DIR}/analyses/sweep.json",
+        bo=era5_bo_files,
+    output:
+        f"{ERA5_CASE_DIR}/analyses.json",
+    log:
+        "logs/era5{era5_sub}/analyses.log",
+    benchmark:
+        benchmark_file("era5_analyses", "analyses{era5_sub}")
+    conda:
+        CONDA_ENV
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
+    params:
+        bo_files=lambda w: era5_bo_files(w, grouped=True),
+        code=code_for("stochattn.experiments.era5:gather_analyses"),
     script:
         "../workflow_scripts/era5.py"
 

@@ -160,15 +160,37 @@ def era5_member_runtime():
 
     return era5_runtime("era5_multiswag_member", 480,
                         lambda sizes, w: member_work(int(w.component), sizes, era5_method_cfg("multiswag"),
-                                                     ERA5["train"], config["num_samples"]))  # fmt: skip
+                                                     ERA5["train"], config["num_samples"]), resumable=True)  # fmt: skip
 
 
-def era5_analyses_runtime():
-    from stochattn.resources import analyses_work
+def era5_analyses_sweep_runtime():
+    """The analyses' nu sweep and test operating points (the latency is left out: a few hundred passes)."""
+    from stochattn.resources import analyses_sweep_work
 
-    return era5_runtime("era5_analyses", 240,
-                        lambda sizes, w: analyses_work(sizes, era5_method_cfg("sa"), ERA5["analyses"],
-                                                       config["num_samples"]))  # fmt: skip
+    return era5_runtime("era5_analyses_sweep", 120, lambda sizes, w: analyses_sweep_work(sizes, ERA5["analyses"], config["num_samples"]))
+
+
+def era5_analyses_bo_runtime():
+    """One BO seed of the analyses on one nu range."""
+    from stochattn.resources import analyses_bo_work
+
+    return era5_runtime("era5_analyses_bo", 60, lambda sizes, w: analyses_bo_work(sizes, era5_method_cfg("sa")))
+
+
+def era5_bo_ranges():
+    """{"bo_seeds": the sa run's nu range, "bo_second_range": the second one (when configured)}."""
+    sa, second = era5_method_cfg("sa"), ERA5["analyses"].get("bo_second_range")
+    ranges = {"bo_seeds": [int(sa["nu_min"]), int(sa["nu_max"])]}
+    if second is not None:
+        ranges["bo_second_range"] = [int(second[0]), int(second[1])]
+    return ranges
+
+
+def era5_bo_files(w, grouped=False):
+    """The BO runs' files of a case (rule era5_analyses_bo), per range in seed order (``grouped``: by range)."""
+    files = {key: [f"{ERA5_DIR}{w.era5_sub}/analyses/{key}_{int(s)}.json" for s in ERA5["analyses"]["bo_seeds"]]
+             for key in era5_bo_ranges()}  # fmt: skip
+    return files if grouped else [f for paths in files.values() for f in paths]
 
 
 def era5_mem_mb(base=8000):
@@ -325,3 +347,57 @@ def era5_member_inputs(w):
     if int(w.component) > 0:  # member 0 (the SWAG run) chose the SWAG settings
         inputs["first"] = f"{d}/runs/swag/posterior.json"
     return inputs
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# validation searches split in jobs: one per candidate (rule era5_candidate), the choice and sampling in rule
+# era5_select (era5_select_swag), the same samples as one era5_method (era5_swag) job fitting every candidate
+# ---------------------------------------------------------------------------------------------------------------
+ERA5_SEARCHED = searched_methods(ERA5["methods"], era5_method_cfg)
+
+
+def era5_candidates(w, method=None):
+    """The candidate files of a searched method's job (in grid order); none for a method fitted in one job."""
+    m = method or w.era5_method
+    if m not in ERA5_SEARCHED:
+        return []
+    return [era5_run(m, f"candidates/{k}.pt", w.era5_sub) for k in range(len(grid_entries(era5_method_cfg(m))))]
+
+
+def era5_method_code(method, *extra):
+    """run_method's code version for one method: the other methods' stage and search functions left out."""
+    others = [m for m in ERA5_METHOD_FUNCTIONS if m != method]
+    return code_for("stochattn.experiments.era5:run_method", *extra,
+                    exclude=[f"stochattn.experiments.adapters:_{m}" for m in others]
+                    + [f"stochattn.experiments.adapters:_{m}_search" for m in others
+                       if m in SEARCH_METHODS])  # fmt: skip
+
+
+def era5_candidate_code(method):
+    others = [m for m in SEARCH_METHODS if m != method]
+    return code_for("stochattn.experiments.era5:fit_candidate",
+                    exclude=[f"stochattn.experiments.adapters:_{m}_search" for m in others])  # fmt: skip
+
+
+def era5_candidate_runtime():
+    """One candidate's fit and validation samples (its own settings: the grid entry over the method's)."""
+    from stochattn.resources import candidate_work
+
+    def work(sizes, w):
+        cfg = era5_method_cfg(w.era5_method)
+        return candidate_work(w.era5_method, sizes, {**cfg, **grid_entries(cfg)[int(w.candidate)]}, ERA5["train"],
+                              config["num_samples"])  # fmt: skip
+
+    return era5_runtime("era5_candidate", 480, work, resumable=True)
+
+
+def era5_select_runtime(method=None):
+    """The choice among fitted candidates: the winner's sampling only (SWAG: and its variance-scale sweep)."""
+    from stochattn.resources import selection_work
+
+    def work(sizes, w):
+        m = method or w.era5_method
+        return selection_work(m, sizes, config["num_samples"],
+                              swag_scales=len(ERA5["swag_scales"]) if m == "swag" else 0)  # fmt: skip
+
+    return era5_runtime("era5_select", 120, work)

@@ -169,10 +169,7 @@ rule ett_calibrate_sa:
         num_samples=config["num_samples"],
         require_skill=ETT["require_skill"],
         seed=lambda w: ett_seed("sa", w.ett_dataset, w.horizon),
-        code=code_for(
-            "stochattn.experiments.ett:run_method",
-            exclude=[f"stochattn.experiments.adapters:_{m}" for m in ETT_METHOD_FUNCTIONS if m != "sa"],
-        ),
+        code=ett_method_code("sa"),
     script:
         "../workflow_scripts/ett.py"
 
@@ -229,7 +226,7 @@ rule ett_method:
     benchmark:
         benchmark_file("ett_method", "{ett_dataset}/H{horizon}/{ett_method}")
     wildcard_constraints:
-        ett_method="|".join(m for m in ETT["methods"] if m not in ("sa", "swag")),
+        ett_method=one_of([m for m in ETT["methods"] if m not in ("sa", "swag", *ETT_SEARCHED)]),
     conda:
         CONDA_ENV
     threads: GPU_THREADS
@@ -245,10 +242,7 @@ rule ett_method:
         num_samples=config["num_samples"],
         require_skill=ETT["require_skill"],
         seed=lambda w: ett_seed(w.ett_method, w.ett_dataset, w.horizon),
-        code=lambda w: code_for(
-            "stochattn.experiments.ett:run_method",
-            exclude=[f"stochattn.experiments.adapters:_{m}" for m in ETT_METHOD_FUNCTIONS if m != w.ett_method],
-        ),
+        code=lambda w: ett_method_code(w.ett_method),
     script:
         "../workflow_scripts/ett.py"
 
@@ -260,7 +254,85 @@ use rule ett_method as ett_swag with:
         member=f"{ETT_CONFIG}/{{ett_method}}/posterior.pt",
         member_meta=f"{ETT_CONFIG}/{{ett_method}}/posterior.json",
     wildcard_constraints:
-        ett_method="swag",
+        ett_method=one_of([] if "swag" in ETT_SEARCHED else ["swag"]),
+
+
+rule ett_candidate:
+    """One candidate of a method's validation grid on one configuration (a SWAG-LoRA rate, an IVON-LoRA setting, a
+    Contextual Dropout or HSA candidate): fitted, scored on the val windows (stochattn.selection.fit_candidate), its
+    fitted state (adapter, posterior) kept for rule ett_select. One job per candidate bounds every job's runtime."""
+    input:
+        prepared=f"{ETT_CONFIG}/prepared.npz",
+        backbone=ett_backbone,
+        adapter=f"{ETT_CONFIG}/adapter.pt",
+        adapter_meta=f"{ETT_CONFIG}/adapter.json",
+    output:
+        state=f"{ETT_CONFIG}/{{ett_method}}/candidates/{{candidate}}.pt",
+        record=f"{ETT_CONFIG}/{{ett_method}}/candidates/{{candidate}}.json",
+    log:
+        "logs/ett/{ett_dataset}/H{horizon}/{ett_method}_candidate{candidate}.log",
+    benchmark:
+        benchmark_file("ett_candidate", "{ett_dataset}/H{horizon}/{ett_method}/{candidate}")
+    wildcard_constraints:
+        ett_method=one_of(ETT_SEARCHED),
+        candidate=r"\d+",
+    conda:
+        CONDA_ENV
+    threads: GPU_THREADS
+    resources:
+        gpu=GPUS_PER_JOB,
+        mem_mb=8000,
+        runtime=ett_candidate_runtime(),
+    params:
+        lora=ETT["lora"],
+        train=ETT["train"],
+        method=lambda w: w.ett_method,
+        method_cfg=lambda w: ett_method_cfg(w.ett_method),
+        index=lambda w: int(w.candidate),
+        num_samples=config["num_samples"],
+        require_skill=ETT["require_skill"],
+        seed=lambda w: ett_seed(w.ett_method, w.ett_dataset, w.horizon),
+        code=lambda w: ett_candidate_code(w.ett_method),
+    script:
+        "../workflow_scripts/ett.py"
+
+
+# the choice among a searched method's candidates (stochattn.selection.choose, the single-job search's choice), the
+# winner's state loaded and sampled: the same samples.npz / meta.json as one ett_method (ett_swag) job
+use rule ett_method as ett_select with:
+    input:
+        prepared=f"{ETT_CONFIG}/prepared.npz",
+        backbone=ett_backbone,
+        adapter=f"{ETT_CONFIG}/adapter.pt",
+        adapter_meta=f"{ETT_CONFIG}/adapter.json",
+        candidates=ett_candidates,
+    benchmark:
+        benchmark_file("ett_select", "{ett_dataset}/H{horizon}/{ett_method}")
+    wildcard_constraints:
+        ett_method=one_of([m for m in ETT_SEARCHED if m != "swag"]),
+    threads: GPU_THREADS
+    resources:
+        gpu=GPUS_PER_JOB,
+        mem_mb=8000,
+        runtime=ett_select_runtime(),
+
+
+use rule ett_swag as ett_select_swag with:
+    input:
+        prepared=f"{ETT_CONFIG}/prepared.npz",
+        backbone=ett_backbone,
+        adapter=f"{ETT_CONFIG}/adapter.pt",
+        adapter_meta=f"{ETT_CONFIG}/adapter.json",
+        candidates=ett_candidates,
+    benchmark:
+        benchmark_file("ett_select", "{ett_dataset}/H{horizon}/{ett_method}")
+    wildcard_constraints:
+        ett_method=one_of([m for m in ETT_SEARCHED if m == "swag"]),
+    threads: GPU_THREADS
+    resources:
+        gpu=GPUS_PER_JOB,
+        mem_mb=8000,
+        runtime=ett_select_runtime(),
 
 
 rule ett_evaluate:

@@ -245,4 +245,53 @@ def ett_member_runtime():
 
     return ett_runtime("ett_multiswag_member", 240,
                        lambda sizes, w: member_work(int(w.component), sizes, ett_method_cfg("multiswag"), ETT["train"],
-                                                    config["num_samples"]))  # fmt: skip
+                                                    config["num_samples"]), resumable=True)  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# validation searches split in jobs: one per candidate (rule ett_candidate), the choice and sampling in rule
+# ett_select (ett_select_swag), the same samples as one ett_method job fitting every candidate
+# ---------------------------------------------------------------------------------------------------------------
+ETT_SEARCHED = searched_methods(ETT["methods"], ett_method_cfg)
+
+
+def ett_candidates(w):
+    """The candidate files of a searched method's job (in grid order); none for a method fitted in one job."""
+    if w.ett_method not in ETT_SEARCHED:
+        return []
+    run = f"results/ett/{w.ett_dataset}/H{w.horizon}/{w.ett_method}/candidates"
+    return [f"{run}/{k}.pt" for k in range(len(grid_entries(ett_method_cfg(w.ett_method))))]
+
+
+def ett_method_code(method):
+    """run_method's code version for one method: the other methods' stage and search functions left out."""
+    others = [m for m in ETT_METHOD_FUNCTIONS if m != method]
+    return code_for("stochattn.experiments.ett:run_method",
+                    exclude=[f"stochattn.experiments.adapters:_{m}" for m in others]
+                    + [f"stochattn.experiments.adapters:_{m}_search" for m in others
+                       if m in SEARCH_METHODS])  # fmt: skip
+
+
+def ett_candidate_code(method):
+    others = [m for m in SEARCH_METHODS if m != method]
+    return code_for("stochattn.experiments.ett:fit_candidate",
+                    exclude=[f"stochattn.experiments.adapters:_{m}_search" for m in others])  # fmt: skip
+
+
+def ett_candidate_runtime():
+    """One candidate's fit and validation samples (its own settings: the grid entry over the method's)."""
+    from stochattn.resources import candidate_work
+
+    def work(sizes, w):
+        cfg = ett_method_cfg(w.ett_method)
+        return candidate_work(w.ett_method, sizes, {**cfg, **grid_entries(cfg)[int(w.candidate)]}, ETT["train"],
+                              config["num_samples"])  # fmt: skip
+
+    return ett_runtime("ett_candidate", 240, work, resumable=True)
+
+
+def ett_select_runtime():
+    """The choice among fitted candidates: the winner's sampling only."""
+    from stochattn.resources import selection_work
+
+    return ett_runtime("ett_select", 60, lambda sizes, w: selection_work(w.ett_method, sizes, config["num_samples"]))

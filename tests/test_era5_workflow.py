@@ -10,6 +10,7 @@ import shutil
 
 import numpy as np
 import pytest
+import yaml
 
 from conftest import (assert_every_output_audits_clean, assert_only_dependants_fail, audit_failures, copy_run,
                       perturb_samples)  # fmt: skip
@@ -34,7 +35,10 @@ def era5_run(tmp_path_factory):
 def test_era5_run_writes_every_output_with_provenance(era5_run):
     work = era5_run["work"]
     stats = job_stats(era5_run["output"])
-    assert stats["era5_standin"] == 2 and stats["era5_preprocess"] == 2 and stats["era5_method"] == 4
+    assert stats["era5_standin"] == 2 and stats["era5_preprocess"] == 2 and stats["era5_method"] == 3
+    # HSA's two candidates in their own jobs, then the selection; one BO job per seed and range (1 seed x 2 ranges)
+    assert stats["era5_candidate"] == 2 and stats["era5_select"] == 1
+    assert stats["era5_analyses_bo"] == 2 and stats["era5_analyses_sweep"] == 1 and stats["era5_analyses"] == 1
     runs = work / "results" / "era5" / "runs"
     for m in RUNS:
         metrics = json.loads((runs / m / "metrics.json").read_text())
@@ -112,6 +116,49 @@ def test_era5_audit_names_a_modified_sample_file_and_shard(era5_run, tmp_path):
 
 
 @pytest.mark.slow
+def test_era5_split_jobs_equal_the_single_jobs(era5_run, tmp_path, one_thread):
+    """HSA chosen in era5_select from its per-candidate jobs: the same choice and byte-identical samples as the
+    single-job path on the same files; analyses.json gathered from the sweep and per-seed BO jobs: the same numbers
+    as sa_analyses in one call (the jobs ran with one thread, as this test does)."""
+    from stochattn.experiments import era5
+
+    work = era5_run["work"]
+    case = work / "results" / "era5"
+    backbone = case / "backbone" / "standin.pt"
+    meta = json.loads((case / "runs" / "hsa" / "meta.json").read_text())
+    lora = json.loads((case / "adapter.json").read_text())["lora"]
+    single = era5.run_method("hsa", case / "pairs.npz", backbone, case / "adapter.pt", tmp_path / "hsa", lora=lora,
+                             train=meta["train"], method_cfg=meta["hyperparameters"], num_samples=meta["num_samples"],
+                             seed=meta["seed"], require_skill=False, progress=False)  # fmt: skip
+    got, want = meta["selection"], single["selection"]
+    assert len(want["grid"]) == 2
+    for key in ("chosen", "scores", "val_crps", "val_rmse", "val_coverage_95", "errors"):
+        assert got[key] == want[key], key
+    assert (tmp_path / "hsa" / "samples.npz").read_bytes() == (case / "runs" / "hsa" / "samples.npz").read_bytes()
+    gathered = json.loads((case / "analyses.json").read_text())
+    test_cfg = yaml.safe_load(era5_run["cfg"].read_text())
+    base = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    sa_cfg = {**base["method_params"]["sa"], **test_cfg["method_params"]["sa"],
+              **test_cfg["era5"]["method_params"]["sa"]}  # fmt: skip
+    an = test_cfg["era5"]["analyses"]
+    seed = 10_000_000 * 11 + 7  # rules/era5_common.smk era5_seed("analyses") at seed 0
+    one = era5.sa_analyses(case / "pairs.npz", backbone, case / "adapter.pt", case / "runs" / "sa" / "calibration.json",
+                           tmp_path / "analyses.json", lora=lora, sa_cfg=sa_cfg, nu_grid=an["nu_grid"],
+                           bo_seeds=an["bo_seeds"], latency_nu=an["latency_nu"], latency_batch=an["latency_batch"],
+                           latency_repeats=an["latency_repeats"], num_samples=meta["num_samples"], seed=seed,
+                           second_range=an["bo_second_range"], progress=False)  # fmt: skip
+    def untimed(obj):  # as written (JSON types), wall-clock seconds left out
+        if isinstance(obj, dict):
+            return {k: untimed(v) for k, v in obj.items() if k != "seconds"}
+        return [untimed(v) for v in obj] if isinstance(obj, list) else obj
+
+    one, gathered = untimed(json.loads(json.dumps(one))), untimed(gathered)
+    for key in ("sa_sites", "num_samples", "score_sweep", "bo_seeds", "bo_second_range"):
+        assert gathered[key] == one[key], key
+    assert list(gathered) == list(one)
+
+
+@pytest.mark.slow
 def test_era5_second_invocation_does_nothing(era5_run):
     res = smk(era5_run["work"], "era5", "-n", configfile=era5_run["cfg"])
     assert res.returncode == 0 and "Nothing to be done" in res.stdout, res.stdout[-3000:]
@@ -144,7 +191,8 @@ def test_a_second_case_plans_its_whole_slice_and_leaves_the_main_case_alone(era5
     res = smk(era5_run["work"], "era5", "-n", configfile=cfg)
     assert res.returncode == 0, res.stdout[-6000:]
     stats = job_stats(res.stdout)
-    assert stats["era5_prepare"] == 1 and stats["era5_adapt"] == 1 and stats["era5_method"] == 4, stats
+    assert stats["era5_prepare"] == 1 and stats["era5_adapt"] == 1 and stats["era5_method"] == 3, stats
+    assert stats["era5_candidate"] == 2 and stats["era5_select"] == 1, stats
     assert not {"era5_standin", "era5_preprocess", "era5_pretrain_standin"} & set(stats), stats
     # the main case's tables and figures are rendered again from the same inputs (their provenance records the
     # config, which now lists two cases); none of its pairs, adapter, runs or scores is recomputed

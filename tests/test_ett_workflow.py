@@ -36,7 +36,9 @@ def ett_run(tmp_path_factory):
 def test_ett_run_writes_every_output_with_provenance(ett_run):
     work = ett_run["work"]
     stats = job_stats(ett_run["output"])
-    assert stats["ett_method"] == 4 and stats["ett_swag"] == 1 and stats["ett_calibrate_sa"] == 1
+    assert stats["ett_method"] == 3 and stats["ett_swag"] == 1 and stats["ett_calibrate_sa"] == 1
+    # HSA's grid (two candidates in config/test.yaml): one job per candidate, then the selection job
+    assert stats["ett_candidate"] == 2 and stats["ett_select"] == 1
     assert stats["ett_pretrain_standin"] == 1 and stats["ett_multiswag_member"] == 1  # member 0: the SWAG run
     run = work / "results" / "ett" / "ETTh1" / "H96"
     for m in RUNS:
@@ -86,6 +88,44 @@ def test_ett_audit_names_a_modified_sample_file_and_a_corrupted_csv(ett_run, tmp
     csv.write_text(csv.read_text().replace("2016", "2017", 1))
     failed, _ = audit_failures(work, "results/tables/ett_zero_shot.csv")
     assert failed == ["results/data/ett/ETTh2.csv"], failed
+
+
+@pytest.mark.slow
+def test_ett_split_search_equals_the_single_job(ett_run, tmp_path, one_thread):
+    """HSA's candidates fitted in their own jobs and chosen in ett_select: the same choice and validation scores and
+    byte-identical samples as the library's single-job path (every candidate fitted in one call) on the same files
+    (the jobs ran with one thread, as this test does)."""
+    from stochattn.experiments import ett
+
+    work = ett_run["work"]
+    run = work / "results" / "ett" / "ETTh1" / "H96"
+    meta = json.loads((run / "hsa" / "meta.json").read_text())
+    lora = json.loads((run / "adapter.json").read_text())["lora"]
+    single = ett.run_method("hsa", run / "prepared.npz", work / "results" / "ett" / "backbone" / "station1.pt",
+                            run / "adapter.pt", tmp_path / "hsa", lora=lora, train=meta["train"],
+                            method_cfg=meta["hyperparameters"], num_samples=meta["num_samples"], seed=meta["seed"],
+                            progress=False)  # fmt: skip
+    got, want = meta["selection"], single["selection"]
+    assert len(want["grid"]) == 2 and got["grid"] == want["grid"]
+    for key in ("chosen", "scores", "val_crps", "val_rmse", "val_coverage_95", "errors", "beats_mean_predictor"):
+        assert got[key] == want[key], key
+    assert (tmp_path / "hsa" / "samples.npz").read_bytes() == (run / "hsa" / "samples.npz").read_bytes()
+    records = [json.loads((run / "hsa" / "candidates" / f"{k}.json").read_text()) for k in range(2)]
+    assert [r["val_crps"] for r in records] == want["val_crps"]
+
+
+def test_a_grid_plans_one_candidate_job_per_entry(tmp_path):
+    """A dry run of the tiny configuration with IVON given three candidates: one ett_candidate job per grid entry
+    (IVON 3, HSA 2), a selection job per searched method; one-candidate methods stay single ett_method jobs."""
+    grid = [{"ess": 1.0e4}, {"ess": 1.0e5}, {"ess": 1.0e6}]
+    cfg = write_config(tmp_path / "grid.yaml", REPO / "config" / "test.yaml",
+                       ett={"method_params": {"ivon": {"grid": grid}}})  # fmt: skip
+    res = smk(tmp_path / "work", "ett", "-n", configfile=cfg)
+    assert res.returncode == 0, res.stdout[-3000:]
+    stats = job_stats(res.stdout)
+    assert stats["ett_candidate"] == 3 + 2 and stats["ett_select"] == 2 and stats["ett_method"] == 2, stats
+    for k in range(3):
+        assert f"results/ett/ETTh1/H96/ivon/candidates/{k}.pt" in res.stdout
 
 
 @pytest.mark.slow

@@ -179,3 +179,15 @@ def test_runtime_request_inside_a_job_does_not_recheck():
     from stochattn.resources import runtime_request
 
     assert runtime_request(3000, 1, 1440, job="j", resumable=True, retries=0, check=False) == 1440
+@pytest.mark.parametrize("method", ["swag", "ivon", "contextual_dropout", "hsa"])
+def test_a_split_search_prices_its_candidates_and_the_sampling_as_the_single_job(method):
+    """The per-candidate jobs and the selection job together do the single method job's work (the runtime model of
+    rules ett_candidate / ett_select and their ERA5 twins)."""
+    sizes = resources.Sizes(train=1000, val=300, cal=300, test=500)
+    cfg = {"grid": [{}, {}, {}], "epochs": 2, "anneal_epochs": 1, "batch_size": 16, "max_epochs": 4}
+    train = {"batch_size": 16, "max_epochs": 10}
+    one = resources.candidate_work(method, sizes, cfg, train, 19)
+    split = 3 * one + resources.selection_work(method, sizes, 19, swag_scales=2 if method == "swag" else 0)
+    whole = resources.method_work(method, sizes, cfg, train, 19, swag_scales=2 if method == "swag" else 0)
+    assert split.__dict__ == pytest.approx(whole.__dict__)
+    assert resources.selection_work(method, sizes, 19).__dict__ != pytest.approx(one.__dict__)

@@ -221,3 +221,31 @@ def test_require_skill_false_keeps_a_skill_less_candidate_and_records_it():
         select_on_validation("m", [{"v": 3.0}], fit, split, metric="rmse")
     sel = select_on_validation("m", [{"v": 3.0}], fit, split, require_skill=False, metric="rmse")
     assert sel.result == 3.0 and sel.record["beats_mean_predictor"] is False
+
+
+def test_choose_over_records_of_separate_fits_is_the_single_search():
+    """The workflow's split search: each candidate fitted alone (fit_candidate), its entry written as JSON and read
+    back, then choose(): the same index and record (seconds aside) as select_on_validation, failed and non-finite
+    candidates included; no eligible candidate is the same SelectionError."""
+    import json
+
+    from stochattn.selection import choose, entry_from_record, entry_record, fit_candidate
+
+    split = linear_split()
+
+    def fit(c, s):
+        if c["k"] == 0:
+            raise FloatingPointError("loss became nan")
+        if c["k"] == 1:
+            return CandidateFit(c["k"], np.full(s.y_val.shape, np.nan), np.zeros((2, *s.y_val.shape)))
+        return CandidateFit(c["k"], c["k"] / 4 * s.y_val, np.stack([s.y_val, 0.5 * s.y_val]))
+
+    grid = [{"k": k} for k in range(5)]
+    sel = select_on_validation("m", grid, fit, split)
+    entries = [entry_from_record(json.loads(json.dumps(entry_record(fit_candidate("m", c, fit, split)[1]))))
+               for c in grid]  # fmt: skip
+    index, record = choose("m", grid, entries, split.mean_predictor_rmse())
+    assert index == sel.index
+    assert {k: v for k, v in record.items() if k != "seconds"} == {k: v for k, v in sel.record.items() if k != "seconds"}
+    with pytest.raises(SelectionError, match="no candidate beats"):
+        choose("m", grid[:2], entries[:2], split.mean_predictor_rmse())

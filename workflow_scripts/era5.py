@@ -72,6 +72,10 @@ elif rule == "era5_evaluate":
                    provenance={m: job.stage(inputs_of(m)) for m in methods})  # fmt: skip
     evaluate_spatial(samples, {m: sm.output[m] for m in methods}, sm.input.prepared,
                      {m: sm.output[f"{m}_spatial"] for m in methods}, provenance=job.stage)  # fmt: skip
+elif rule == "era5_analyses":
+    from stochattn.experiments.era5 import gather_analyses
+
+    gather_analyses(sm.input.sweep, p.bo_files, sm.output[0], provenance=job.stage())
 elif rule == "era5_table":
     import os
     import time
@@ -101,6 +105,7 @@ else:
 
     from stochattn.experiments import era5
     from stochattn.provenance import check_model_job, resume_checkpoint
+    from stochattn.training import resumable
 
     torch.set_num_threads(sm.threads)
     if rule != "era5_prepare":  # every other rule here trains or samples a model (the prepare rule is a CPU job)
@@ -120,30 +125,43 @@ else:
                           seed=p.seed, allow_pickle=p.allow_pickle, progress=progress,
                           checkpoint=resume_checkpoint(sm), provenance=job.stage())  # fmt: skip
         print(f"LoRA: best epoch {meta['best_epoch']}, test skill {meta['test_skill']}", flush=True)
-    elif rule in ("era5_method", "era5_calibrate_sa", "era5_swag"):
+    elif rule in ("era5_method", "era5_calibrate_sa", "era5_swag", "era5_select", "era5_select_swag"):
         meta = era5.run_method(p.method, sm.input.prepared, sm.input.backbone, sm.input.adapter,
                                Path(sm.output.samples).parent, lora=p.lora, train=p.train, method_cfg=p.method_cfg,
                                num_samples=p.num_samples, seed=p.seed, sa_sites=p.sa_sites,
                                swag_scales=p.swag_scales, allow_pickle=p.allow_pickle,
                                require_skill=p.require_skill, members=sm.input.get("members"),
-                               swag_member=sm.output.get("member"), progress=progress,
-                               provenance=job.stage())  # fmt: skip
+                               swag_member=sm.output.get("member"), candidates=sm.input.get("candidates"),
+                               progress=progress, provenance=job.stage())  # fmt: skip
         print(f"{p.method}: seconds {meta['seconds']}", flush=True)
+    elif rule == "era5_candidate":
+        with resumable(resume_checkpoint(sm)):  # a rerun after a kill resumes the training inside
+            record = era5.fit_candidate(p.method, sm.input.prepared, sm.input.backbone, sm.input.adapter, sm.output.state,
+                                        index=p.index, lora=p.lora, train=p.train, method_cfg=p.method_cfg,
+                                        num_samples=p.num_samples, seed=p.seed, allow_pickle=p.allow_pickle,
+                                        require_skill=p.require_skill, progress=progress,
+                                        provenance=job.stage())  # fmt: skip
+        print(f"{p.method} candidate {p.index}: val CRPS {record['val_crps']}, {record['seconds']:.1f} s", flush=True)
     elif rule == "era5_multiswag_member":
-        meta = era5.train_multiswag_member(sm.input.prepared, sm.input.backbone, sm.input.adapter, sm.output.state,
-                                           component=p.component, lora=p.lora, train=p.train,
-                                           method_cfg=p.method_cfg, num_samples=p.num_samples, seed=p.seed,
-                                           first_path=sm.input.get("first"), allow_pickle=p.allow_pickle,
-                                           require_skill=p.require_skill, progress=progress,
-                                           provenance=job.stage())  # fmt: skip
+        with resumable(resume_checkpoint(sm)):  # a rerun after a kill resumes the training inside
+            meta = era5.train_multiswag_member(sm.input.prepared, sm.input.backbone, sm.input.adapter, sm.output.state,
+                                               component=p.component, lora=p.lora, train=p.train,
+                                               method_cfg=p.method_cfg, num_samples=p.num_samples, seed=p.seed,
+                                               first_path=sm.input.get("first"), allow_pickle=p.allow_pickle,
+                                               require_skill=p.require_skill, progress=progress,
+                                               provenance=job.stage())  # fmt: skip
         print(f"multiswag member {p.component}: {meta['seconds']:.1f} s", flush=True)
-    elif rule == "era5_analyses":
+    elif rule == "era5_analyses_sweep":
         a = p.analyses
-        era5.sa_analyses(sm.input.prepared, sm.input.backbone, sm.input.adapter, sm.input.calibration, sm.output[0],
-                         lora=p.lora, sa_cfg=p.sa_cfg, nu_grid=a["nu_grid"], bo_seeds=a["bo_seeds"],
-                         latency_nu=a["latency_nu"], latency_batch=a["latency_batch"],
-                         latency_repeats=a["latency_repeats"], num_samples=p.num_samples, seed=p.seed,
-                         sa_sites=p.sa_sites, second_range=a.get("bo_second_range"), allow_pickle=p.allow_pickle,
-                         progress=progress, provenance=job.stage())  # fmt: skip
+        era5.sa_analyses_sweep(sm.input.prepared, sm.input.backbone, sm.input.adapter, sm.input.calibration,
+                               sm.output[0], lora=p.lora, sa_cfg=p.sa_cfg, nu_grid=a["nu_grid"],
+                               latency_nu=a["latency_nu"], latency_batch=a["latency_batch"],
+                               latency_repeats=a["latency_repeats"], num_samples=p.num_samples, seed=p.seed,
+                               sa_sites=p.sa_sites, allow_pickle=p.allow_pickle, progress=progress,
+                               provenance=job.stage())  # fmt: skip
+    elif rule == "era5_analyses_bo":
+        era5.sa_analyses_bo(sm.input.prepared, sm.input.backbone, sm.input.adapter, sm.output[0], lora=p.lora,
+                            sa_cfg=p.sa_cfg, nu_range=p.nu_range, bo_seed=p.bo_seed, seed=p.seed, sa_sites=p.sa_sites,
+                            allow_pickle=p.allow_pickle, provenance=job.stage())  # fmt: skip
     else:
         raise ValueError(f"workflow_scripts/era5.py: no stage for rule {rule!r}")

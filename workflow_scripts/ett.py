@@ -82,6 +82,7 @@ else:
 
     from stochattn.experiments import ett
     from stochattn.provenance import check_model_job, resume_checkpoint
+    from stochattn.training import resumable
 
     torch.set_num_threads(sm.threads)
     if rule != "ett_prepare":  # every other rule here trains or samples a model (the prepare rule is a CPU job)
@@ -103,19 +104,28 @@ else:
                          horizon=int(w.horizon), lora=p.lora, train=p.train, seed=p.seed, progress=progress,
                          checkpoint=resume_checkpoint(sm), provenance=job.stage())  # fmt: skip
         print(f"LoRA: best epoch {meta['best_epoch']}, test MAE {meta['test_mae']}", flush=True)
-    elif rule in ("ett_method", "ett_calibrate_sa", "ett_swag"):
+    elif rule in ("ett_method", "ett_calibrate_sa", "ett_swag", "ett_select", "ett_select_swag"):
         meta = ett.run_method(p.method, sm.input.prepared, sm.input.backbone, sm.input.adapter,
                               Path(sm.output.samples).parent, lora=p.lora, train=p.train, method_cfg=p.method_cfg,
                               num_samples=p.num_samples, seed=p.seed, members=sm.input.get("members"),
-                              require_skill=p.require_skill, swag_member=sm.output.get("member"), progress=progress,
+                              require_skill=p.require_skill, swag_member=sm.output.get("member"),
+                              candidates=sm.input.get("candidates"), progress=progress,
                               provenance=job.stage())  # fmt: skip
         print(f"{p.method}: seconds {meta['seconds']}", flush=True)
+    elif rule == "ett_candidate":
+        with resumable(resume_checkpoint(sm)):  # a rerun after a kill resumes the training inside
+            record = ett.fit_candidate(p.method, sm.input.prepared, sm.input.backbone, sm.input.adapter, sm.output.state,
+                                       index=p.index, lora=p.lora, train=p.train, method_cfg=p.method_cfg,
+                                       num_samples=p.num_samples, seed=p.seed, require_skill=p.require_skill,
+                                       progress=progress, provenance=job.stage())  # fmt: skip
+        print(f"{p.method} candidate {p.index}: val CRPS {record['val_crps']}, {record['seconds']:.1f} s", flush=True)
     elif rule == "ett_multiswag_member":
-        meta = ett.train_multiswag_member(sm.input.prepared, sm.input.backbone, sm.input.adapter, sm.output.state,
-                                          component=p.component, lora=p.lora, train=p.train, method_cfg=p.method_cfg,
-                                          num_samples=p.num_samples, seed=p.seed, first_path=sm.input.get("first"),
-                                          require_skill=p.require_skill, progress=progress,
-                                          provenance=job.stage())  # fmt: skip
+        with resumable(resume_checkpoint(sm)):  # a rerun after a kill resumes the training inside
+            meta = ett.train_multiswag_member(sm.input.prepared, sm.input.backbone, sm.input.adapter, sm.output.state,
+                                              component=p.component, lora=p.lora, train=p.train, method_cfg=p.method_cfg,
+                                              num_samples=p.num_samples, seed=p.seed, first_path=sm.input.get("first"),
+                                              require_skill=p.require_skill, progress=progress,
+                                              provenance=job.stage())  # fmt: skip
         print(f"multiswag member {p.component}: {meta['seconds']:.1f} s", flush=True)
     else:
         raise ValueError(f"workflow_scripts/ett.py: no stage for rule {rule!r}")

@@ -28,8 +28,8 @@ from typing import Any, Mapping
 
 __all__ = ["read_benchmarks", "runtime_estimates", "dataset_estimates", "load_dataset_estimates", "pairs_mb",
            "windows_mb", "memory_needed", "write_measured", "load_measured", "load_step_costs", "Sizes", "Work",
-           "adapt_work", "method_work", "member_work", "analyses_work", "gpu_minutes", "QueueLimitError",
-           "runtime_request", "main"]
+           "adapt_work", "method_work", "candidate_work", "selection_work", "member_work", "analyses_work",
+           "analyses_sweep_work", "analyses_bo_work", "gpu_minutes", "QueueLimitError", "runtime_request", "main"]
 
 _PER_METHOD = {"run_method", "calibrate_sa"}
 
@@ -259,8 +259,7 @@ def _swag_phase(sizes: Sizes, cfg: Mapping[str, Any]) -> Work:
 
 def _swag_select(sizes: Sizes, cfg: Mapping[str, Any], num_samples: int) -> Work:
     """Every candidate's SWAG phase, its SWA-mean point and ``num_samples`` samples on val."""
-    one = _swag_phase(sizes, cfg) + Work(forward_inputs=(num_samples + 1) * sizes.val)
-    return _grid(cfg) * one + Work(forward_inputs=sizes.val)
+    return _grid(cfg) * candidate_work("swag", sizes, cfg, {}, num_samples) + Work(forward_inputs=sizes.val)
 
 
 def _final(sizes: Sizes, num_samples: int, kind: str = "forward_inputs") -> Work:
@@ -275,6 +274,35 @@ def _bo(sizes: Sizes, sa: Mapping[str, Any]) -> Work:
     return Work(sa_inputs=int(sa["budget"]) * int(sa["num_batches"]) * batch * int(sa["num_passes"]))
 
 
+_TRAINED = {"ivon": ("ivon_steps", "forward_inputs"), "contextual_dropout": ("train_steps", "forward_inputs"),
+            "hsa": ("stochastic_steps", "sa_inputs")}  # method -> (its optimiser steps, its sampling passes)
+
+
+def candidate_work(method: str, sizes: Sizes, cfg: Mapping[str, Any], train: Mapping[str, Any],
+                   num_samples: int) -> Work:  # fmt: skip
+    """One candidate of a method's validation grid (``cfg``: the method's settings with the candidate's overrides):
+    SWAG's phase and its SWA-mean point and ``num_samples`` samples on val; IVON, Contextual Dropout and HSA a
+    fresh adapter trained to ``max_epochs`` and sampled on val."""
+    if method == "swag":
+        return _swag_phase(sizes, cfg) + Work(forward_inputs=(num_samples + 1) * sizes.val)
+    if method not in _TRAINED:
+        raise ValueError(f"no candidate cost model for method {method!r}")
+    kind, sample = _TRAINED[method]
+    epochs = int(cfg.get("max_epochs", train["max_epochs"]))
+    return _epochs(sizes, int(train["batch_size"]), epochs, kind) + Work(**{sample: num_samples * sizes.val})
+
+
+def selection_work(method: str, sizes: Sizes, num_samples: int, *, swag_scales: int = 0) -> Work:
+    """The choice among a method's fitted candidates: the chosen one's point and ``num_samples`` samples on test
+    and cal (SWAG: also the start's val prediction and ``swag_scales`` variance scales on val and test)."""
+    if method == "swag":
+        scales = Work(forward_inputs=swag_scales * num_samples * (sizes.val + sizes.test))
+        return Work(forward_inputs=sizes.val) + _final(sizes, num_samples) + scales
+    if method not in _TRAINED:
+        raise ValueError(f"no selection cost model for method {method!r}")
+    return _final(sizes, num_samples, _TRAINED[method][1])
+
+
 def method_work(method: str, sizes: Sizes, cfg: Mapping[str, Any], train: Mapping[str, Any], num_samples: int, *,
                 components: int = 1, swag_scales: int = 0) -> Work:  # fmt: skip
     """One method job (``cfg``: the method's settings with its grid; ``train``: the adapter's): SA's calibration
@@ -284,19 +312,12 @@ def method_work(method: str, sizes: Sizes, cfg: Mapping[str, Any], train: Mappin
     test and cal."""
     if method == "sa":
         return _bo(sizes, cfg) + _final(sizes, 2 * num_samples, "sa_inputs")
-    if method == "swag":
-        scales = Work(forward_inputs=swag_scales * num_samples * (sizes.val + sizes.test))
-        return _swag_select(sizes, cfg, num_samples) + _final(sizes, num_samples) + scales
     if method == "multiswag":
         return _final(sizes, num_samples) + Work(forward_inputs=(components - 1) * (sizes.test + sizes.cal))
-    epochs = int(cfg.get("max_epochs", train["max_epochs"]))
-    batch = int(train["batch_size"])
-    kind, sample = {"ivon": ("ivon_steps", "forward_inputs"), "contextual_dropout": ("train_steps", "forward_inputs"),
-                    "hsa": ("stochastic_steps", "sa_inputs")}.get(method, (None, None))  # fmt: skip
-    if kind is None:
+    if method != "swag" and method not in _TRAINED:
         raise ValueError(f"no cost model for method {method!r}")
-    one = _epochs(sizes, batch, epochs, kind) + Work(**{sample: num_samples * sizes.val})
-    return _grid(cfg) * one + _final(sizes, num_samples, sample)
+    return (_grid(cfg) * candidate_work(method, sizes, cfg, train, num_samples)
+            + selection_work(method, sizes, num_samples, swag_scales=swag_scales))  # fmt: skip
 
 
 def member_work(component: int, sizes: Sizes, cfg: Mapping[str, Any], train: Mapping[str, Any],
@@ -310,8 +331,18 @@ def analyses_work(sizes: Sizes, sa: Mapping[str, Any], analyses: Mapping[str, An
     """ERA5's SA analyses: the nu sweep on cal, two test operating points, BO over the seeds on one or two ranges
     (the per-pass latency is left out: a few hundred passes of one input)."""
     ranges = 2 if analyses.get("bo_second_range") else 1
+    return analyses_sweep_work(sizes, analyses, num_samples) + len(analyses["bo_seeds"]) * ranges * _bo(sizes, sa)
+
+
+def analyses_sweep_work(sizes: Sizes, analyses: Mapping[str, Any], num_samples: int) -> Work:
+    """The nu sweep on cal and the two test operating points (the job of the split analyses without BO)."""
     sweep = Work(sa_inputs=len(analyses["nu_grid"]) * num_samples * sizes.cal + 2 * num_samples * sizes.test)
-    return sweep + len(analyses["bo_seeds"]) * ranges * _bo(sizes, sa) + Work(forward_inputs=sizes.cal)
+    return sweep + Work(forward_inputs=sizes.cal)
+
+
+def analyses_bo_work(sizes: Sizes, sa: Mapping[str, Any]) -> Work:
+    """One BO seed of the analyses on one range (and the cal point prediction)."""
+    return _bo(sizes, sa) + Work(forward_inputs=sizes.cal)
 
 
 def gpu_minutes(work: Work, cost: Mapping[str, float], batch: int, factor: float, overhead_min: float = 10) -> int:

@@ -25,16 +25,25 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, Sequence, TypeVar
+from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 
-__all__ = ["CandidateFit", "Selection", "SelectionError", "ValidationSplit", "select_on_validation"]
+__all__ = ["CandidateFit", "Selection", "SelectionError", "ValidationSplit", "best_index", "choose",
+           "entry_from_record", "entry_record", "fit_candidate", "grid_entries", "select_on_validation"]
 
 T = TypeVar("T")
 
 METRICS = {"crps": "val_crps", "rmse": "val_rmse"}
 COVERAGE_LEVEL = 0.95
+COVERAGE_KEY = f"val_coverage_{round(100 * COVERAGE_LEVEL)}"
+ENTRY_KEYS = ("score", "val_rmse", "val_crps", COVERAGE_KEY, "seconds", "error")
+
+
+def grid_entries(cfg: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """The grid of a method's settings ``cfg``: its ``grid`` entries (overrides), one empty entry without a grid
+    (the workflow fits each entry of a grid with more than one in its own job)."""
+    return [dict(e) for e in cfg.get("grid", [{}])]
 
 
 class SelectionError(ValueError):
@@ -139,6 +148,129 @@ class Selection(Generic[T]):
     record: Dict[str, Any]
 
 
+def fit_candidate(
+    method: str,
+    candidate: Mapping[str, Any],
+    fit: Callable[[Dict[str, Any], ValidationSplit], CandidateFit[T]],
+    split: ValidationSplit,
+    metric: str = "crps",
+) -> Tuple[Optional[CandidateFit[T]], Dict[str, Any]]:
+    """Fit one candidate with ``fit(candidate, split)`` and score it on the validation part: ``(fit, entry)``,
+    ``fit`` None when its training diverged. ``entry``: ``score`` (``inf`` when failed or not finite),
+    ``val_rmse``, ``val_crps``, ``val_coverage_95`` (nan when not computed), ``seconds``, ``error``.
+
+    Raises:
+        ValueError: ``metric="crps"`` and the fit returned no ``val_samples``.
+    """
+    t0 = time.perf_counter()
+    rmse = crps = coverage = math.nan
+    try:
+        out = fit(dict(candidate), split)
+        rmse, error = split.rmse(out.val_point), None
+        if out.val_samples is not None:
+            crps, coverage = split.crps(out.val_samples), split.coverage(out.val_samples)
+        elif metric == "crps":
+            raise ValueError(f"{method}: selection on the CRPS needs the candidates' val_samples")
+        score = crps if metric == "crps" else rmse
+        if not math.isfinite(score) or not math.isfinite(rmse):
+            score, error = math.inf, "non-finite validation prediction"
+    except FloatingPointError as exc:  # diverged training: a failed candidate, not a failed run
+        out, score, error = None, math.inf, f"{type(exc).__name__}: {exc}"
+    return out, {"score": score, "val_rmse": rmse, "val_crps": crps, COVERAGE_KEY: coverage,
+                 "seconds": time.perf_counter() - t0, "error": error}  # fmt: skip
+
+
+def entry_record(entry: Mapping[str, Any]) -> Dict[str, Any]:
+    """A candidate's entry (:func:`fit_candidate`) as JSON: non-finite numbers as ``None``."""
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in entry.items()}
+
+
+def entry_from_record(record: Mapping[str, Any]) -> Dict[str, Any]:
+    """The entry of :func:`entry_record` back (``None``: score ``inf``, other scores nan); the choice it gives is
+    the one the entry itself gives."""
+    out = {k: record[k] for k in ENTRY_KEYS}
+    for k in ("score", "val_rmse", "val_crps", COVERAGE_KEY):
+        out[k] = (math.inf if k == "score" else math.nan) if out[k] is None else float(out[k])
+    return out
+
+
+def best_index(entries: Sequence[Mapping[str, Any]], mean_rmse: float, require_skill: bool = True) -> int:
+    """Index of the eligible entry with the lowest score (ties: the earlier), -1 when none is eligible. Eligible: a
+    finite score and (``require_skill``) a validation RMSE below the mean predictor's ``mean_rmse``."""
+    best = -1
+    for i, e in enumerate(entries):
+        eligible = math.isfinite(e["score"]) and (not require_skill or e["val_rmse"] < mean_rmse)
+        if eligible and (best < 0 or e["score"] < entries[best]["score"]):
+            best = i
+    return best
+
+
+def choose(
+    method: str,
+    candidates: Sequence[Mapping[str, Any]],
+    entries: Sequence[Mapping[str, Any]],
+    mean_rmse: float,
+    *,
+    reference: Optional[Mapping[str, float]] = None,
+    label: str = "",
+    require_skill: bool = True,
+    metric: str = "crps",
+) -> Tuple[int, Dict[str, Any]]:
+    """The choice among fitted candidates (their ``entries``, :func:`fit_candidate`, in grid order): ``(index,
+    record)``, the record as :func:`select_on_validation` describes it. Pure: no fitting here.
+
+    Raises:
+        SelectionError: no entry is eligible (:func:`best_index`).
+    """
+    grid = [dict(c) for c in candidates]
+    if len(entries) != len(grid):
+        raise ValueError(f"{method}: {len(entries)} scored candidates for a grid of {len(grid)}")
+    index = best_index(entries, mean_rmse, require_skill)
+    rmses = [e["val_rmse"] for e in entries]
+    errors = [e["error"] for e in entries]
+    if index < 0:
+        where = f" on {label}" if label else ""
+        shown = [None if not math.isfinite(r) else round(r, 4) for r in rmses]
+        raise SelectionError(
+            f"{method}{where}: no candidate beats predicting the training mean on the validation part (validation "
+            f"RMSE/sigma_y of the mean predictor {mean_rmse:.4f}; candidates' RMSE/sigma_y {shown}; grid {grid}; "
+            f"errors {[e for e in errors if e]})"
+        )
+
+    def finite(key: str) -> List[Optional[float]]:
+        return [e[key] if math.isfinite(e[key]) else None for e in entries]
+
+    record = {
+        "metric": METRICS[metric],
+        "unit": "standardised target (CRPS and RMSE / sigma_y of the fitting part)",
+        "grid": grid,
+        "scores": finite("score"),
+        "val_crps": finite("val_crps"),
+        "val_rmse": finite("val_rmse"),
+        COVERAGE_KEY: finite(COVERAGE_KEY),
+        "chosen": {"index": index, "candidate": grid[index]},
+        "seconds": [e["seconds"] for e in entries],
+        "mean_predictor_rmse": mean_rmse,
+        "beats_mean_predictor": bool(rmses[index] < mean_rmse),
+        "errors": errors,
+        "reference": dict(reference or {}),
+    }
+    return index, record
+
+
+def check_search(method: str, candidates: Sequence[Mapping[str, Any]], split: Any, metric: str) -> List[Dict[str, Any]]:
+    """The grid as a list of dicts; ValueError / TypeError for an unknown metric, an empty grid or a split that is
+    not a :class:`ValidationSplit`."""
+    if metric not in METRICS:
+        raise ValueError(f"metric must be one of {sorted(METRICS)}, got {metric!r}")
+    grid = [dict(c) for c in candidates]
+    if not grid:
+        raise ValueError(f"{method}: the candidate grid is empty")
+    if not isinstance(split, ValidationSplit):
+        raise TypeError(f"split: expected a ValidationSplit, got {type(split).__name__}")
+    return grid
+
+
 def select_on_validation(
     method: str,
     candidates: Sequence[Mapping[str, Any]],
@@ -150,10 +282,10 @@ def select_on_validation(
     require_skill: bool = True,
     metric: str = "crps",
 ) -> Selection[T]:
-    """Fit every candidate with ``fit(candidate, split)`` and keep the eligible one with the lowest validation
-    score: the mean CRPS of its ``val_samples`` (``metric="crps"``), or the RMSE of its ``val_point``
-    (``metric="rmse"``). Eligible (with ``require_skill``): its point prediction's validation RMSE is below the
-    mean predictor's.
+    """Fit every candidate with ``fit(candidate, split)`` (:func:`fit_candidate`) and keep the eligible one with the
+    lowest validation score (:func:`choose`): the mean CRPS of its ``val_samples`` (``metric="crps"``), or the
+    RMSE of its ``val_point`` (``metric="rmse"``). Eligible (with ``require_skill``): its point prediction's
+    validation RMSE is below the mean predictor's.
 
     Ties go to the earlier candidate. Only the best fit so far is kept in memory. ``reference`` (e.g. the
     starting backbone's validation RMSE) is copied into the record for comparison; it plays no part in the choice.
@@ -168,76 +300,23 @@ def select_on_validation(
     ``require_skill=False`` keeps the best candidate even when it does not beat the mean predictor (the record's
     ``beats_mean_predictor`` says so): for smoke runs whose models are too small to have skill.
 
+    The workflow runs the same search split in jobs: one :func:`fit_candidate` per candidate, then :func:`choose`
+    over their entries.
+
     Raises:
         ValueError: ``metric="crps"`` and a fit returned no ``val_samples``.
         SelectionError: when no candidate produced a finite score, or (``require_skill``) none's point prediction
             beats the mean predictor's validation RMSE; the message names the method, the scores and the grid.
     """
-    if metric not in METRICS:
-        raise ValueError(f"metric must be one of {sorted(METRICS)}, got {metric!r}")
-    grid = [dict(c) for c in candidates]
-    if not grid:
-        raise ValueError(f"{method}: the candidate grid is empty")
-    if not isinstance(split, ValidationSplit):
-        raise TypeError(f"split: expected a ValidationSplit, got {type(split).__name__}")
+    grid = check_search(method, candidates, split, metric)
     mean_rmse = split.mean_predictor_rmse()
-    scores: List[float] = []
-    rmses: List[float] = []
-    crpss: List[float] = []
-    coverages: List[float] = []
-    seconds: List[float] = []
-    errors: List[Optional[str]] = []
+    entries: List[Dict[str, Any]] = []
     best: Optional[CandidateFit[T]] = None
-    best_index = -1
     for i, candidate in enumerate(grid):
-        t0 = time.perf_counter()
-        rmse = crps = coverage = math.nan
-        try:
-            out = fit(dict(candidate), split)
-            rmse, error = split.rmse(out.val_point), None
-            if out.val_samples is not None:
-                crps, coverage = split.crps(out.val_samples), split.coverage(out.val_samples)
-            elif metric == "crps":
-                raise ValueError(f"{method}: selection on the CRPS needs the candidates' val_samples")
-            score = crps if metric == "crps" else rmse
-            if not math.isfinite(score) or not math.isfinite(rmse):
-                score, error = math.inf, "non-finite validation prediction"
-        except FloatingPointError as exc:  # diverged training: a failed candidate, not a failed run
-            out, score, error = None, math.inf, f"{type(exc).__name__}: {exc}"
-        seconds.append(time.perf_counter() - t0)
-        scores.append(score)
-        rmses.append(rmse)
-        crpss.append(crps)
-        coverages.append(coverage)
-        errors.append(error)
-        eligible = math.isfinite(score) and (not require_skill or rmse < mean_rmse)
-        if eligible and (best is None or score < scores[best_index]):
-            best, best_index = out, i
-    if best is None:
-        where = f" on {label}" if label else ""
-        shown = [None if not math.isfinite(r) else round(r, 4) for r in rmses]
-        raise SelectionError(
-            f"{method}{where}: no candidate beats predicting the training mean on the validation part (validation "
-            f"RMSE/sigma_y of the mean predictor {mean_rmse:.4f}; candidates' RMSE/sigma_y {shown}; grid {grid}; "
-            f"errors {[e for e in errors if e]})"
-        )
-
-    def finite(values: List[float]) -> List[Optional[float]]:
-        return [v if math.isfinite(v) else None for v in values]
-
-    record = {
-        "metric": METRICS[metric],
-        "unit": "standardised target (CRPS and RMSE / sigma_y of the fitting part)",
-        "grid": grid,
-        "scores": finite(scores),
-        "val_crps": finite(crpss),
-        "val_rmse": finite(rmses),
-        f"val_coverage_{round(100 * COVERAGE_LEVEL)}": finite(coverages),
-        "chosen": {"index": best_index, "candidate": grid[best_index]},
-        "seconds": seconds,
-        "mean_predictor_rmse": mean_rmse,
-        "beats_mean_predictor": bool(rmses[best_index] < mean_rmse),
-        "errors": errors,
-        "reference": dict(reference or {}),
-    }
-    return Selection(result=best.result, index=best_index, candidate=grid[best_index], record=record)
+        out, entry = fit_candidate(method, candidate, fit, split, metric)
+        entries.append(entry)
+        if best_index(entries, mean_rmse, require_skill) == i:
+            best = out
+    index, record = choose(method, grid, entries, mean_rmse, reference=reference, label=label,
+                           require_skill=require_skill, metric=metric)  # fmt: skip
+    return Selection(result=best.result, index=index, candidate=grid[index], record=record)

@@ -18,6 +18,7 @@ where an uninterrupted run ends.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import copy
 import hashlib
 import logging
@@ -43,6 +44,7 @@ __all__ = [
     "LossFn",
     "StepFn",
     "TrainingInterrupted",
+    "resumable",
     "as_generator",
     "as_tensor",
     "derive_seed",
@@ -326,6 +328,31 @@ def _make_optimizer(
 _STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGUSR1", "SIGTERM") if hasattr(signal, name))
 
 
+_RESUMABLE: "contextvars.ContextVar[list | None]" = contextvars.ContextVar("stochattn_resumable", default=None)
+
+
+@contextlib.contextmanager
+def resumable(path: str | Path) -> Iterator[None]:
+    """Within the block, every :func:`fit_regressor` call made without ``checkpoint`` and without ``on_epoch_end``
+    checkpoints to ``<path stem>.<i><suffix>`` (``i``: the call's order in the block, so a rerun of the same code
+    meets each fit's own file): for a job whose trainings happen deep inside a method (a grid candidate's IVON,
+    HSA or Contextual Dropout fit) that a rerun after a kill should resume."""
+    token = _RESUMABLE.set([Path(path), 0])
+    try:
+        yield
+    finally:
+        _RESUMABLE.reset(token)
+
+
+def _ambient_checkpoint() -> Path | None:
+    state = _RESUMABLE.get()
+    if state is None:
+        return None
+    path, i = state
+    state[1] += 1
+    return path.with_name(f"{path.stem}.{i}{path.suffix}")
+
+
 class TrainingInterrupted(Exception):
     """A checkpointed :func:`fit_regressor` received SIGUSR1 or SIGTERM: its state is saved in ``checkpoint`` and
     the same call, rerun, continues from there (the job should exit non-zero so that it is resubmitted)."""
@@ -521,6 +548,8 @@ def fit_regressor(
         raise TypeError(f"seed: expected an int, got {type(seed).__name__}")
     if checkpoint is not None and on_epoch_end is not None:
         raise ValueError("checkpoint: not supported with on_epoch_end (the hook's state would not be resumed)")
+    if checkpoint is None and on_epoch_end is None:
+        checkpoint = _ambient_checkpoint()  # inside resumable(...)
     x_tr = as_tensor(x_train, "x_train", 2)
     y_tr = as_tensor(y_train, "y_train", _target_ndim(y_train))
     if len(x_tr) != len(y_tr) or len(x_tr) == 0:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -132,7 +132,7 @@ def swag_lora_cfg(cfg: Mapping[str, Any], setup: AdapterSetup) -> Dict[str, Any]
     return {**lora, **cfg}
 
 
-def _swag(data, setup, cfg, num_samples, seed, progress):
+def _swag_search(data, setup, cfg, num_samples, seed, progress):
     """SWAG-LoRA: SWAG over the adapter parameters, from the adapted model (the backbone frozen), in SWAG-LoRA's
     recipe (:func:`swag_lora_cfg`). ``setup.extra["on_swag_fitted"]`` (optional) sees the chosen posterior; the
     posterior itself is left in ``setup.extra["swag_fitted"]`` as ``(member, swag, candidate)``
@@ -144,8 +144,12 @@ def _swag(data, setup, cfg, num_samples, seed, progress):
         if hook is not None:
             hook(member, swag, candidate)
 
-    return methods.swag_run(data, setup.adapted(), swag_lora_cfg(cfg, setup), num_samples, seed, progress,
-                            on_fitted=on_fitted)  # fmt: skip
+    return methods.swag_search(data, setup.adapted(), swag_lora_cfg(cfg, setup), num_samples, seed, progress,
+                               on_fitted=on_fitted)  # fmt: skip
+
+
+def _swag(data, setup, cfg, num_samples, seed, progress):
+    return methods.search_run(_swag_search(data, setup, cfg, num_samples, seed, progress), data)
 
 
 def train_multiswag_member(data, setup: AdapterSetup, cfg: Mapping[str, Any], component: int, seed: int,
@@ -277,13 +281,18 @@ without IVON's lr rescaling, update clip 1e-3, beta2 0.99999, no weight decay, h
 ess x h0 lies in [1e3, 3e4] per task (the configs' grids span that range; chosen on validation CRPS)."""
 
 
-def _ivon(data, setup, cfg, num_samples, seed, progress):
+def _ivon_search(data, setup, cfg, num_samples, seed, progress):
     """IVON-LoRA: a fresh adapter trained by IVON (posterior over the adapter parameters only), IVON-LoRA's
     settings (:data:`IVON_LORA_DEFAULTS`) under ``cfg``."""
-    return methods.ivon_run(data, setup.fresh, setup.train, {**IVON_LORA_DEFAULTS, **cfg}, num_samples, seed, progress)
+    return methods.ivon_search(data, setup.fresh, setup.train, {**IVON_LORA_DEFAULTS, **cfg}, num_samples, seed,
+                               progress)  # fmt: skip
 
 
-def _hsa(data, setup, cfg, num_samples, seed, progress):
+def _ivon(data, setup, cfg, num_samples, seed, progress):
+    return methods.search_run(_ivon_search(data, setup, cfg, num_samples, seed, progress), data)
+
+
+def _hsa_search(data, setup, cfg, num_samples, seed, progress):
     """HSA put into the pretrained attention and trained (centroids + a fresh adapter)."""
 
     def build(c, s):
@@ -294,18 +303,31 @@ def _hsa(data, setup, cfg, num_samples, seed, progress):
                 p.requires_grad_(True)
         return net
 
-    return methods.hsa_run(data, build, setup.train, cfg, num_samples, seed, progress)
+    return methods.hsa_search(data, build, setup.train, cfg, num_samples, seed, progress)
+
+
+def _hsa(data, setup, cfg, num_samples, seed, progress):
+    return methods.search_run(_hsa_search(data, setup, cfg, num_samples, seed, progress), data)
+
+
+def _contextual_dropout_search(data, setup, cfg, num_samples, seed, progress):
+    """Contextual Dropout (Fan et al. 2021) at the sites of ``setup.dropout_sites``, trained with a fresh adapter;
+    masks sampled at test time."""
+    return methods.contextual_dropout_search(data, setup.fresh, setup.dropout_sites, setup.train, cfg, num_samples,
+                                             seed, progress)  # fmt: skip
 
 
 def _contextual_dropout(data, setup, cfg, num_samples, seed, progress):
-    """Contextual Dropout (Fan et al. 2021) at the sites of ``setup.dropout_sites``, trained with a fresh adapter;
-    masks sampled at test time."""
-    return methods.contextual_dropout_run(data, setup.fresh, setup.dropout_sites, setup.train, cfg, num_samples,
-                                          seed, progress)  # fmt: skip
+    return methods.search_run(_contextual_dropout_search(data, setup, cfg, num_samples, seed, progress), data)
 
 
 _STAGES = {"sa": _sa, "swag": _swag, "multiswag": _multiswag, "ivon": _ivon, "contextual_dropout": _contextual_dropout,
            "hsa": _hsa}  # fmt: skip
+# the methods that choose among candidates on the validation part: the workflow fits each candidate in its own job
+# (write_candidate) and chooses in another (method_run with ``candidates``) when the grid has more than one
+_SEARCHES = {"swag": _swag_search, "ivon": _ivon_search, "contextual_dropout": _contextual_dropout_search,
+             "hsa": _hsa_search}  # fmt: skip
+SEARCH_METHODS = tuple(_SEARCHES)
 
 
 def check_method(method: str, num_samples: int, swag_member: Optional[str | Path] = None) -> None:
@@ -322,8 +344,82 @@ def check_method(method: str, num_samples: int, swag_member: Optional[str | Path
 
 
 def method_run(method: str, data: Mapping[str, Any], setup: AdapterSetup, cfg: Mapping[str, Any], num_samples: int,
-               seed: int, progress: bool) -> Dict[str, Any]:  # fmt: skip
-    """One method's run (arrays and seconds; :func:`stochattn.experiments.methods.write_runs` writes it)."""
+               seed: int, progress: bool,
+               candidates: Optional[Sequence[str | Path]] = None) -> Dict[str, Any]:  # fmt: skip
+    """One method's run (arrays and seconds; :func:`stochattn.experiments.methods.write_runs` writes it). With
+    ``candidates`` (the files of :func:`write_candidate`, in grid order) the search's fits are read from them and
+    only the choice and the sampling run here (:func:`choose_candidate`)."""
+    if candidates:
+        return choose_candidate(method, data, setup, cfg, candidates, num_samples=num_samples, seed=seed,
+                                progress=progress)  # fmt: skip
     check_method(method, num_samples)
     torch.manual_seed(seed)
     return _STAGES[method](data, setup, cfg, num_samples, seed, progress)
+
+
+def method_search(method: str, data: Mapping[str, Any], setup: AdapterSetup, cfg: Mapping[str, Any], num_samples: int,
+                  seed: int, progress: bool) -> methods.Search:  # fmt: skip
+    """The :class:`~stochattn.experiments.methods.Search` of a method with a validation search (SEARCH_METHODS),
+    set up as :func:`method_run` sets up its run (the same global seed first)."""
+    check_method(method, num_samples)
+    if method not in _SEARCHES:
+        raise ValueError(f"{method!r} has no validation search; those that do: {', '.join(SEARCH_METHODS)}")
+    torch.manual_seed(seed)
+    return _SEARCHES[method](data, setup, cfg, num_samples, seed, progress)
+
+
+def write_candidate(method: str, data: Mapping[str, Any], setup: AdapterSetup, cfg: Mapping[str, Any],
+                    out_path: str | Path, *, index: int, num_samples: int, seed: int, progress: bool = True,
+                    provenance: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:  # fmt: skip
+    """Candidate ``index`` of ``method``'s grid fitted and scored on the validation part
+    (:func:`stochattn.selection.fit_candidate`, the very fit of the single-job search) -> ``out_path`` (torch:
+    the fitted state, None when its training diverged) and its record ``<stem>.json`` (the candidate, its scores
+    and seconds, the search's ``extra``), both written atomically.
+
+    Seeds: every candidate's fit draws from its own seeded generators (``seed``, ``seed + 2``; training under
+    :func:`stochattn.training.seeded`, which restores the global RNG), never from a stream shared across
+    candidates, so a candidate fitted alone equals the same candidate fitted after the others (the workflow's
+    tests compare every candidate's validation scores and the samples of both paths)."""
+    from ..io import save_json
+    from ..provenance import device_info
+    from ..selection import ValidationSplit, entry_record, fit_candidate
+
+    search = method_search(method, data, setup, cfg, num_samples, seed, progress)
+    if not 0 <= index < len(search.grid):
+        raise ValueError(f"{method}: candidate {index} of a grid of {len(search.grid)}")
+    candidate = search.grid[index]
+    out, entry = fit_candidate(method, candidate, search.fit, ValidationSplit.from_prepared(data))
+    with atomic_path(out_path) as tmp:
+        torch.save({"state": None if out is None else search.state(out.result)}, tmp)
+    record = {"method": method, "index": index, "grid_size": len(search.grid), "candidate": candidate, "seed": seed,
+              **entry_record(entry), "extra": search.extra, "device": device_info()}  # fmt: skip
+    if provenance is not None:
+        record["provenance"] = dict(provenance)
+    save_json(Path(out_path).with_suffix(".json"), record)
+    return record
+
+
+def choose_candidate(method: str, data: Mapping[str, Any], setup: AdapterSetup, cfg: Mapping[str, Any],
+                     paths: Sequence[str | Path], *, num_samples: int, seed: int,
+                     progress: bool) -> Dict[str, Any]:  # fmt: skip
+    """The run of ``method`` from its candidates' files (:func:`write_candidate`, in grid order): the choice of
+    :func:`stochattn.selection.choose` (as the single-job search makes it), the winner's state loaded and sampled
+    (the same seeds). ``train`` seconds: the candidates' fits."""
+    from ..io import load_json
+    from ..selection import Selection, ValidationSplit, choose, entry_from_record
+
+    search = method_search(method, data, setup, cfg, num_samples, seed, progress)
+    records = [load_json(Path(p).with_suffix(".json")) for p in paths]
+    if [r["index"] for r in records] != list(range(len(search.grid))) or \
+            [r["candidate"] for r in records] != search.grid:
+        raise ValueError(f"{method}: the candidate files {[str(p) for p in paths]} are not the grid {search.grid} "
+                         f"in order (written under another configuration?)")  # fmt: skip
+    for r in records:  # what the fits leave in extra, in grid order as the single-job search leaves it
+        search.extra.update(r["extra"])
+    entries = [entry_from_record(r) for r in records]
+    split = ValidationSplit.from_prepared(data)
+    index, record = choose(method, search.grid, entries, split.mean_predictor_rmse(), reference=search.reference,
+                           **methods.selection_options(data))  # fmt: skip
+    state = torch.load(paths[index], map_location="cpu", weights_only=True)["state"]
+    sel = Selection(search.load(state, search.grid[index]), index, search.grid[index], record)
+    return search.finish(sel, sum(e["seconds"] for e in entries))

@@ -469,6 +469,7 @@ def run_method(
     require_skill: bool = True,
     members: Optional[Sequence[str | Path]] = None,
     swag_member: Optional[str | Path] = None,
+    candidates: Optional[Sequence[str | Path]] = None,
     progress: bool = True,
     provenance: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
@@ -477,7 +478,8 @@ def run_method(
     ``scale_sweep.json``, :func:`swag_scale_sweep`). ``require_skill=False`` lets the baselines' selection keep
     a candidate that does not beat the training climatology (smoke runs; recorded in meta.json). MultiSWAG pools
     ``members`` (:func:`train_multiswag_member`'s files, in order) when given, else trains its members here. SWAG
-    with ``swag_member``: also its posterior, as MultiSWAG-LoRA's member 0 (:func:`adapters.write_swag_as_member`)."""
+    with ``swag_member``: also its posterior, as MultiSWAG-LoRA's member 0 (:func:`adapters.write_swag_as_member`). ``candidates``: the method's grid fitted one candidate per
+    job (:func:`fit_candidate`'s files, in grid order): only the choice and the sampling run here."""
     adapters.check_method(method, num_samples, swag_member)
     data = load_pairs(prepared_path)
     data["require_skill"] = bool(require_skill)
@@ -496,7 +498,7 @@ def run_method(
             save_json(Path(out_dir) / "scale_sweep.json", record)
 
         ctx.extra["on_swag_fitted"] = sweep
-    run = adapters.method_run(method, data, ctx, method_cfg, num_samples, seed, progress)
+    run = adapters.method_run(method, data, ctx, method_cfg, num_samples, seed, progress, candidates)
     if swag_member is not None:
         adapters.write_swag_as_member(swag_member, ctx, run, seed=seed, adapter_seconds=adapter_meta["seconds"],
                                       provenance=provenance)  # fmt: skip
@@ -615,6 +617,90 @@ def _latency(sampler, x: torch.Tensor, nu: Optional[int], repeats: int) -> float
     return float(np.median(times[1:]))  # the first pass warms up
 
 
+def _analyses_model(prepared_path, backbone_path, adapter_path, lora, sa_sites, allow_pickle):
+    """What every SA analysis reads: the pairs, the adapted model, its nu template, the cal tensors and point."""
+    data = load_pairs(prepared_path)
+    ctx = setup(backbone_path, adapter_path, lora, {}, sa_sites=sa_sites, allow_pickle=allow_pickle)
+    net = ctx.adapted()
+    x_cal, y_cal = (torch.as_tensor(data[k], dtype=torch.float32) for k in ("x_cal", "y_cal"))
+    return data, ctx, net, x_cal, y_cal, predict(net, x_cal, 64)
+
+
+def _score_sweep(sampler, data, x_cal, calib, nu_grid, num_samples, seed, progress) -> Dict[str, Any]:
+    """The score-oriented nu sweep on cal and the two test operating points (:func:`sa_analyses`)."""
+    from ..progress import progress as show_progress
+
+    physical = lambda a: np.asarray(a, np.float64) * data["y_std"] + data["y_mean"]  # noqa: E731
+    y_cal_phys, y_test_phys = physical(data["y_cal"]), physical(data["y_test"])
+    rows = []
+    for nu in show_progress(list(nu_grid), desc="nu sweep", disable=not progress):
+        draws = physical(sampler(int(nu), x_cal, num_samples).numpy())
+        rows.append({"nu": int(nu), "crps": float(metrics.crps(draws, y_cal_phys).mean()),
+                     "energy": float(metrics.normalised_energy_score(draws, y_cal_phys).mean()),
+                     **_calibration_summary(y_cal_phys, draws, draws.mean(0), seed)})  # fmt: skip
+    nu_score = min(rows, key=lambda r: r["crps"])["nu"]
+    nu_energy = min(rows, key=lambda r: r["energy"])["nu"]  # the paper: both scores minimised at one nu
+    points = {"calibration_first": int(calib["nu_loss_argmin"]), "score_oriented": int(nu_score)}
+    test = {}
+    x_test = torch.as_tensor(data["x_test"], dtype=torch.float32)
+    for name, nu in points.items():
+        draws = physical(sampler(nu, x_test, num_samples).numpy())
+        flat = draws.reshape(num_samples, -1)
+        dec = metrics.crps_decomposition(draws, y_test_phys)
+        test[name] = {"nu": nu, "pit": metrics.pit(flat, y_test_phys.reshape(-1), seed).tolist(),
+                      "crps": float(dec["crps"].mean()), "crps_error": float(dec["error"].mean()),
+                      "crps_spread": float(dec["spread"].mean()),
+                      "energy": float(metrics.normalised_energy_score(draws, y_test_phys).mean()),
+                      **_calibration_summary(y_test_phys, draws, draws.mean(0), seed)}  # fmt: skip
+    return {"grid": rows, "nu_score": int(nu_score), "nu_energy": int(nu_energy), "test": test}
+
+
+def _bo_run(sampler, x_cal, y_cal, point_cal, sa_cfg, nu_range, bo_seed) -> Dict[str, Any]:
+    """One BO calibration (Algorithms 2-3, the ``sa`` run's settings) on ``nu_range`` under ``bo_seed``: its batches
+    and SA noise from its own stream (``torch.Generator`` seeded ``bo_seed``), so it does not depend on what the
+    sampler drew before."""
+    from ..calibrate import IntegerDomain, bo_calibrate, eval_stats, target_scale
+
+    s0 = target_scale(y_cal, point_cal)
+    g = torch.Generator().manual_seed(int(bo_seed))
+    sampler.patch.set_generator(g)
+    evaluate = lambda nu: eval_stats(  # noqa: E731
+        nu, sampler, x_cal, y_cal, point_cal, batch_size=sa_cfg["batch_size"], num_batches=sa_cfg["num_batches"],
+        num_passes=sa_cfg["num_passes"], generator=g,
+    )
+    res = bo_calibrate(evaluate, s0, domain=IntegerDomain(int(nu_range[0]), int(nu_range[1])), budget=sa_cfg["budget"],
+                       initial_design=sa_cfg["initial_design"], design=sa_cfg.get("design", "scale_match"),
+                       seed=int(bo_seed), progress=False).to_dict()  # fmt: skip
+    res["posterior_draws"] = {k: list(v[:200]) for k, v in res["posterior_draws"].items()}
+    return res
+
+
+def bo_ranges(sa_cfg: Mapping[str, Any], second_range: Optional[Sequence[int]]) -> Dict[str, tuple]:
+    """``{"bo_seeds": the sa run's nu range, "bo_second_range": second_range}`` (the latter when given)."""
+    ranges = {"bo_seeds": (int(sa_cfg["nu_min"]), int(sa_cfg["nu_max"]))}
+    if second_range is not None:
+        ranges["bo_second_range"] = (int(second_range[0]), int(second_range[1]))
+    return ranges
+
+
+def _latency_record(sampler, x_cal, latency_nu, latency_batch, latency_repeats, progress) -> Dict[str, Any]:
+    from ..progress import progress as show_progress
+
+    xb = x_cal[:latency_batch]
+    det = _latency(sampler, xb, None, latency_repeats)
+    timed = show_progress(list(latency_nu), desc="latency vs nu", disable=not progress)
+    return {"batch": int(len(xb)), "deterministic": det, "device": device_info(), "threads": torch.get_num_threads(),
+            "sa": [{"nu": int(nu), "seconds": _latency(sampler, xb, int(nu), latency_repeats)} for nu in timed]}
+
+
+def _save_analyses(out_path, out, provenance, device=None, packages=None) -> Dict[str, Any]:
+    out["device"], out["packages"] = device or device_info(), packages or package_versions()
+    if provenance is not None:
+        out["provenance"] = dict(provenance)
+    save_json(out_path, out)
+    return out
+
+
 def sa_analyses(
     prepared_path: str | Path,
     backbone_path: str | Path,
@@ -649,77 +735,68 @@ def sa_analyses(
       sensitivity": "stable under a different search range").
     * ``latency``: median per-pass seconds (batch ``latency_batch``) of the deterministic model and of SA at each
       nu of ``latency_nu`` on this job's device (Fig. latency_appendix).
-    """
-    from ..calibrate import IntegerDomain, SASampler, bo_calibrate, eval_stats, target_scale
 
-    data = load_pairs(prepared_path)
-    ctx = setup(backbone_path, adapter_path, lora, {}, sa_sites=sa_sites, allow_pickle=allow_pickle)
-    net = ctx.adapted()
-    calib = load_json(calibration_path)
-    x_cal, y_cal = (torch.as_tensor(data[k], dtype=torch.float32) for k in ("x_cal", "y_cal"))
-    physical = lambda a: np.asarray(a, np.float64) * data["y_std"] + data["y_mean"]  # noqa: E731
-    y_cal_phys, y_test_phys = physical(data["y_cal"]), physical(data["y_test"])
-    point_cal = predict(net, x_cal, 64)
-    gen = torch.Generator().manual_seed(seed)
-    out: Dict[str, Any] = {"sa_sites": list(sa_sites), "num_samples": num_samples}
+    The workflow writes the same file from one job per BO seed and range (:func:`sa_analyses_bo`), one for the
+    sweep and latency (:func:`sa_analyses_sweep`) and :func:`gather_analyses`.
+    """
+    from ..calibrate import SASampler
     from ..progress import progress as show_progress
 
+    data, ctx, net, x_cal, y_cal, point_cal = _analyses_model(prepared_path, backbone_path, adapter_path, lora,
+                                                              sa_sites, allow_pickle)  # fmt: skip
+    gen = torch.Generator().manual_seed(seed)
+    out: Dict[str, Any] = {"sa_sites": list(sa_sites), "num_samples": num_samples}
     with SASampler(net, generator=gen, max_rows=sa_cfg.get("max_rows", "auto"), nu_template=ctx.nu_template) as sampler:
-        # score-oriented sweep on cal
-        rows = []
-        for nu in show_progress(list(nu_grid), desc="nu sweep", disable=not progress):
-            draws = physical(sampler(int(nu), x_cal, num_samples).numpy())
-            rows.append({"nu": int(nu), "crps": float(metrics.crps(draws, y_cal_phys).mean()),
-                         "energy": float(metrics.normalised_energy_score(draws, y_cal_phys).mean()),
-                         **_calibration_summary(y_cal_phys, draws, draws.mean(0), seed)})  # fmt: skip
-        nu_score = min(rows, key=lambda r: r["crps"])["nu"]
-        nu_energy = min(rows, key=lambda r: r["energy"])["nu"]  # the paper: both scores minimised at one nu
-        points = {"calibration_first": int(calib["nu_loss_argmin"]), "score_oriented": int(nu_score)}
-        test = {}
-        x_test = torch.as_tensor(data["x_test"], dtype=torch.float32)
-        for name, nu in points.items():
-            draws = physical(sampler(nu, x_test, num_samples).numpy())
-            flat = draws.reshape(num_samples, -1)
-            dec = metrics.crps_decomposition(draws, y_test_phys)
-            test[name] = {"nu": nu, "pit": metrics.pit(flat, y_test_phys.reshape(-1), seed).tolist(),
-                          "crps": float(dec["crps"].mean()), "crps_error": float(dec["error"].mean()),
-                          "crps_spread": float(dec["spread"].mean()),
-                          "energy": float(metrics.normalised_energy_score(draws, y_test_phys).mean()),
-                          **_calibration_summary(y_test_phys, draws, draws.mean(0), seed)}  # fmt: skip
-        out["score_sweep"] = {"grid": rows, "nu_score": int(nu_score), "nu_energy": int(nu_energy), "test": test}
+        out["score_sweep"] = _score_sweep(sampler, data, x_cal, load_json(calibration_path), nu_grid, num_samples,
+                                          seed, progress)  # fmt: skip
         # BO over several seeds, on the sa run's search range and (App. "BO sensitivity") on a second one
-        s0 = target_scale(y_cal, point_cal)
-        ranges = [("bo_seeds", (int(sa_cfg["nu_min"]), int(sa_cfg["nu_max"])))]
-        if second_range is not None:
-            ranges.append(("bo_second_range", (int(second_range[0]), int(second_range[1]))))
-        for key, (low, high) in ranges:
-            runs = []
-            for bo_seed in show_progress(list(bo_seeds), desc=f"BO seeds [{low}, {high}]", disable=not progress):
-                g = torch.Generator().manual_seed(int(bo_seed))
-                sampler.patch.set_generator(g)  # each seed's BO draws its batches and SA noise from its own stream
-                evaluate = lambda nu: eval_stats(  # noqa: E731
-                    nu, sampler, x_cal, y_cal, point_cal, batch_size=sa_cfg["batch_size"],
-                    num_batches=sa_cfg["num_batches"], num_passes=sa_cfg["num_passes"], generator=g,
-                )
-                res = bo_calibrate(evaluate, s0, domain=IntegerDomain(low, high), budget=sa_cfg["budget"],
-                                   initial_design=sa_cfg["initial_design"], design=sa_cfg.get("design", "scale_match"),
-                                   seed=int(bo_seed), progress=False).to_dict()  # fmt: skip
-                res["posterior_draws"] = {k: list(v[:200]) for k, v in res["posterior_draws"].items()}
-                runs.append(res)
-            out[key] = runs
-        # per-pass latency
-        xb = x_cal[:latency_batch]
-        det = _latency(sampler, xb, None, latency_repeats)
-        timed = show_progress(list(latency_nu), desc="latency vs nu", disable=not progress)
-        out["latency"] = {"batch": int(len(xb)), "deterministic": det, "device": device_info(),
-                          "threads": torch.get_num_threads(),
-                          "sa": [{"nu": int(nu), "seconds": _latency(sampler, xb, int(nu), latency_repeats)}
-                                 for nu in timed]}  # fmt: skip
-    out["device"], out["packages"] = device_info(), package_versions()
-    if provenance is not None:
-        out["provenance"] = dict(provenance)
-    save_json(out_path, out)
-    return out
+        for key, nu_range in bo_ranges(sa_cfg, second_range).items():
+            seeds = show_progress(list(bo_seeds), desc=f"BO seeds {list(nu_range)}", disable=not progress)
+            out[key] = [_bo_run(sampler, x_cal, y_cal, point_cal, sa_cfg, nu_range, s) for s in seeds]
+        out["latency"] = _latency_record(sampler, x_cal, latency_nu, latency_batch, latency_repeats, progress)
+    return _save_analyses(out_path, out, provenance)
+
+
+def sa_analyses_sweep(prepared_path, backbone_path, adapter_path, calibration_path, out_path, *, lora, sa_cfg,
+                      nu_grid, latency_nu, latency_batch, latency_repeats, num_samples, seed,
+                      sa_sites=("blocks", "var_agg"), allow_pickle=False, progress=True, provenance=None):  # fmt: skip
+    """:func:`sa_analyses`'s score sweep and latency (same arguments) -> ``out_path`` (json)."""
+    from ..calibrate import SASampler
+
+    data, ctx, net, x_cal, _, _ = _analyses_model(prepared_path, backbone_path, adapter_path, lora, sa_sites,
+                                                  allow_pickle)  # fmt: skip
+    gen = torch.Generator().manual_seed(seed)
+    out: Dict[str, Any] = {"sa_sites": list(sa_sites), "num_samples": num_samples}
+    with SASampler(net, generator=gen, max_rows=sa_cfg.get("max_rows", "auto"), nu_template=ctx.nu_template) as sampler:
+        out["score_sweep"] = _score_sweep(sampler, data, x_cal, load_json(calibration_path), nu_grid, num_samples,
+                                          seed, progress)  # fmt: skip
+        out["latency"] = _latency_record(sampler, x_cal, latency_nu, latency_batch, latency_repeats, progress)
+    return _save_analyses(out_path, out, provenance)
+
+
+def sa_analyses_bo(prepared_path, backbone_path, adapter_path, out_path, *, lora, sa_cfg, nu_range, bo_seed, seed,
+                   sa_sites=("blocks", "var_agg"), allow_pickle=False, provenance=None):  # fmt: skip
+    """One BO run of :func:`sa_analyses` (seed ``bo_seed`` on ``nu_range``; ``seed``: the analyses') ->
+    ``out_path`` (json), the same run as the single job's."""
+    from ..calibrate import SASampler
+
+    _, ctx, net, x_cal, y_cal, point_cal = _analyses_model(prepared_path, backbone_path, adapter_path, lora, sa_sites,
+                                                           allow_pickle)  # fmt: skip
+    gen = torch.Generator().manual_seed(seed)
+    with SASampler(net, generator=gen, max_rows=sa_cfg.get("max_rows", "auto"), nu_template=ctx.nu_template) as sampler:
+        run = _bo_run(sampler, x_cal, y_cal, point_cal, sa_cfg, nu_range, bo_seed)
+    return _save_analyses(out_path, {"nu_range": list(nu_range), "bo_seed": int(bo_seed), "run": run}, provenance)
+
+
+def gather_analyses(sweep_path, bo_paths: Mapping[str, Sequence[str | Path]], out_path, *, provenance=None):
+    """:func:`sa_analyses`'s file from the sweep's (:func:`sa_analyses_sweep`) and the BO runs' files
+    (:func:`sa_analyses_bo`; ``{"bo_seeds": [...], "bo_second_range": [...]}``, each in seed order)."""
+    sweep = load_json(sweep_path)
+    out = {k: sweep[k] for k in ("sa_sites", "num_samples", "score_sweep")}
+    for key, paths in bo_paths.items():
+        out[key] = [load_json(p)["run"] for p in paths]
+    out["latency"] = sweep["latency"]
+    return _save_analyses(out_path, out, provenance, sweep["device"], sweep["packages"])
 
 
 def train_multiswag_member(
@@ -748,3 +825,31 @@ def train_multiswag_member(
     return adapters.write_multiswag_member(data, ctx, method_cfg, out_path, component=component, seed=seed,
                                            num_samples=num_samples, first_path=first_path, progress=progress,
                                            provenance=provenance)  # fmt: skip
+
+
+def fit_candidate(
+    method: str,
+    prepared_path: str | Path,
+    backbone_path: str | Path,
+    adapter_path: str | Path,
+    out_path: str | Path,
+    *,
+    index: int,
+    lora: Mapping[str, Any],
+    train: Mapping[str, Any],
+    method_cfg: Mapping[str, Any],
+    num_samples: int,
+    seed: int,
+    allow_pickle: bool = False,
+    require_skill: bool = True,
+    progress: bool = True,
+    provenance: Optional[Mapping[str, Any]] = None,
+) -> Dict[str, Any]:
+    """Candidate ``index`` of ``method``'s validation grid -> ``out_path`` (its fitted state) and its record
+    (:func:`stochattn.experiments.adapters.write_candidate`); ``seed``: the method run's. :func:`run_method` with
+    ``candidates`` chooses among them."""
+    data = load_pairs(prepared_path)
+    data["require_skill"] = bool(require_skill)
+    ctx = setup(backbone_path, adapter_path, lora, train, allow_pickle=allow_pickle)
+    return adapters.write_candidate(method, data, ctx, method_cfg, out_path, index=index, num_samples=num_samples,
+                                    seed=seed, progress=progress, provenance=provenance)  # fmt: skip

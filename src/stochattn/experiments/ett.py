@@ -342,6 +342,7 @@ def run_method(
     members: Optional[Sequence[str | Path]] = None,
     require_skill: bool = True,
     swag_member: Optional[str | Path] = None,
+    candidates: Optional[Sequence[str | Path]] = None,
     progress: bool = True,
     provenance: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
@@ -350,7 +351,8 @@ def run_method(
     ``members`` (:func:`train_multiswag_member`'s files, in order) when given, else trains its members here.
     ``require_skill=False`` lets the baselines' selection keep a candidate that does not beat the training mean
     (recorded; the rehearsal's random weights). SWAG with ``swag_member``: also its posterior, as MultiSWAG-LoRA's
-    member 0 (:func:`stochattn.experiments.adapters.write_swag_as_member`)."""
+    member 0 (:func:`stochattn.experiments.adapters.write_swag_as_member`). ``candidates``: the method's grid fitted one candidate per
+    job (:func:`fit_candidate`'s files, in grid order): only the choice and the sampling run here."""
     adapters.check_method(method, num_samples, swag_member)
     data = load_windows(prepared_path)
     data["require_skill"] = bool(require_skill)
@@ -358,7 +360,7 @@ def run_method(
     ctx = setup(backbone_path, adapter_path, int(adapter_meta["horizon"]), lora, train)
     if members:
         ctx.extra["multiswag_members"] = [str(m) for m in members]
-    run = adapters.method_run(method, data, ctx, method_cfg, num_samples, seed, progress)
+    run = adapters.method_run(method, data, ctx, method_cfg, num_samples, seed, progress, candidates)
     if swag_member is not None:
         adapters.write_swag_as_member(swag_member, ctx, run, seed=seed, adapter_seconds=adapter_meta["seconds"],
                                       provenance=provenance)  # fmt: skip
@@ -393,3 +395,31 @@ def train_multiswag_member(
     return adapters.write_multiswag_member(data, ctx, method_cfg, out_path, component=component, seed=seed,
                                            num_samples=num_samples, first_path=first_path, progress=progress,
                                            provenance=provenance)  # fmt: skip
+
+
+def fit_candidate(
+    method: str,
+    prepared_path: str | Path,
+    backbone_path: str | Path,
+    adapter_path: str | Path,
+    out_path: str | Path,
+    *,
+    index: int,
+    lora: Mapping[str, Any],
+    train: Mapping[str, Any],
+    method_cfg: Mapping[str, Any],
+    num_samples: int,
+    seed: int,
+    require_skill: bool = True,
+    progress: bool = True,
+    provenance: Optional[Mapping[str, Any]] = None,
+) -> Dict[str, Any]:
+    """Candidate ``index`` of ``method``'s validation grid -> ``out_path`` (its fitted state) and its record
+    (:func:`stochattn.experiments.adapters.write_candidate`); ``seed``: the method run's. :func:`run_method` with
+    ``candidates`` chooses among them."""
+    data = load_windows(prepared_path)
+    data["require_skill"] = bool(require_skill)
+    adapter_meta = load_json(Path(adapter_path).with_suffix(".json"))
+    ctx = setup(backbone_path, adapter_path, int(adapter_meta["horizon"]), lora, train)
+    return adapters.write_candidate(method, data, ctx, method_cfg, out_path, index=index, num_samples=num_samples,
+                                    seed=seed, progress=progress, provenance=provenance)  # fmt: skip

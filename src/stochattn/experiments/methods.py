@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import math
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
@@ -97,17 +98,69 @@ def sa_runs(data, net, cfg, num_samples, seed, progress, nu_template=None) -> Di
 def candidates(cfg: Mapping[str, Any], keys: tuple, defaults: Mapping[str, Any]) -> list:
     """The candidate settings of a method: ``cfg["grid"]`` entries (overrides) over ``cfg``'s own values over
     ``defaults``, restricted to ``keys``; no grid gives one candidate."""
+    from ..selection import grid_entries
+
     base = {k: cfg.get(k, defaults.get(k)) for k in keys}
-    return [dict(base, **override) for override in cfg.get("grid", [{}])]
+    return [dict(base, **override) for override in grid_entries(cfg)]
+
+
+def selection_options(data) -> Dict[str, Any]:
+    """``label`` and ``require_skill`` of a data set's selection: ``data["require_skill"]`` (default True) False
+    keeps a candidate that does not beat the training mean."""
+    return {"label": str(data.get("source", "")), "require_skill": bool(data.get("require_skill", True))}
 
 
 def select(method, data, grid, fit, reference=None):
     from ..selection import ValidationSplit, select_on_validation
 
     # only the fitting and validation arrays go in: the test and calibration parts cannot reach the choice
-    # ``data["require_skill"]`` (default True) False: keep a candidate that does not beat the training mean
     return select_on_validation(method, grid, fit, ValidationSplit.from_prepared(data), reference=reference,
-                                label=str(data.get("source", "")), require_skill=bool(data.get("require_skill", True)))
+                                **selection_options(data))  # fmt: skip
+
+
+def trainable_state(net: torch.nn.Module) -> Dict[str, torch.Tensor]:
+    """The trainable tensors of ``net`` (CPU copies): the adapters of a LoRA model, every weight of one trained
+    from scratch."""
+    return {n: p.detach().cpu().clone() for n, p in net.named_parameters() if p.requires_grad}
+
+
+def load_trainable(net: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> torch.nn.Module:
+    """``state`` (:func:`trainable_state`) loaded into ``net`` built as the fitted one was (same structure)."""
+    names = {n for n, _ in net.named_parameters()}
+    missing = set(state) - names
+    if missing:
+        raise ValueError(f"fitted state: tensors {sorted(missing)[:3]} do not fit the network")
+    with torch.no_grad():
+        for n, p in net.named_parameters():
+            if n in state:
+                p.copy_(state[n].to(p.device))
+    return net
+
+
+@dataclass
+class Search:
+    """A method's validation search in parts, so that the workflow can fit each candidate in its own job:
+    ``grid`` (the candidates), ``fit(candidate, split)`` (a :class:`~stochattn.selection.CandidateFit`),
+    ``finish(selection, train_seconds)`` (the run dict from the chosen result: its test and cal samples),
+    ``state(result)`` / ``load(state, candidate)`` (a fitted result to a torch-saveable dict and back),
+    ``reference`` (copied into the record) and ``extra`` (filled by the fits, part of meta.json)."""
+
+    method: str
+    grid: list
+    fit: Callable[..., Any]
+    finish: Callable[[Any, float], Dict[str, Any]]
+    state: Callable[[Any], Dict[str, Any]]
+    load: Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
+    reference: Optional[Dict[str, float]] = None
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+
+def search_run(search: Search, data) -> Dict[str, Any]:
+    """Every candidate fitted here, one after the other (:func:`select`), then the chosen one sampled; ``train``
+    seconds: the whole search."""
+    t0 = time.perf_counter()
+    sel = select(search.method, data, search.grid, search.fit, reference=search.reference)
+    return search.finish(sel, time.perf_counter() - t0)
 
 
 def fit_on(model, split, train: Mapping[str, Any], seed: int, progress: bool, desc: str):
@@ -170,6 +223,21 @@ def swag_fit(net, seed, progress, num_samples):
     return fit
 
 
+def swag_state(result) -> Dict[str, Any]:
+    member, swag = result
+    return {"member": trainable_state(member), "swag": swag.state_dict()}
+
+
+def swag_load(net):
+    """Load function of a SWAG search from ``net`` (the fits start from copies of it)."""
+    from ..baselines.swag import SWAG
+
+    def load(state, candidate):
+        return load_trainable(copy.deepcopy(net), state["member"]), SWAG.from_state_dict(state["swag"])
+
+    return load
+
+
 def swag_select(method, data, net, cfg, seed, progress, num_samples):
     """SWAG phase from ``net`` with the SGD learning rate (and any other SWAG_KEYS in ``cfg["grid"]``) chosen by
     the validation CRPS of ``num_samples`` posterior samples (:mod:`stochattn.selection`); ``reference`` records the
@@ -186,28 +254,38 @@ def swag_select(method, data, net, cfg, seed, progress, num_samples):
     return select(method, data, grid, swag_fit(net, seed, progress, num_samples), reference={"start_val_rmse": start})
 
 
+def swag_search(data, net, cfg, num_samples, seed, progress, on_fitted=None) -> Search:
+    """SWAG's search (:func:`swag_run`) in parts (:class:`Search`)."""
+    from ..baselines.swag import swag_samples
+    from ..selection import ValidationSplit
+
+    start = ValidationSplit.from_prepared(data).rmse(predict(net, data["x_val"]))
+
+    def finish(sel, train_seconds):
+        member, swag = sel.result
+        if on_fitted is not None:
+            on_fitted(member, swag, dict(sel.candidate))
+        t1 = time.perf_counter()
+        scale = sel.candidate["scale"]
+        samples = swag_samples(member, swag, data["x_test"], num_samples, seed, scale=scale)
+        cal_samples = swag_samples(member, swag, data["x_cal"], num_samples, seed + 1, scale=scale)
+        point, cal_point = swa_point(member, swag, data["x_test"]), swa_point(member, swag, data["x_cal"])
+        return {"point": point, "samples": samples, "cal_point": cal_point, "cal_samples": cal_samples,
+                "seconds": {"train": train_seconds, "calibrate": 0.0, "predict": time.perf_counter() - t1},
+                "extra": {"selection": sel.record}}
+
+    return Search("swag", candidates(cfg, SWAG_KEYS, SWAG_DEFAULTS), swag_fit(net, seed, progress, num_samples),
+                  finish, swag_state, swag_load(net), reference={"start_val_rmse": start})  # fmt: skip
+
+
 def swag_run(data, net, cfg, num_samples, seed, progress, on_fitted=None) -> Dict[str, Any]:
-    """SWAG (diagonal + low-rank, Maddox et al. 2019) from the pretrained backbone; point = SWA weights.
+    """SWAG (diagonal + low-rank, Maddox et al. 2019) from the pretrained backbone; point = SWA weights; the SGD
+    learning rate (and any other SWAG_KEYS in ``cfg["grid"]``) chosen as :func:`swag_select` does.
 
     ``train`` seconds include every grid candidate's SWAG phase. ``on_fitted(member, swag, candidate)`` (optional)
     is called with the chosen posterior and its settings before sampling (e.g. a variance-scale sweep, or keeping it
     as MultiSWAG's first member); its time is not counted."""
-    from ..baselines.swag import swag_samples
-
-    t0 = time.perf_counter()
-    sel = swag_select("swag", data, net, cfg, seed, progress, num_samples)
-    member, swag = sel.result
-    train_seconds = time.perf_counter() - t0
-    if on_fitted is not None:
-        on_fitted(member, swag, dict(sel.candidate))
-    t1 = time.perf_counter()
-    scale = sel.candidate["scale"]
-    samples = swag_samples(member, swag, data["x_test"], num_samples, seed, scale=scale)
-    cal_samples = swag_samples(member, swag, data["x_cal"], num_samples, seed + 1, scale=scale)
-    point, cal_point = swa_point(member, swag, data["x_test"]), swa_point(member, swag, data["x_cal"])
-    return {"point": point, "samples": samples, "cal_point": cal_point, "cal_samples": cal_samples,
-            "seconds": {"train": train_seconds, "calibrate": 0.0, "predict": time.perf_counter() - t1},
-            "extra": {"selection": sel.record}}
+    return search_run(swag_search(data, net, cfg, num_samples, seed, progress, on_fitted), data)
 
 
 def component_seed(seed: int, component: int) -> int:
@@ -231,6 +309,56 @@ HSA_KEYS = ("n_centroids", "tau1", "tau2", "lr", "max_epochs", "patience")
 HSA_DEFAULTS = {"n_centroids": 2, "tau1": 1.0, "tau2": 1.0}
 
 
+def ivon_settings(c: Mapping[str, Any], n_fit: int) -> Dict[str, Any]:
+    """The ``ivon.IVON`` settings of candidate ``c`` (:func:`stochattn.baselines.ivon.make_ivon`'s arguments)."""
+    return {"lr": c["lr"], "ess": float(c["ess"]) if c["ess"] is not None else float(c["ess_factor"]) * n_fit,
+            "hess_init": c["hess_init"], "beta2": c["beta2"], "weight_decay": c["weight_decay"],
+            "rescale_lr": bool(c["rescale_lr"]),
+            "clip_radius": math.inf if c["clip_radius"] is None else c["clip_radius"]}  # fmt: skip
+
+
+def ivon_search(data, build: Callable[[int], torch.nn.Module], train_cfg, cfg, num_samples, seed, progress) -> Search:
+    """IVON's search (:func:`ivon_run`) in parts (:class:`Search`); a fitted result is ``(net, ivon.IVON)``."""
+    from ..baselines.ivon import fit_ivon, ivon_samples, make_ivon
+
+    n_fit = len(data["y_train"])
+
+    def fit(c, split):  # sees the ValidationSplit only (never ``data``)
+        net = build(seed)
+        result = fit_ivon(net, split.x_fit, split.y_fit, split.x_val, split.y_val, seed=seed,
+                          **ivon_settings(c, len(split.y_fit)), batch_size=train_cfg.get("batch_size", 256),
+                          max_epochs=int(c["max_epochs"]), patience=c["patience"], progress=progress)  # fmt: skip
+        val_samples = ivon_samples(net, result.optimizer, split.x_val, num_samples, seed + 2)
+        return CandidateFit((net, result.optimizer), predict(net, split.x_val), val_samples)
+
+    def state(result):
+        net, optimizer = result
+        return {"net": trainable_state(net), "optimizer": optimizer.state_dict()}
+
+    def load(state, c):
+        net = load_trainable(build(seed), state["net"])
+        optimizer = make_ivon(net, **ivon_settings(c, n_fit))
+        optimizer.load_state_dict(state["optimizer"])
+        for group in optimizer.param_groups:  # IVON keeps its posterior (hess, momentum) in the group
+            for k, v in group.items():
+                if torch.is_tensor(v):
+                    group[k] = v.to(group["params"][0].device)
+        return net, optimizer
+
+    def finish(sel, train_seconds):
+        net, optimizer = sel.result
+        t1 = time.perf_counter()
+        samples = ivon_samples(net, optimizer, data["x_test"], num_samples, seed)
+        cal_samples = ivon_samples(net, optimizer, data["x_cal"], num_samples, seed + 1)
+        point, cal_point = predict(net, data["x_test"]), predict(net, data["x_cal"])
+        return {"point": point, "samples": samples, "cal_point": cal_point, "cal_samples": cal_samples,
+                "seconds": {"train": train_seconds, "calibrate": 0.0, "predict": time.perf_counter() - t1},
+                "extra": {"selection": sel.record}}
+
+    defaults = dict(IVON_DEFAULTS, max_epochs=train_cfg.get("max_epochs", 500), patience=train_cfg.get("patience", 16))
+    return Search("ivon", candidates(cfg, IVON_KEYS, defaults), fit, finish, state, load)
+
+
 def ivon_run(data, build: Callable[[int], torch.nn.Module], train_cfg, cfg, num_samples, seed, progress) -> Dict[str, Any]:
     """IVON (Shen et al. 2024, ivon-opt) over the trainable parameters of ``build(seed)``; point = the
     posterior-mean weights' prediction.
@@ -247,42 +375,20 @@ def ivon_run(data, build: Callable[[int], torch.nn.Module], train_cfg, cfg, num_
     Shen et al. for transformers) gives Adam-like bounded steps, and ess = ess_factor x n_fit > n_fit (a colder
     posterior) keeps the weight noise small enough to fit; both are chosen on validation data.
     """
-    from ..baselines.ivon import fit_ivon, ivon_samples
-
-    def fit(c, split):  # sees the ValidationSplit only (never ``data``)
-        net = build(seed)
-        result = fit_ivon(
-            net, split.x_fit, split.y_fit, split.x_val, split.y_val, lr=c["lr"], seed=seed,
-            ess=float(c["ess"]) if c["ess"] is not None else float(c["ess_factor"]) * len(split.y_fit),
-            hess_init=c["hess_init"], beta2=c["beta2"], weight_decay=c["weight_decay"],
-            rescale_lr=bool(c["rescale_lr"]), clip_radius=math.inf if c["clip_radius"] is None else c["clip_radius"],
-            batch_size=train_cfg.get("batch_size", 256), max_epochs=int(c["max_epochs"]), patience=c["patience"],
-            progress=progress,
-        )
-        val_samples = ivon_samples(net, result.optimizer, split.x_val, num_samples, seed + 2)
-        return CandidateFit((net, result), predict(net, split.x_val), val_samples)
-
-    defaults = dict(IVON_DEFAULTS, max_epochs=train_cfg.get("max_epochs", 500), patience=train_cfg.get("patience", 16))
-    t0 = time.perf_counter()
-    sel = select("ivon", data, candidates(cfg, IVON_KEYS, defaults), fit)
-    net, result = sel.result
-    t1 = time.perf_counter()
-    samples = ivon_samples(net, result.optimizer, data["x_test"], num_samples, seed)
-    cal_samples = ivon_samples(net, result.optimizer, data["x_cal"], num_samples, seed + 1)
-    point, cal_point = predict(net, data["x_test"]), predict(net, data["x_cal"])
-    return {"point": point, "samples": samples, "cal_point": cal_point, "cal_samples": cal_samples,
-            "seconds": {"train": t1 - t0, "calibrate": 0.0, "predict": time.perf_counter() - t1},
-            "extra": {"selection": sel.record}}
+    return search_run(ivon_search(data, build, train_cfg, cfg, num_samples, seed, progress), data)
 
 
-def stochastic_net_run(method, data, train_net, sampler, keys, defaults, train_cfg, cfg, num_samples, seed,
-                       extra=None) -> Dict[str, Any]:  # fmt: skip
-    """A method whose trained network is itself stochastic at test time (HSA, Contextual Dropout).
+def stochastic_net_search(method, train_net, rebuild, sampler, keys, defaults, data, train_cfg, cfg, num_samples,
+                          seed, extra=None) -> Search:  # fmt: skip
+    """A method whose trained network is itself stochastic at test time (HSA, Contextual Dropout), as a
+    :class:`Search`.
 
     Every candidate of ``cfg["grid"]`` (overrides of ``keys`` over ``defaults`` and the training schedule) is
     trained by ``train_net(candidate, split)`` from the same seed and scored by the validation CRPS of
-    ``num_samples`` passes (their mean the point prediction); the chosen network's ``sampler(net, x, num_samples, generator=...)`` passes on the test
-    and cal parts are the samples, their mean the point prediction."""
+    ``num_samples`` passes (their mean the point prediction); the chosen network's ``sampler(net, x, num_samples,
+    generator=...)`` passes on the test and cal parts are the samples, their mean the point prediction.
+    ``rebuild(candidate)``: the untrained network of a candidate (its fitted tensors are loaded into it).
+    ``extra`` (a dict the fits may fill) goes into meta.json."""
     def draw(net, x, generator):
         return sampler(net, torch.tensor(x, dtype=torch.float32), num_samples, generator=generator)
 
@@ -291,23 +397,26 @@ def stochastic_net_run(method, data, train_net, sampler, keys, defaults, train_c
         val_samples = draw(net, split.x_val, seed + 2)
         return CandidateFit(net, val_samples.mean(0), val_samples)
 
+    extra = {} if extra is None else extra
+
+    def finish(sel, train_seconds):
+        net = sel.result
+        t1 = time.perf_counter()
+        samples, cal_samples = draw(net, data["x_test"], seed), draw(net, data["x_cal"], seed + 1)
+        return {"point": samples.mean(0), "samples": samples, "cal_point": cal_samples.mean(0),
+                "cal_samples": cal_samples,
+                "seconds": {"train": train_seconds, "calibrate": 0.0, "predict": time.perf_counter() - t1},
+                "extra": {"selection": sel.record, **extra}}  # fmt: skip
+
     defaults = dict(defaults, lr=train_cfg.get("lr", 1e-4), max_epochs=train_cfg.get("max_epochs", 500),
                     patience=train_cfg.get("patience", 16))
-    t0 = time.perf_counter()
-    sel = select(method, data, candidates(cfg, keys, defaults), fit)
-    net = sel.result
-    t1 = time.perf_counter()
-    samples, cal_samples = draw(net, data["x_test"], seed), draw(net, data["x_cal"], seed + 1)
-    return {"point": samples.mean(0), "samples": samples, "cal_point": cal_samples.mean(0), "cal_samples": cal_samples,
-            "seconds": {"train": t1 - t0, "calibrate": 0.0, "predict": time.perf_counter() - t1},
-            "extra": {"selection": sel.record, **(extra or {})}}
+    return Search(method, candidates(cfg, keys, defaults), fit, finish, trainable_state,
+                  lambda state, c: load_trainable(rebuild(c), state), extra=extra)  # fmt: skip
 
 
-def hsa_run(data, build: Callable[[Mapping[str, Any], int], torch.nn.Module], train_cfg, cfg, num_samples, seed,
-            progress) -> Dict[str, Any]:  # fmt: skip
-    """HSA (Pei et al. 2022): ``build(candidate, seed)`` gives a network with HSA attention (its trainable
-    parameters: everything when trained from scratch, centroids + LoRA on a frozen backbone), trained by AdamW with
-    its Gumbel sampling on; point = sample mean (:func:`stochastic_net_run`)."""
+def hsa_search(data, build: Callable[[Mapping[str, Any], int], torch.nn.Module], train_cfg, cfg, num_samples, seed,
+               progress) -> Search:  # fmt: skip
+    """HSA's search (:func:`hsa_run`) in parts (:class:`Search`)."""
     from ..baselines.hsa import hsa_samples
 
     def train_net(c, split):
@@ -316,8 +425,16 @@ def hsa_run(data, build: Callable[[Mapping[str, Any], int], torch.nn.Module], tr
                progress, "hsa")  # fmt: skip
         return net
 
-    return stochastic_net_run("hsa", data, train_net, hsa_samples, HSA_KEYS, HSA_DEFAULTS, train_cfg, cfg,
-                              num_samples, seed)  # fmt: skip
+    return stochastic_net_search("hsa", train_net, lambda c: build(c, seed), hsa_samples, HSA_KEYS, HSA_DEFAULTS,
+                                 data, train_cfg, cfg, num_samples, seed)  # fmt: skip
+
+
+def hsa_run(data, build: Callable[[Mapping[str, Any], int], torch.nn.Module], train_cfg, cfg, num_samples, seed,
+            progress) -> Dict[str, Any]:  # fmt: skip
+    """HSA (Pei et al. 2022): ``build(candidate, seed)`` gives a network with HSA attention (its trainable
+    parameters: everything when trained from scratch, centroids + LoRA on a frozen backbone), trained by AdamW with
+    its Gumbel sampling on; point = sample mean (:func:`stochastic_net_search`)."""
+    return search_run(hsa_search(data, build, train_cfg, cfg, num_samples, seed, progress), data)
 
 
 # Contextual Dropout settings a grid entry may override (AdamW on the trainable parameters, as the adapter's)
@@ -327,10 +444,16 @@ CD_DEFAULTS = {"kl_weight": 1.0, "gamma": 8, "init_rate": 0.1, "prior_rate": 0.1
 
 def contextual_dropout_run(data, build: Callable[[int], torch.nn.Module], sites: Callable[[torch.nn.Module], list],
                            train_cfg, cfg, num_samples, seed, progress) -> Dict[str, Any]:  # fmt: skip
+    """Contextual Dropout (:func:`contextual_dropout_search`), every candidate fitted here."""
+    return search_run(contextual_dropout_search(data, build, sites, train_cfg, cfg, num_samples, seed, progress), data)
+
+
+def contextual_dropout_search(data, build: Callable[[int], torch.nn.Module], sites: Callable[[torch.nn.Module], list],
+                              train_cfg, cfg, num_samples, seed, progress) -> Search:  # fmt: skip
     """Contextual Dropout (Fan et al. 2021, Gaussian variant, :mod:`stochattn.baselines.contextual_dropout`):
     ``build(seed)`` gives the network (its trainable parameters are trained with the dropout modules installed at
     ``sites(net)``, the names of the ``nn.Linear`` layers whose inputs are masked); point = sample mean, candidates
-    chosen as HSA's (:func:`stochastic_net_run`). A candidate's ``kl_weight`` may be ``"elbo"``: the ELBO's own
+    chosen as HSA's (:func:`stochastic_net_search`). A candidate's ``kl_weight`` may be ``"elbo"``: the ELBO's own
     weight (:func:`stochattn.baselines.contextual_dropout.elbo_kl_weight`), with the noise variance estimated by the
     untrained network's mean squared residual on the fitting part (recorded as ``elbo_kl_weight``)."""
     from ..baselines.contextual_dropout import (add_contextual_dropout, contextual_dropout_samples, elbo_kl_weight,
@@ -347,12 +470,16 @@ def contextual_dropout_run(data, build: Callable[[int], torch.nn.Module], sites:
         resolved["elbo_noise_variance"] = residual
         return resolved["elbo_kl_weight"]
 
+    def with_dropout(c, net):
+        add_contextual_dropout(net, sites(net), gamma=int(c["gamma"]), init_rate=float(c["init_rate"]),
+                               prior_rate=float(c["prior_rate"]), seed=seed)  # fmt: skip
+        return net
+
     def train_net(c, split):
         net = build(seed)
         weight = kl_weight(c, net, split)
         chosen_sites[:] = sites(net)
-        add_contextual_dropout(net, chosen_sites, gamma=int(c["gamma"]), init_rate=float(c["init_rate"]),
-                               prior_rate=float(c["prior_rate"]), seed=seed)  # fmt: skip
+        with_dropout(c, net)
         fit_contextual_dropout(
             net, split.x_fit, split.y_fit, split.x_val, split.y_val, seed=seed, lr=float(c["lr"]),
             kl_weight=weight, weight_decay=train_cfg.get("weight_decay", 1e-5),
@@ -361,9 +488,9 @@ def contextual_dropout_run(data, build: Callable[[int], torch.nn.Module], sites:
         )
         return net
 
-    return stochastic_net_run("contextual_dropout", data, train_net, contextual_dropout_samples, CD_KEYS, CD_DEFAULTS,
-                              train_cfg, cfg, num_samples, seed,
-                              extra=resolved)  # fmt: skip
+    return stochastic_net_search("contextual_dropout", train_net, lambda c: with_dropout(c, build(seed)),
+                                 contextual_dropout_samples, CD_KEYS, CD_DEFAULTS, data, train_cfg, cfg, num_samples,
+                                 seed, extra=resolved)  # fmt: skip
 
 
 def multiswag_member(data, net, method_cfg, component: int, seed: int, progress: bool,
