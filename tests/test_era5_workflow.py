@@ -155,7 +155,7 @@ def test_era5_split_jobs_equal_the_single_jobs(era5_run, tmp_path, one_thread):
     one, gathered = untimed(json.loads(json.dumps(one))), untimed(gathered)
     for key in ("sa_sites", "num_samples", "score_sweep", "bo_seeds", "bo_second_range"):
         assert gathered[key] == one[key], key
-    assert list(gathered) == list(one)
+    assert set(gathered) - {"provenance"} == set(one)  # the file: the same keys (save_json sorts them)
 
 
 @pytest.mark.slow
