@@ -353,9 +353,11 @@ def bounded_runtime(job, minutes, attempt, wildcards, work="", resumable=False):
     from stochattn.resources import runtime_request
 
     label = f"{job} ({', '.join(f'{k}={v}' for k, v in wildcards.items())})"
-    # a submitted job re-evaluates its resources without the profile's retries: the submitting process checked them
+    # checked where jobs are planned for a queue: a cluster executor or a dry run (a submitted job re-evaluates its
+    # resources without the profile's retries; a local run has no queue)
+    queued = workflow.is_main_process and (workflow.dryrun or not workflow.local_exec)
     return runtime_request(minutes, attempt, MAX_RUNTIME_MIN, job=label, work=str(work), resumable=resumable,
-                           retries=workflow.execution_settings.retries, check=workflow.is_main_process)  # fmt: skip
+                           retries=workflow.execution_settings.retries, check=queued)  # fmt: skip
 
 
 def mem_mb_train(wildcards, attempt):

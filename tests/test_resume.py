@@ -320,3 +320,29 @@ def test_ett_and_era5_adapt_pass_the_checkpoint_on(tmp_path, monkeypatch):
     with pytest.raises(Reached) as info:
         era5.adapt("p.npz", "bb.pt", "a.pt", lora={}, train={}, seed=0)
     assert info.value.args == (None,)
+
+
+def test_resumable_block_checkpoints_each_fit_inside_it_in_order(tmp_path):
+    """stochattn.training.resumable: fits deep inside a job (a grid candidate's) checkpoint to numbered files in
+    call order; a second fit interrupted mid-epoch resumes from its own file on the rerun, after the first (whose
+    file was removed when it completed) runs again, and both end bit-identical to uninterrupted fits."""
+    from stochattn.training import resumable
+
+    def job(second_step):
+        with resumable(tmp_path / "job.pt"):
+            first = fit(Step(), model=tiny(), max_epochs=3)
+            second = fit(second_step, model=tiny(d_block=16))
+        return first, second
+
+    (ref_a, res_a), (ref_b, res_b) = job(Step())
+    assert not list(tmp_path.iterdir()), "completed fits remove their checkpoints"
+    with pytest.raises(TrainingInterrupted) as info:
+        job(Step(signal_at=STEPS * 3 + 2))
+    assert info.value.checkpoint == tmp_path / "job.1.pt" and info.value.epoch == 4
+    (a, ra), (b, rb) = job(Step())
+    assert_identical(ref_a, res_a, a, ra)
+    assert_identical(ref_b, res_b, b, rb)
+    assert not list(tmp_path.iterdir())
+    # outside the block, and for a fit with its own hook, nothing is checkpointed
+    fit(Step(), model=tiny(), max_epochs=2)
+    assert not list(tmp_path.iterdir())

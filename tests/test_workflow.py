@@ -133,7 +133,8 @@ def test_dry_run_paper_protocol(tmp_path):
     """config/config.yaml: every rule appears; 20 splits x 8 data sets (5 for protein) x 6 methods metrics; every
     rule's memory request covers the rehearsal's measured peak scaled to the paper's caps, every GPU rule's runtime the
     measured per-step cost of its training."""
-    res = smk(tmp_path, "-n")
+    # the retries of ./slurm: a training longer than cluster.max_runtime_hours resumes in a second attempt
+    res = smk(tmp_path, "-n", "--retries", "2")
     assert res.returncode == 0, res.stdout[-5000:]
     assert_requests_cover_the_measured_peaks(res.stdout, REPO)
     assert_gpu_runtimes_cover_the_measured_work(res.stdout, REPO)
@@ -164,8 +165,12 @@ def test_dry_run_paper_protocol(tmp_path):
         "ett_prepare": 8,
         "ett_adapt": 8,
         "ett_calibrate_sa": 8,
-        "ett_method": 8 * 4,
-        "ett_swag": 8,  # SWAG-LoRA keeps its posterior as MultiSWAG-LoRA's member 0
+        # one job per validation-grid candidate (SWAG 3 + IVON 5 + Contextual Dropout 4 + HSA 2 rates / settings), then
+        # one selection job per searched method (ett_select_swag: SWAG-LoRA keeps its posterior as MultiSWAG's member 0)
+        "ett_candidate": 8 * 14,
+        "ett_select": 8 * 3,
+        "ett_select_swag": 8,
+        "ett_method": 8,  # MultiSWAG-LoRA pools its members
         "ett_multiswag_member": 8 * 9,  # one job per MultiSWAG-LoRA member 1..L-1 (L = 10)
         "ett_evaluate": 8,
         "ett_table": 7,
@@ -177,10 +182,14 @@ def test_dry_run_paper_protocol(tmp_path):
         "era5_prepare": 1,
         "era5_adapt": 1,
         "era5_calibrate_sa": 1,
-        "era5_swag": 1,
-        "era5_method": 4,
+        "era5_candidate": 14,
+        "era5_select": 3,
+        "era5_select_swag": 1,
+        "era5_method": 1,
         "era5_multiswag_member": 9,
-        "era5_analyses": 1,
+        "era5_analyses_sweep": 1,
+        "era5_analyses_bo": 5 * 2,  # one job per BO seed and nu range
+        "era5_analyses": 1,  # gathers them
         "era5_evaluate": 1,
         "era5_table": 6,
         "era5_figure": 13,
