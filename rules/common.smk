@@ -41,6 +41,8 @@ def searched_methods(methods, method_cfg):
 def one_of(names):
     """Wildcard constraint matching exactly ``names`` (nothing when there is none)."""
     return "|".join(names) if names else "(?!)"
+
+
 BACKBONE_METHODS = ["sa", "mc_dropout", "swag"]  # start from the shared deterministic backbone
 BASELINES = [m for m in ALL_METHODS if m != "sa" and m not in DERIVED_METHODS]
 TOY_DATASET = "sinusoid"
@@ -347,9 +349,9 @@ MAX_RUNTIME_MIN = 60 * float(CLUSTER["max_runtime_hours"])
 
 
 def bounded_runtime(job, minutes, attempt, wildcards, work="", resumable=False):
-    """stochattn.resources.runtime_request for one job of rule ``job``: ``minutes`` of counted work (``work``
-    described), doubled on a retry, at most cluster.max_runtime_hours; fails the DAG with what to change when the
-    work cannot fit. ``resumable``: the job's training resumes from its last saved epoch after a kill."""
+    """stochattn.resources.runtime_request for one job (``job``: its rule's name) doing ``minutes`` of counted
+    work (``work`` described), doubled on a retry, at most cluster.max_runtime_hours; fails the DAG with what to
+    change when the work cannot fit. ``resumable``: the job's training resumes from its last saved epoch."""
     from stochattn.resources import runtime_request
 
     label = f"{job} ({', '.join(f'{k}={v}' for k, v in wildcards.items())})"
@@ -398,7 +400,7 @@ _STEP_COSTS = (
 
 
 def gpu_runtime(job, flat, model, work, batch, resumable=False):
-    """Runtime (minutes, doubled on each retry, bounded_runtime) of a GPU rule ``job``:
+    """Runtime (minutes, doubled on each retry, bounded_runtime) of the GPU jobs named ``job``:
     stochattn.resources.gpu_minutes of ``work(wildcards)`` (a resources.Work) at the measured step costs of
     ``model(wildcards)`` (a key of config gpu_step_costs) and steps of ``batch`` inputs; ``flat`` minutes where
     gpu_step_costs is null."""

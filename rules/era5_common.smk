@@ -126,8 +126,8 @@ def era5_pairs_mb():
 
 
 def era5_runtime(job, flat, work, resumable=False):
-    """gpu_runtime of an ERA5 job of rule ``job`` doing ``work(sizes, wildcards)``: the ClimaX step costs, the pair counts
-    with the validation pairs halved into val and cal (experiments.era5.val_cal_split)."""
+    """gpu_runtime of the ERA5 jobs named ``job`` doing ``work(sizes, wildcards)``, at the ClimaX step costs and the
+    pair counts with the validation pairs halved into val and cal (experiments.era5.val_cal_split)."""
     from stochattn.resources import Sizes
 
     n = era5_pair_counts()
@@ -167,7 +167,9 @@ def era5_analyses_sweep_runtime():
     """The analyses' nu sweep and test operating points (the latency is left out: a few hundred passes)."""
     from stochattn.resources import analyses_sweep_work
 
-    return era5_runtime("era5_analyses_sweep", 120, lambda sizes, w: analyses_sweep_work(sizes, ERA5["analyses"], config["num_samples"]))
+    return era5_runtime(
+        "era5_analyses_sweep", 120, lambda sizes, w: analyses_sweep_work(sizes, ERA5["analyses"], config["num_samples"])
+    )
 
 
 def era5_analyses_bo_runtime():
@@ -187,7 +189,7 @@ def era5_bo_ranges():
 
 
 def era5_bo_files(w, grouped=False):
-    """The BO runs' files of a case (rule era5_analyses_bo), per range in seed order (``grouped``: by range)."""
+    """The BO runs' files of a case (written by era5_analyses_bo), per range in seed order (``grouped``: by range)."""
     files = {key: [f"{ERA5_DIR}{w.era5_sub}/analyses/{key}_{int(s)}.json" for s in ERA5["analyses"]["bo_seeds"]]
              for key in era5_bo_ranges()}  # fmt: skip
     return files if grouped else [f for paths in files.values() for f in paths]

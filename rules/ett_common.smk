@@ -212,7 +212,7 @@ def _ett_measured_horizon(horizon):
 
 
 def ett_runtime(job, flat, work, resumable=False):
-    """gpu_runtime of an ETT job of rule ``job`` doing ``work(sizes, wildcards)``."""
+    """gpu_runtime of the ETT jobs named ``job`` doing ``work(sizes, wildcards)``."""
 
     def priced(w):
         passes = math.ceil(int(w.horizon) / 128) / math.ceil(_ett_measured_horizon(w.horizon) / 128)
