@@ -346,3 +346,27 @@ def test_resumable_block_checkpoints_each_fit_inside_it_in_order(tmp_path):
     # outside the block, and for a fit with its own hook, nothing is checkpointed
     fit(Step(), model=tiny(), max_epochs=2)
     assert not list(tmp_path.iterdir())
+
+
+def test_checkpoint_leaves_out_frozen_parameters_and_resumes_identically(tmp_path):
+    """A fit of the trainable part only (adapters on a frozen backbone): the checkpoint holds the trainable
+    parameters and buffers, not the frozen weights (which the fingerprint checks), and the resume is bit-identical."""
+
+    def frozen_model():
+        model = tiny()
+        for name, p in model.named_parameters():
+            p.requires_grad_(".output." in name)
+        return model
+
+    trainable = [n for n, p in frozen_model().named_parameters() if p.requires_grad]
+    assert trainable and len(trainable) < len(list(frozen_model().parameters()))
+    ref, ref_result = fit(Step(), model=frozen_model())
+    ckpt = tmp_path / "fit.pt"
+    with pytest.raises(TrainingInterrupted):
+        fit(Step(signal_at=STEPS * 2 + 3), ckpt, model=frozen_model())
+    saved = torch.load(ckpt, weights_only=True)
+    frozen = {n for n, p in frozen_model().named_parameters() if not p.requires_grad}
+    assert not frozen & set(saved["model"]) and set(trainable) <= set(saved["model"])
+    assert saved["best_state"] and not frozen & set(saved["best_state"][0])
+    model, result = fit(Step(), ckpt, model=frozen_model())
+    assert_identical(ref, ref_result, model, result)

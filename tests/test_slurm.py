@@ -115,7 +115,11 @@ def test_gpu_request_without_cuda_fails_clearly(tiny_chain, tmp_path):
     assert "requested 1 GPU(s) but torch" in res.stdout and "require_gpu: false" in res.stdout, res.stdout[-3000:]
 
 
-RESUME_EPOCHS = 4000  # the tiny backbone trains for ~2 minutes on one thread: longer than the queue's 1-minute limit
+# the tiny backbone trains for ~95 s on one idle thread (4000 epochs: 75 s): longer than the queue's 1-minute limit,
+# short enough that the second attempt usually ends inside it. A job that ends its work just after its limit (SLURM
+# checks limits every ~30 s) is still marked TIMEOUT and trains again: retries leave room for that and for a loaded
+# machine.
+RESUME_EPOCHS = 5000
 
 
 def test_training_killed_at_its_time_limit_resumes_on_slurm(slurm, tmp_path):
@@ -143,7 +147,7 @@ def test_training_killed_at_its_time_limit_resumes_on_slurm(slurm, tmp_path):
 
     profile = _profile(tmp_path / "profile")
     prof = yaml.safe_load((profile / "config.yaml").read_text())
-    prof["retries"] = 3
+    prof["retries"] = 5
     (profile / "partitions.yaml").write_text(yaml.safe_dump({"partitions": {"short": {"max_runtime": 1, "max_gpu": 1}}}))
     (profile / "config.yaml").write_text(yaml.safe_dump(prof, sort_keys=False))
     work = tmp_path / "work"

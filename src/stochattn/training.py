@@ -590,14 +590,26 @@ def fit_regressor(
     stopped_early = False
     first_epoch, partial, seconds_before = 1, None, 0.0
     saved = ckpt.load() if ckpt is not None else None
+    # frozen parameters (a foundation model's backbone under LoRA) never change and are checked by the fingerprint's
+    # initial_weights: the checkpoint leaves them out (TimesFM 2.5 200M: ~1 MB of adapters instead of 1.6 GB)
+    frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
+
+    def changing(full: dict) -> dict:
+        return {k: v for k, v in full.items() if k not in frozen}
+
+    def completed(part: dict) -> dict:
+        return {**{k: v.detach().clone() for k, v in model.state_dict().items() if k in frozen}, **part}
+
     if saved is not None:
-        model.load_state_dict(saved["model"])
+        model.load_state_dict(completed(saved["model"]))
         opt.load_state_dict(saved["optimizer"])
         if saved["optimizer_steps"] is not None:
             opt.current_step = saved["optimizer_steps"]
         shuffle_gen.set_state(saved["shuffle_rng"])
         history, best_rmse, best_epoch, best_state = (saved[k] for k in ("history", "best_rmse", "best_epoch",
                                                                           "best_state"))  # fmt: skip
+        if best_state:  # a snapshot (model, optimizer) whose model part was saved without the frozen parameters
+            best_state = (completed(best_state[0]), best_state[1])
         first_epoch, partial, seconds_before = saved["epoch"] + 1, saved["partial"], saved["seconds"]
         where = f"epoch {saved['epoch']}" if partial is None else f"epoch {first_epoch} step {partial['step']}"
         logger.info(f"resuming from {ckpt.path}: after {where} of max {max_epochs} (best epoch {best_epoch}, val RMSE"
@@ -607,11 +619,12 @@ def fit_regressor(
     def state(epoch: int, partial: dict | None) -> dict[str, Any]:
         """What :class:`_Checkpoint` saves: ``epoch`` epochs done, plus ``partial`` progress into the next one."""
         return {
-            "epoch": epoch, "partial": partial, "model": model.state_dict(), "optimizer": opt.state_dict(),
+            "epoch": epoch, "partial": partial, "model": changing(model.state_dict()), "optimizer": opt.state_dict(),
             # ivon.IVON counts its steps (for bias correction) outside its state_dict
             "optimizer_steps": getattr(opt, "current_step", None),
             "shuffle_rng": shuffle_gen.get_state(), "rng": _rng_state(dev, model), "history": history,
-            "best_rmse": best_rmse, "best_epoch": best_epoch, "best_state": best_state,
+            "best_rmse": best_rmse, "best_epoch": best_epoch,
+            "best_state": (changing(best_state[0]), best_state[1]) if best_state else best_state,
             "seconds": time.perf_counter() - t0,
         }  # fmt: skip
 
