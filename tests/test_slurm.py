@@ -60,6 +60,11 @@ def _profile(path: Path) -> Path:
     return path
 
 
+def _scontrol_job(job_id: str) -> str:
+    """``scontrol show job`` of one job (it takes one id)."""
+    return subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True).stdout
+
+
 def test_tiny_run_on_slurm_equals_the_local_run(slurm, tiny_chain, tmp_path):
     work = tmp_path / "work"
     # this node has no CUDA: config/test.yaml's require_gpu: false lets the fake-GPU jobs run
@@ -77,12 +82,11 @@ def test_tiny_run_on_slurm_equals_the_local_run(slurm, tiny_chain, tmp_path):
     assert len(ids) >= 5, log[-4000:]
     print(f"SLURM: {len(ids)} sbatch jobs, {wall:.0f} s wall clock")
 
-    shown = subprocess.run(["scontrol", "show", "job", *sorted(ids)], capture_output=True, text=True).stdout
-    jobs = [j for j in shown.split("\n\n") if "JobId=" in j]
-    if jobs:  # finished jobs stay visible for MinJobAge; check what each asked for
-        gpu_jobs = [j for j in jobs if re.search(r"TresPerJob=gres(/|:)gpu:1", j)]
-        assert len(gpu_jobs) == 3, shown[-3000:]  # backbone, mc_dropout, swag
-        assert all(re.search(r"NumCPUs=1\b", j) for j in gpu_jobs), shown[-3000:]
+    jobs = [_scontrol_job(i) for i in sorted(ids)]  # finished jobs stay visible for MinJobAge (600 s)
+    assert all("JobId=" in j for j in jobs), jobs
+    gpu_jobs = [j for j in jobs if re.search(r"TresPerJob=gres(/|:)gpu:1", j)]
+    assert len(gpu_jobs) == 3, "\n\n".join(jobs)[-3000:]  # backbone, mc_dropout, swag (the rules declare them)
+    assert all(re.search(r"NumCPUs=1\b", j) for j in gpu_jobs), "\n\n".join(gpu_jobs)[-3000:]
 
     ref = tiny_chain["work"]
     run = "results/uci/yacht/split0"
@@ -160,12 +164,12 @@ def test_training_killed_at_its_time_limit_resumes_on_slurm(slurm, tmp_path):
     assert res.returncode == 0, log[-6000:]
     assert local.returncode == 0, ref_out[-4000:]
 
-    submitted = re.findall(r"Job (\d+) has been submitted with SLURM jobid (\d+)", log)
-    shown = subprocess.run(["scontrol", "show", "job", *(i for _, i in submitted)], capture_output=True,
-                           text=True).stdout  # fmt: skip
-    # the backbone's attempts, in submission order (the plugin names the rule in each job's comment)
-    backbone = [re.search(r"JobState=(\w+)", j).group(1) for j in shown.split("\n\n") if "train_backbone" in j]
-    print(f"SLURM jobs {[i for _, i in submitted]}: states {backbone}; {time.time() - t0:.0f} s")
+    # the backbone's attempts (Snakemake's job id of rule train_backbone), in submission order, and their states
+    job = re.search(r"rule train_backbone:.*?jobid: (\d+)", log, re.S).group(1)
+    attempts = [i for j, i in re.findall(r"Job (\d+) has been submitted with SLURM jobid (\d+)", log) if j == job]
+    shown = "\n\n".join(_scontrol_job(i) for i in attempts)
+    backbone = re.findall(r"JobState=(\w+)", shown)
+    print(f"SLURM jobs of train_backbone {attempts}: states {backbone}; {time.time() - t0:.0f} s")
     assert "TIMEOUT" in backbone and backbone[-1] == "COMPLETED", shown[-4000:]
     rule_log = (work / "logs/uci/yacht/split0/train_backbone.log").read_text()
     resumed = re.search(r"resuming from \S+: after epoch (\d+)", rule_log)
