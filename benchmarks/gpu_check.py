@@ -118,6 +118,19 @@ def sa_rows(device: torch.device, repeats: int, small: bool) -> list[dict]:
     return rows
 
 
+def arch_row() -> dict:
+    """Whether this torch build has kernels for the GPU (stochattn.provenance.check_gpu_arch)."""
+    from stochattn.provenance import check_gpu_arch
+
+    cap = torch.cuda.get_device_capability()
+    try:
+        check_gpu_arch()
+        return {"check": "kernels for this GPU in the torch build", "ok": True,
+                "value": f"sm_{cap[0]}{cap[1]} in {', '.join(torch.cuda.get_arch_list())}"}  # fmt: skip
+    except RuntimeError as err:
+        return {"check": "kernels for this GPU in the torch build", "ok": False, "value": str(err)}
+
+
 def cuda_tests() -> dict:
     """The CUDA-only tests: pytest over the tests whose ids name cuda."""
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-k", "cuda", "-p", "no:cacheprovider", "tests"],
@@ -169,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"gpu-check on {name} (torch {torch.__version__})", flush=True)
-    parts = [lambda: [cuda_tests()]] if device.type == "cuda" else []
+    parts = [lambda: [arch_row(), cuda_tests()]] if device.type == "cuda" else []
     parts.append(lambda: sa_rows(device, args.repeats, args.small))
     if not args.skip_dag:
         parts.append(tiny_dags)

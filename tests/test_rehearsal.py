@@ -83,15 +83,22 @@ def test_timesfm_bad_dims_are_refused(tmp_path):
                                 "output_quantile_len": 1024}  # fmt: skip
 
 
-def test_timesfm_hf_cache_is_found_by_the_offline_fetch(tmp_path):
+@pytest.mark.parametrize("xet", [True, False], ids=["xet-shared-store", "plain-lfs"])
+def test_timesfm_hf_cache_is_found_by_the_offline_fetch(tmp_path, xet):
+    """Both layouts the Hub's cache has today: a Xet-backed repository (the content in the cache-wide store
+    blobs/<2 hex>/<xet hash>, the repository's blobs/<sha256> a link to it) and a plain LFS blob."""
     cache = tmp_path / "hf-cache"
-    path = R.write_timesfm_checkpoint(cache, seed=3, dims=TINY_TFM, hf_cache=True)
+    path = R.write_timesfm_checkpoint(cache, seed=3, dims=TINY_TFM, hf_cache=True, xet=xet)
     repo = cache / "models--google--timesfm-2.5-200m-pytorch"
     commit = (repo / "refs" / "main").read_text()
     digest = sha256_file(path)
     assert path == repo / "snapshots" / commit / "model.safetensors" and path.is_symlink()
     assert path.resolve() == (repo / "blobs" / digest).resolve()  # an LFS blob is named by its SHA-256
-    assert sorted(p.name for p in cache.iterdir()) == [repo.name]  # no temporary file left behind
+    assert (repo / "blobs" / digest).is_symlink() == xet
+    if xet:  # resolving the link ends at the Xet hash, 64 hex digits that are not the SHA-256
+        assert path.resolve().parent.parent == cache / "blobs" and path.resolve().name != digest
+    # no temporary file left behind
+    assert sorted(p.name for p in cache.iterdir()) == (["blobs", repo.name] if xet else [repo.name])
     # the ETT rule's fetch (hf_hub_download in Hugging Face's cache layout, SHA-256 recorded and checked)
     got = T.fetch_timesfm_checkpoint(cache, local_files_only=True)
     assert Path(got) == path and json.loads(next(cache.glob("*.sha256.json")).read_text())["sha256"] == digest

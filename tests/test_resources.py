@@ -191,3 +191,24 @@ def test_a_split_search_prices_its_candidates_and_the_sampling_as_the_single_job
     whole = resources.method_work(method, sizes, cfg, train, 19, swag_scales=2 if method == "swag" else 0)
     assert split.__dict__ == pytest.approx(whole.__dict__)
     assert resources.selection_work(method, sizes, 19).__dict__ != pytest.approx(one.__dict__)
+
+
+def test_gpu_architecture_without_kernels_fails_clearly(monkeypatch):
+    """A V100 (sm_70) under a torch build without Volta kernels: the job stops at once, naming the device, its
+    capability, the build and the wheel index with kernels for it (simulated capability)."""
+    import torch
+
+    from stochattn.provenance import check_gpu_arch, gpu_arch_supported
+
+    build = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
+    assert not gpu_arch_supported((7, 0), build)
+    assert gpu_arch_supported((8, 9), build)  # sm_86 machine code runs on 8.9 (same major, lower minor)
+    assert not gpu_arch_supported((12, 1), ["sm_90", "sm_100"]) and gpu_arch_supported((12, 1), ["compute_120"])
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=0: (7, 0))
+    monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: build)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=0: "Tesla V100-SXM2-32GB")
+    with pytest.raises(RuntimeError, match=r"Tesla V100-SXM2-32GB \(compute capability 7.0\) has no kernels") as err:
+        check_gpu_arch()
+    assert "whl/cu126" in str(err.value) and "sm_75" in str(err.value)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=0: (9, 0))
+    check_gpu_arch()  # an H100 / H200 with this build

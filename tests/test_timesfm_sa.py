@@ -1,6 +1,8 @@
 """TimesFM 2.5 backbone: reduced builder, public checkpoint layout and loader, the stochastic-attention adapter."""
 
+import hashlib
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -155,12 +157,34 @@ def test_fetch_records_and_verifies_sha256(tmp_path, monkeypatch):
         T.fetch_timesfm_checkpoint(cache)
     with pytest.raises(ValueError, match="sha256 argument"):
         T.fetch_timesfm_checkpoint(tmp_path / "other", sha256="0" * 64)
-    # the Hub's LFS id (the blob's name in the HF cache) is a SHA-256 too
-    lfs = tmp_path / "hub" / ("ab" * 32)
-    lfs.write_bytes(b"weights")
-    monkeypatch.setattr(T, "hf_hub_download", lambda **kw: str(lfs))
+    # the Hub's LFS id (the blob's name in the HF cache, one link from the snapshot) is a SHA-256 too
+    repo = tmp_path / "third" / "models--google--timesfm-2.5-200m-pytorch"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "blobs" / ("ab" * 32)).write_bytes(b"weights")
+    snapshot = repo / "snapshots" / ("c" * 40) / "model.safetensors"
+    snapshot.parent.mkdir(parents=True)
+    snapshot.symlink_to(Path("..") / ".." / "blobs" / ("ab" * 32))
+    monkeypatch.setattr(T, "hf_hub_download", lambda **kw: str(snapshot))
     with pytest.raises(ValueError, match="LFS id"):
         T.fetch_timesfm_checkpoint(tmp_path / "third")
+
+
+def test_hub_blob_id_reads_one_link_level(tmp_path):
+    """A Xet-backed repository's blobs/<sha256> links on into the shared store (named by the Xet hash): the LFS id
+    is the first link's name, not the resolved file's (which made a healthy download look corrupt)."""
+    content = b"weights"
+    digest = hashlib.sha256(content).hexdigest()
+    shared = tmp_path / "blobs" / "ef" / ("ef" * 32)
+    shared.parent.mkdir(parents=True)
+    shared.write_bytes(content)
+    repo = tmp_path / "models--google--timesfm-2.5-200m-pytorch"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "blobs" / digest).symlink_to(Path("..") / ".." / "blobs" / "ef" / ("ef" * 32))
+    snapshot = repo / "snapshots" / ("c" * 40) / "model.safetensors"
+    snapshot.parent.mkdir(parents=True)
+    snapshot.symlink_to(Path("..") / ".." / "blobs" / digest)
+    assert snapshot.resolve() == shared and T.hub_blob_id(snapshot) == digest
+    assert T.hub_blob_id(shared) is None  # a copy (no link): nothing to compare
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -41,6 +41,8 @@ __all__ = [
     "JobProvenance",
     "check_gpu_request",
     "check_model_job",
+    "check_gpu_arch",
+    "gpu_arch_supported",
     "resume_checkpoint",
 ]
 
@@ -533,6 +535,7 @@ def check_gpu_request(requested_gpus: Any, require_gpu: bool = True) -> None:
             f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); install the CUDA build of torch on "
             "the nodes, or set require_gpu: false in the config (CPU-only runs), or cluster.gpus_per_job: 0"
         )
+    check_gpu_arch()
 
 
 def resume_checkpoint(sm: Any) -> Path:
@@ -543,6 +546,47 @@ def resume_checkpoint(sm: Any) -> Path:
     digest = hashlib.sha256(json.dumps(to_jsonable(dict(sm.params.items())), sort_keys=True).encode()).hexdigest()
     out = Path(sm.output[0])
     return out.with_name(f".{out.name}.resume-{digest[:12]}.pt")
+
+
+# PyTorch's wheel index whose CUDA build still has kernels for the older architectures (Volta, sm_70: only the
+# CUDA 12.6 wheels since torch 2.11), and the index for the newest GPUs
+OLD_GPU_WHEELS = "https://download.pytorch.org/whl/cu126"
+NEW_GPU_WHEELS = "https://download.pytorch.org/whl/cu130"
+
+
+def gpu_arch_supported(capability: tuple[int, int], arch_list: Iterable[str]) -> bool:
+    """Whether a torch build whose kernels are ``arch_list`` (``torch.cuda.get_arch_list()``: ``sm_XY`` machine
+    code, ``compute_XY`` PTX) runs on a device of compute ``capability`` (major, minor): machine code of the same
+    major version and a minor at most the device's, or PTX of a capability at most the device's (JIT-compiled)."""
+    major, minor = capability
+    for arch in arch_list:
+        kind, _, digits = arch.partition("_")
+        if not digits.isdigit() or len(digits) < 2:
+            continue
+        a_major, a_minor = int(digits[:-1]), int(digits[-1])
+        if kind == "sm" and a_major == major and a_minor <= minor:
+            return True
+        if kind == "compute" and (a_major, a_minor) <= (major, minor):
+            return True
+    return False
+
+
+def check_gpu_arch(device: int = 0) -> None:
+    """Fail at once when torch's CUDA build has no kernels for the GPU (torch.cuda.is_available() is true then,
+    and the first kernel fails with "no kernel image is available"): names the device, its capability, the build
+    and the wheel index that has kernels for it."""
+    import torch
+
+    capability = torch.cuda.get_device_capability(device)
+    arch_list = torch.cuda.get_arch_list()
+    if gpu_arch_supported(capability, arch_list):
+        return
+    index = OLD_GPU_WHEELS if capability < (7, 5) else NEW_GPU_WHEELS
+    raise RuntimeError(
+        f"{torch.cuda.get_device_name(device)} (compute capability {capability[0]}.{capability[1]}) has no kernels "
+        f"in this torch build ({torch.__version__}, CUDA {torch.version.cuda}, kernels for {', '.join(arch_list)}); "
+        f"install a build that has them: pip install torch=={torch.__version__.split('+')[0]} --index-url {index}"
+    )
 
 
 def check_model_job(sm: Any) -> None:

@@ -81,10 +81,15 @@ def timesfm_dims(dims: Optional[Mapping[str, Any]] = None) -> dict[str, Optional
     return {**TIMESFM_FULL_DIMS, **dims}
 
 
-def _hf_cache_file(cache_dir: Path, repo_id: str, filename: str, source: Path) -> Path:
+def _hf_cache_file(cache_dir: Path, repo_id: str, filename: str, source: Path, xet: bool = True) -> Path:
     """Move ``source`` into Hugging Face's cache layout under ``cache_dir`` and return the snapshot path:
     ``models--<org>--<name>/blobs/<sha256>`` (an LFS file's blob is named by its SHA-256), ``refs/main`` (a commit
-    id, here a made-up one derived from the SHA-256), ``snapshots/<commit>/<filename>`` -> ``../../blobs/<sha256>``."""
+    id, here a made-up one derived from the SHA-256), ``snapshots/<commit>/<filename>`` -> ``../../blobs/<sha256>``.
+
+    ``xet=True`` (the Hub's repositories since their move to Xet storage, huggingface_hub >= 1.x with hf_xet): the
+    content lives in the cache-wide shared store ``<cache_dir>/blobs/<2 hex>/<xet hash>`` and the repository's
+    ``blobs/<sha256>`` is a relative link to it (the Xet hash here a made-up one, 64 hex digits);
+    ``xet=False``: the plain layout, the content in ``blobs/<sha256>`` itself."""
     from stochattn.io import sha256_file
 
     repo = cache_dir / f"models--{repo_id.replace('/', '--')}"
@@ -92,7 +97,16 @@ def _hf_cache_file(cache_dir: Path, repo_id: str, filename: str, source: Path) -
     commit = hashlib.sha1(f"stochattn rehearsal {digest}".encode()).hexdigest()
     (repo / "blobs").mkdir(parents=True, exist_ok=True)
     blob = repo / "blobs" / digest
-    os.replace(source, blob)
+    if blob.is_symlink() or blob.exists():
+        blob.unlink()
+    if xet:
+        xet_hash = hashlib.sha256(f"stochattn rehearsal xet {digest}".encode()).hexdigest()
+        shared = cache_dir / "blobs" / xet_hash[:2] / xet_hash
+        shared.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(source, shared)
+        blob.symlink_to(Path("..") / ".." / "blobs" / xet_hash[:2] / xet_hash)
+    else:
+        os.replace(source, blob)
     (repo / "refs").mkdir(exist_ok=True)
     (repo / "refs" / "main").write_text(commit)
     link = repo / "snapshots" / commit / filename
@@ -104,7 +118,8 @@ def _hf_cache_file(cache_dir: Path, repo_id: str, filename: str, source: Path) -
 
 
 def save_timesfm_checkpoint(
-    module: Any, directory: PathLike, *, metadata: Optional[Mapping[str, str]] = None, hf_cache: bool = False
+    module: Any, directory: PathLike, *, metadata: Optional[Mapping[str, str]] = None, hf_cache: bool = False,
+    xet: bool = True,
 ) -> Path:
     """Write a TimesFM module's weights as ``<directory>/model.safetensors``, the layout of
     ``google/timesfm-2.5-200m-pytorch`` (the module's own ``state_dict`` names, no renaming, as timesfm saves and
@@ -113,7 +128,8 @@ def save_timesfm_checkpoint(
 
     ``hf_cache=True``: ``directory`` is a Hugging Face cache folder; the file is put into its layout for repository
     ``google/timesfm-2.5-200m-pytorch`` (see :func:`_hf_cache_file`), so that ``fetch_timesfm_checkpoint(directory)``
-    finds it without network; the returned path is the snapshot's ``model.safetensors`` (a link to the blob).
+    finds it without network; the returned path is the snapshot's ``model.safetensors`` (a link to the blob), in
+    the Xet layout of today's Hub unless ``xet=False``.
     """
     from safetensors.torch import save_file
 
@@ -129,12 +145,13 @@ def save_timesfm_checkpoint(
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # safetensors creates 0o600 files; share like any other output
     if hf_cache:
-        return _hf_cache_file(directory, TIMESFM_REPO_ID, TIMESFM_FILENAME, target)
+        return _hf_cache_file(directory, TIMESFM_REPO_ID, TIMESFM_FILENAME, target, xet=xet)
     return target
 
 
 def write_timesfm_checkpoint(
-    directory: PathLike, *, seed: int = 0, dims: Optional[Mapping[str, Any]] = None, hf_cache: bool = False
+    directory: PathLike, *, seed: int = 0, dims: Optional[Mapping[str, Any]] = None, hf_cache: bool = False,
+    xet: bool = True,
 ) -> Path:
     """A random-weight TimesFM 2.5 checkpoint ``<directory>/model.safetensors`` in the public layout; returns its
     path (see :func:`save_timesfm_checkpoint` for ``hf_cache``).
@@ -157,7 +174,7 @@ def write_timesfm_checkpoint(
                           hidden_dims=d["hidden_dims"], output_quantile_len=d["output_quantile_len"])  # fmt: skip
     # one metadata key: safetensors writes several in random order, and the bytes should depend on the seed only
     meta = {"rehearsal": f"{REHEARSAL_WEIGHTS}; seed={int(seed)}; dims={json.dumps(d)}"}
-    return save_timesfm_checkpoint(model, directory, metadata=meta, hf_cache=hf_cache)
+    return save_timesfm_checkpoint(model, directory, metadata=meta, hf_cache=hf_cache, xet=xet)
 
 
 # ------------------------------------------------------------------------------------------------------------------

@@ -255,6 +255,19 @@ def load_timesfm_checkpoint(model: Any, path: Union[str, os.PathLike]) -> nn.Mod
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
+def hub_blob_id(snapshot_file: Union[str, os.PathLike]) -> Optional[str]:
+    """The Hub's LFS id (the file's SHA-256) of a file in Hugging Face's cache, read from the cache layout: a
+    snapshot file is a link ``snapshots/<commit>/<file> -> ../../blobs/<etag>``, and an LFS file's etag is its
+    SHA-256. Exactly one link level: in a Xet-backed repository's cache (huggingface_hub's shared blob store,
+    2025-) ``blobs/<etag>`` is itself a link to ``<cache>/blobs/<2 hex>/<xet hash>``, 64 hex digits that are not
+    the SHA-256. None where the cache holds a copy (no symlinks) or the name is no SHA-256 (a git file's etag)."""
+    path = Path(snapshot_file)
+    if not path.is_symlink():
+        return None
+    name = Path(os.readlink(path)).name
+    return name if _SHA256.fullmatch(name) else None
+
+
 def fetch_timesfm_checkpoint(
     cache_dir: Union[str, os.PathLike],
     *,
@@ -296,8 +309,8 @@ def fetch_timesfm_checkpoint(
         ) from err
 
     got = sha256_file(local)
-    blob = local.resolve().name
-    if _SHA256.fullmatch(blob) and blob != got:
+    blob = hub_blob_id(local)
+    if blob is not None and blob != got:
         raise ValueError(f"TimesFM checkpoint {str(local)!r} has SHA-256 {got}, but the Hub's LFS id is {blob}: "
                          "the cached file is corrupt; delete it and fetch again")  # fmt: skip
     record_path = cache / f"{repo_id.replace('/', '--')}--{filename}--{rev}.sha256.json"
