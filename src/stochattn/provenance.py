@@ -517,15 +517,19 @@ class JobProvenance:
         )
 
 
+def _gpu_count(requested: Any) -> int:
+    """GPUs of a job's ``gpu`` resource; a gres string such as ``"gpu:a100:1"`` counts as 1."""
+    try:
+        return int(requested or 0)
+    except (TypeError, ValueError):
+        return 1
+
+
 def check_gpu_request(requested_gpus: Any, require_gpu: bool = True) -> None:
     """Fail clearly when a job was given GPUs by the scheduler (``resources.gpu > 0``) but torch sees no CUDA:
     without this check the job would silently train on the node's CPU, for hours. ``require_gpu=False`` (config
     key ``require_gpu``) allows it, for clusters whose profile requests GPUs that this torch build cannot use."""
-    try:
-        n = int(requested_gpus or 0)
-    except (TypeError, ValueError):
-        n = 1  # a gres string such as "gpu:a100:1"
-    if n <= 0 or not require_gpu:
+    if _gpu_count(requested_gpus) <= 0 or not require_gpu:
         return
     import torch
 
@@ -596,10 +600,7 @@ def check_model_job(sm: Any) -> None:
     was given must be usable (:func:`check_gpu_request`)."""
     requested = sm.resources.get("gpu", 0)
     expected = int(sm.config.get("cluster", {}).get("gpus_per_job", 0))
-    try:
-        n = int(requested or 0)
-    except (TypeError, ValueError):
-        n = expected  # a gres string such as "gpu:a100:1"
+    n = _gpu_count(requested)
     if n < expected:
         raise RuntimeError(
             f"rule {sm.rule} trains or samples a model but requests {n} GPU(s), config cluster.gpus_per_job is "
