@@ -9,6 +9,7 @@ from pathlib import Path
 import yaml
 
 from stochattn.data.uci import SHARPNESS_GRID_DATASETS, UCI_DATASETS, dataset_registry, locate_uci_file
+from stochattn.staging import set_staged_only
 from stochattn.protocol import NOT_PROTOCOL, dataset_section, load_paper_protocol, merged
 from stochattn.protocol import check_multiswag_matches_swag
 from stochattn.protocol import protocol_deviations as _protocol_deviations
@@ -55,9 +56,15 @@ TOY_METHODS = list(config["toy"]["methods"])
 # Relative mirror folders resolve against the workflow folder (the one holding the Snakefile), not the working
 # directory, so `--directory elsewhere` still finds ../shared/data. Read by the fetch script from the config (not a
 # param): where a verified copy comes from does not change the data, so it must not trigger reruns.
+# The store that `stochattn download` fills (data.store, relative to the working directory) is the first mirror.
 config["data"]["mirrors"] = [
-    str((Path(workflow.basedir) / Path(m).expanduser()).resolve()) for m in config["data"]["mirrors"]
+    str(Path(config["data"]["store"]).expanduser().resolve()),
+    *(str((Path(workflow.basedir) / Path(m).expanduser()).resolve()) for m in config["data"]["mirrors"]),
 ]
+# A run that submits jobs to a cluster: the fetch rules (local rules, on the login node) only link staged files
+# and never download the large ones (checkpoints, WeatherBench): `stochattn download` stages them beforehand.
+if not workflow.local_exec:
+    set_staged_only()
 
 # Data sets in Gal's layout added by configuration (custom_datasets): a relative `checksums` path resolves against
 # the workflow folder too (written back, so the fetch script reads absolute paths). The registry is the built-in
@@ -281,7 +288,7 @@ def provenance_config(experiment="uci"):
     keys = ["seed", "datasets", "methods", "splits", "num_samples", "model", "train", "method_params", "evaluate"]
     subset = {k: config[k] for k in keys}
     subset["dataset_overrides"] = {d: o for d, o in config.get("dataset_overrides", {}).items() if d in DATASETS}
-    subset["data"] = {k: v for k, v in config["data"].items() if k not in ("mirrors",)}
+    subset["data"] = {k: v for k, v in config["data"].items() if k not in ("mirrors", "store")}
     if experiment == "toy":
         subset["toy"] = config["toy"]
     subset["custom_datasets"] = {  # where the files come from is left out, as for the mirrors

@@ -74,3 +74,19 @@ rule prepare_toy:
         code=code_for("stochattn.experiments.uci:prepare_sinusoid"),
     script:
         "../workflow_scripts/prepare_toy.py"
+
+
+rule download:
+    """Stage every public file the configuration needs into data.store (stochattn.staging) before any job runs:
+    `snakemake download --profile slurm` runs it as one CPU job (`stochattn download` does the same on a transfer
+    node). No output: it runs whenever it is asked for, keeps what is staged and verified, resumes the rest."""
+    log:
+        "logs/data/download.log",
+    conda:
+        CONDA_ENV
+    threads: 4
+    resources:
+        mem_mb=2000,
+        runtime=MAX_RUNTIME_MIN,
+    script:
+        "../workflow_scripts/download.py"

@@ -241,3 +241,20 @@ def assert_gpu_runtimes_cover_the_measured_work(dry_run_output, repo, retries=2)
             checked.add(rule.group(1))
     assert checked == {"era5_adapt", "era5_candidate", "era5_multiswag_member", "ett_adapt", "ett_candidate",
                        "ett_multiswag_member"}, checked  # fmt: skip
+
+
+def served(data: bytes, request) -> "urllib.response.addinfourl":
+    """What ``urllib.request.urlopen(request)`` returns for a 200 answer with body ``data`` (for fakes of urlopen:
+    ``request`` a URL or a ``urllib.request.Request``)."""
+    import email.message
+    import io
+    import urllib.response
+
+    headers = email.message.Message()
+    headers["Content-Length"] = str(len(data))
+    return urllib.response.addinfourl(io.BytesIO(data), headers, url_of(request), code=200)
+
+
+def url_of(request) -> str:
+    """The URL of what a fake ``urlopen`` was given (a string or a ``urllib.request.Request``)."""
+    return getattr(request, "full_url", request)

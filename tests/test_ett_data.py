@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import served, url_of
 
 from stochattn.data.ett import (
     ETT_COLUMNS,
@@ -191,12 +192,12 @@ def test_fetch_broken_gzip_falls_through_to_next_mirror(tmp_path, h1, monkeypatc
 def test_fetch_download_verified_and_mismatch(tmp_path, h1, monkeypatch):
     data, _ = h1
     table = {"ETTh1.csv": sha(data)}
-    served = {"bytes": data[:-7] + b"9999999\n"}
+    answer = {"bytes": data[:-7] + b"9999999\n"}
     asked = []
 
-    def fake_urlopen(url, timeout=None):
-        asked.append(url)
-        return io.BytesIO(served["bytes"])
+    def fake_urlopen(request, timeout=None):
+        asked.append(url_of(request))
+        return served(answer["bytes"], request)
 
     monkeypatch.setattr(urllib.request, "urlopen", fake_urlopen)
     out = tmp_path / "out"
@@ -204,7 +205,7 @@ def test_fetch_download_verified_and_mismatch(tmp_path, h1, monkeypatch):
         fetch_ett("ETTh1", out, mirrors=[tmp_path / "none"], checksums=table)
     assert asked == [ETT_DATASETS["ETTh1"].url]
     assert all_files(out) == []
-    served["bytes"] = data
+    answer["bytes"] = data
     path = fetch_ett("ETTh1", out, mirrors=[tmp_path / "none"], checksums=table)
     assert path.read_bytes() == data and all_files(out) == ["ETTh1.csv"]
 

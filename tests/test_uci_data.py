@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import served, url_of
 
 from stochattn.data import uci
 from stochattn.data.uci import (
@@ -115,8 +116,8 @@ def test_checksum_mismatch_everywhere(tmp_path, fake, monkeypatch):
     good, checksums = fake
     mirror_file(good, "data.txt").write_text("corrupt\n")
 
-    def corrupt_download(url, timeout=None):
-        return io.BytesIO(b"also corrupt\n")
+    def corrupt_download(request, timeout=None):
+        return served(b"also corrupt\n", request)
 
     monkeypatch.setattr(urllib.request, "urlopen", corrupt_download)
     dest = tmp_path / "dest"
@@ -175,10 +176,10 @@ def test_download_with_verification(tmp_path, fake, monkeypatch):
     good, checksums = fake
     requested = []
 
-    def serve(url, timeout=None):
-        requested.append((url, timeout))
-        file = url.rsplit("/", 1)[1]
-        return io.BytesIO(mirror_file(good, file).read_bytes())
+    def serve(request, timeout=None):
+        requested.append((url_of(request), timeout))
+        file = url_of(request).rsplit("/", 1)[1]
+        return served(mirror_file(good, file).read_bytes(), request)
 
     monkeypatch.setattr(urllib.request, "urlopen", serve)
     dest = tmp_path / "dest"

@@ -33,19 +33,31 @@ elif rule == "era5_fetch":
     from stochattn.data.era5 import fetch_weatherbench
     from stochattn.io import save_json
 
+    from stochattn.staging import STAGE_HINT, staged_only
+
     wb, data = p.weatherbench, sm.config["data"]
     years = sorted({y for ys in wb["years"].values() for y in ys})
     # an input of this rule is a mirror's manifest <mirror>/weatherbench/rehearsal.json (config/rehearsal.yaml)
     mirrors = [*data["mirrors"], *(str(Path(f).resolve().parent.parent) for f in sm.input)]
-    record = fetch_weatherbench(sm.output.data, wb["folders"], years, mirrors=mirrors,
-                                allow_download=data["allow_download"], url_template=wb.get("url_template"))  # fmt: skip
+    try:
+        record = fetch_weatherbench(sm.output.data, wb["folders"], years, mirrors=mirrors,
+                                    allow_download=data["allow_download"] and not staged_only(),
+                                    url_template=wb.get("url_template"))  # fmt: skip
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"{err}; {STAGE_HINT}" if staged_only() else str(err)) from err
     save_json(Path(sm.output.data) / "fetch.json", record)
     job.sidecar(sm.output.data, extra={"fetched": True, "sources": record})  # every file's SHA-256 as fetched
 elif rule == "era5_fetch_checkpoint":
     from stochattn.backbones.climax import fetch_climax_checkpoint
 
+    from stochattn.staging import STAGE_HINT, staged_only
+
     ckpt = p.checkpoint
-    fetched = fetch_climax_checkpoint(sm.output.checkpoint, url=ckpt["url"], sha256=ckpt.get("sha256"))
+    try:
+        fetched = fetch_climax_checkpoint(sm.output.checkpoint, url=ckpt["url"], sha256=ckpt.get("sha256"),
+                                          mirrors=sm.config["data"]["mirrors"], allow_download=not staged_only())  # fmt: skip
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f"{err}; {STAGE_HINT}") from err
     job.sidecar(sm.output.checkpoint, extra={"fetched": True, "source": fetched["url"],
                                              "expected_sha256": ckpt.get("sha256")})  # fmt: skip
     print(fetched, flush=True)

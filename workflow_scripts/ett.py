@@ -28,10 +28,14 @@ elif rule == "ett_fetch_checkpoint":
 
     from stochattn.backbones.timesfm import fetch_timesfm_checkpoint
     from stochattn.io import atomic_path
+    from stochattn.staging import STAGE_HINT, staged_only
 
     ckpt = p.checkpoint
-    local = fetch_timesfm_checkpoint(ckpt["cache"], repo_id=ckpt["repo_id"], revision=ckpt.get("revision"),
-                                     sha256=ckpt.get("sha256"))  # fmt: skip
+    try:  # on a cluster run only the staged copy (the same cache, filled by `stochattn download`)
+        local = fetch_timesfm_checkpoint(ckpt["cache"], repo_id=ckpt["repo_id"], revision=ckpt.get("revision"),
+                                         sha256=ckpt.get("sha256"), local_files_only=staged_only())  # fmt: skip
+    except Exception as err:
+        raise RuntimeError(f"{err}; {STAGE_HINT}" if staged_only() else str(err)) from err
     with atomic_path(sm.output.checkpoint) as tmp:
         shutil.copyfile(local, tmp)
     # the SHA-256 recorded at fetch (and the pinned one, when the config pins it) is what the audit checks

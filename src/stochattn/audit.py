@@ -289,13 +289,12 @@ def _failures(node: Node):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="stochattn audit", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("audit", help="check the chain of files behind a table or figure")
+    """``stochattn audit`` (``argv``: its arguments)."""
+    p = argparse.ArgumentParser(prog="stochattn audit", description=__doc__.splitlines()[0])
     p.add_argument("target", help="a table or figure, e.g. results/tables/uci_master.csv")
     p.add_argument("-d", "--directory", default=".", help="the workflow's working directory (default: .)")
     p.add_argument("--prov", metavar="FILE", help="also write the chain as a W3C PROV-JSON document")
-    args = parser.parse_args(argv)
+    args = p.parse_args(argv)
     root = audit(args.target, args.directory)
     for line in _lines(root):
         print(line)
@@ -319,10 +318,5 @@ def _iter(node: Node):
         yield from _iter(child)
 
 
-def cli() -> None:
-    """Console script ``stochattn``."""
-    sys.exit(main())
-
-
 if __name__ == "__main__":
-    cli()
+    sys.exit(main())

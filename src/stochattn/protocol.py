@@ -27,7 +27,7 @@ __all__ = ["NOT_PROTOCOL", "check_multiswag_matches_swag", "load_paper_protocol"
            "protocol_deviations", "protocol_note"]
 
 NOT_PROTOCOL = ("seed", "device", "require_gpu", "cluster", "progress", "runtime_estimates", "gpu_step_costs",
-                "gpu_runtime_factor", "data.mirrors", "data.allow_download",
+                "gpu_runtime_factor", "data.mirrors", "data.store", "data.allow_download",
                 "report", "toy", "custom_datasets", "ett", "era5")  # fmt: skip
 """Config keys (and their sub-keys) that do not change what a number means, or are reported separately (the toy
 panel states its own settings; custom data sets appear under ``datasets`` and ``unverified_data``; the ETT and ERA5

@@ -597,7 +597,8 @@ def check_model_job(sm: Any) -> None:
     """At the start of a job that trains or samples a model (``sm``: the job's snakemake object): its rule must
     declare the GPUs of config ``cluster.gpus_per_job`` (so no model job reaches a CPU partition because its rule
     forgot them: e.g. a ``use rule ... with: resources:`` block replaces the parent's whole block), and a GPU it
-    was given must be usable (:func:`check_gpu_request`)."""
+    was given must be usable (:func:`check_gpu_request`). From then on the job cannot download
+    (:func:`stochattn.staging.forbid_network`): what it reads was staged before it started."""
     requested = sm.resources.get("gpu", 0)
     expected = int(sm.config.get("cluster", {}).get("gpus_per_job", 0))
     n = _gpu_count(requested)
@@ -608,3 +609,6 @@ def check_model_job(sm: Any) -> None:
             "(rules/common.smk)"
         )
     check_gpu_request(requested, sm.config.get("require_gpu", True))
+    from stochattn.staging import forbid_network
+
+    forbid_network(f"rule {sm.rule} is a model job (GPU jobs never download)")

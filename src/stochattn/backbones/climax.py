@@ -699,18 +699,39 @@ def load_climax_checkpoint(
 #: The official 5.625 deg checkpoint (microsoft/ClimaX README: "tungnd/climax" on the Hugging Face Hub); not
 #: reachable from the offline machines this was written on.
 CLIMAX_CHECKPOINT_URL = "https://huggingface.co/tungnd/climax/resolve/main/5.625deg.ckpt"
+CLIMAX_MIRROR_PATH = "checkpoints/climax/5.625deg.ckpt"
+"""Where a mirror (and the store of :mod:`stochattn.staging`) holds the checkpoint."""
 
 
 def fetch_climax_checkpoint(
     dest: Union[str, os.PathLike], *, url: str = CLIMAX_CHECKPOINT_URL, sha256: Optional[str] = None,
-    timeout: float = 600.0,
+    mirrors: Sequence[Union[str, os.PathLike]] = (), allow_download: bool = True, timeout: float = 600.0,
 ) -> Dict[str, Any]:
-    """Download the ClimaX checkpoint to ``dest`` (atomically; kept when present and, with ``sha256``, matching)
-    and return {"url", "sha256"} (the digest of the file, to pin in the configuration after a first fetch)."""
-    from stochattn.data.uci import _download_verified
+    """Put the ClimaX checkpoint at ``dest`` and return {"url", "sha256"} (the digest of the file, to pin in the
+    configuration after a first fetch). A copy at ``dest`` is kept when (with ``sha256``) it matches; else the first
+    mirror holding ``checkpoints/climax/5.625deg.ckpt`` is linked (the store ``stochattn download`` fills); else,
+    when ``allow_download``, ``url`` is fetched (:func:`stochattn.staging.fetch_url`: redirects followed, an
+    interrupted transfer resumed, the length checked). With ``sha256`` a file of another digest raises ValueError
+    (a partial download, or a changed file on the server) and leaves nothing at ``dest``."""
     from stochattn.io import sha256_file
+    from stochattn.staging import fetch_url, link_or_copy
 
     dest = Path(dest)
-    if not (dest.is_file() and (sha256 is None or sha256_file(dest) == sha256)):
-        _download_verified(url, dest, sha256, timeout)
-    return {"url": url, "sha256": sha256_file(dest)}
+    if dest.is_file() and (sha256 is None or sha256_file(dest) == sha256):
+        return {"url": url, "sha256": sha256_file(dest)}
+    source = url
+    found = next((Path(m) / CLIMAX_MIRROR_PATH for m in mirrors if (Path(m) / CLIMAX_MIRROR_PATH).is_file()), None)
+    if found is not None:
+        link_or_copy(found, dest)
+        source = str(found)
+    elif allow_download:
+        source = fetch_url(url, dest, timeout=timeout)["url"]
+    else:
+        raise FileNotFoundError(f"the ClimaX checkpoint is in no mirror ({[str(m) for m in mirrors]}, as "
+                                f"{CLIMAX_MIRROR_PATH}) and downloads are off (URL {url})")  # fmt: skip
+    got = sha256_file(dest)
+    if sha256 is not None and got != sha256.lower():
+        dest.unlink()
+        raise ValueError(f"ClimaX checkpoint from {source}: SHA-256 {got}, expected {sha256} (era5.backbone.checkpoint"
+                         ".sha256): a partial or changed file; nothing was kept")  # fmt: skip
+    return {"url": source, "sha256": got}

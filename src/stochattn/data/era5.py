@@ -1025,6 +1025,7 @@ def fetch_weatherbench(
 
     from stochattn.data.uci import _download_verified
     from stochattn.io import sha256_file
+    from stochattn.staging import link_or_copy
 
     root = Path(root)
     years = [int(y) for y in years]
@@ -1044,8 +1045,7 @@ def fetch_weatherbench(
                       if all((m / "weatherbench" / "5.625deg" / folder / n).is_file() for n in names)), None)  # fmt: skip
         if found is not None:
             for n in names:
-                with atomic_path(dest / n) as tmp:
-                    shutil.copyfile(found / n, tmp)
+                link_or_copy(found / n, dest / n)  # a hard link into a store on the same file system
             record[folder] = {"source": str(found)}
         elif allow_download:
             url = constants_url if folder == "constants" else weatherbench_url(folder, url_template)

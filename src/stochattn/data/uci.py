@@ -17,12 +17,10 @@ Pipeline:
 
 from __future__ import annotations
 
-import hashlib
 import http.client
 import logging
 import os
 import shutil
-import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -253,16 +251,14 @@ def _copy_verified(src: Path, dest: Path, expected: str | None) -> None:
 
 
 def _download_verified(url: str, dest: Path, expected: str | None, timeout: float) -> None:
-    """Stream ``url`` to ``dest`` atomically, verifying SHA-256 (raises _Mismatch or an urllib/OS error)."""
-    with atomic_path(dest) as tmp:
-        digest = hashlib.sha256()
-        with urllib.request.urlopen(url, timeout=timeout) as resp, open(tmp, "wb") as out:
-            while chunk := resp.read(1 << 20):
-                digest.update(chunk)
-                out.write(chunk)
-        got = digest.hexdigest()
-        if expected is not None and got != expected:
-            raise _Mismatch(got)
+    """Download ``url`` to ``dest`` (:func:`stochattn.staging.fetch_url`: resumable, length checked) and verify its
+    SHA-256: a mismatch removes ``dest`` and raises _Mismatch; a failed transfer raises DownloadError."""
+    from stochattn.staging import fetch_url
+
+    got = fetch_url(url, dest, timeout=timeout)["sha256"]
+    if expected is not None and got != expected:
+        dest.unlink()
+        raise _Mismatch(got)
 
 
 def _source_dirs(ds: UCIDataset, mirror_dirs: list[Path]) -> list[tuple[str, Path, Path | None]]:
