@@ -17,25 +17,7 @@ import pytest
 from conftest import TINY_TARGETS, copy_run
 from test_workflow import REPO, _snakemake_cmd, job_stats, smk
 
-def _dry_run_jobs(text: str) -> list[dict]:
-    """The jobs of a dry run's output: {"rule", "threads", "resources": {name: value}}."""
-    jobs = []
-    for block in re.split(r"\n(?=(?:local)?rule \w+:)", text):
-        m = re.match(r"(?:local)?rule (\w+):", block)
-        res = re.search(r"^\s+resources: (.*)$", block, re.M)
-        if m and res:
-            t = re.search(r"^\s+threads: (\d+)", block, re.M)
-            resources = dict(kv.split("=", 1) for kv in res.group(1).split(", ") if "=" in kv)
-            jobs.append({"rule": m.group(1), "threads": int(t.group(1)) if t else 1, "resources": resources})
-    return jobs
-
-
-class _Job:
-    """What the SLURM plugin's partition scorer reads of a job."""
-
-    def __init__(self, job: dict):
-        self.name, self.threads = job["rule"], job["threads"]
-        self.resources = {k: (int(v) if v.isdigit() else v) for k, v in job["resources"].items()}
+from stochattn.preflight import dry_run_jobs
 
 
 def test_paper_protocol_under_the_slurm_profile_puts_every_model_job_on_a_gpu(tmp_path):
@@ -54,9 +36,9 @@ def test_paper_protocol_under_the_slurm_profile_puts_every_model_job_on_a_gpu(tm
     res = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
     assert res.returncode == 0, res.stdout[-4000:]
     assert re.search(r"Using profiles? slurm and workflow specific profile", res.stdout), res.stdout[:500]
-    jobs = _dry_run_jobs(res.stdout)
+    jobs = dry_run_jobs(res.stdout)
     cluster = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["cluster"]
-    declared = {j["rule"] for j in jobs if int(j["resources"].get("gpu", 0)) > 0}
+    declared = {j.rule for j in jobs if j.gpus > 0}
     derived = {b for f in (REPO / "rules").glob("*.smk")
                for a, b in re.findall(r"^use rule (\w+) as (\w+)", f.read_text(), re.M) if a in declared}  # fmt: skip
     model_rules = declared | derived
@@ -70,14 +52,14 @@ def test_paper_protocol_under_the_slurm_profile_puts_every_model_job_on_a_gpu(tm
 
     wrong = []
     for job in jobs:
-        model = job["rule"] in model_rules
-        partition = get_best_partition(partitions, _Job(job), _Log())
-        ok = (int(job["resources"].get("gpu", 0)) == cluster["gpus_per_job"] and partition in gpu_partitions
-              and job["threads"] == cluster["gpu_threads"]) if model else (
-              "gpu" not in job["resources"] and partition not in gpu_partitions and job["threads"] == 1)  # fmt: skip
-        ok &= int(job["resources"]["runtime"]) <= 60 * cluster["max_runtime_hours"]
+        model = job.rule in model_rules
+        partition = get_best_partition(partitions, job, _Log())
+        ok = (job.gpus == cluster["gpus_per_job"] and partition in gpu_partitions
+              and job.threads == cluster["gpu_threads"]) if model else (
+              "gpu" not in job.resources and partition not in gpu_partitions and job.threads == 1)  # fmt: skip
+        ok &= job.runtime <= 60 * cluster["max_runtime_hours"]
         if not ok:
-            wrong.append((job["rule"], job["threads"], partition, job["resources"]))
+            wrong.append((job.rule, job.threads, partition, job.resources))
     assert not wrong, f"{len(wrong)} misplaced jobs, e.g. {wrong[:5]}"
     assert len(jobs) > 1000
 

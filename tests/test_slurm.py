@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -58,6 +59,15 @@ def _profile(path: Path) -> Path:
     cfg["slurm-partition-config"] = str(partitions)
     (path / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
+
+
+def _short_partition() -> None:
+    """A partition ``short`` on the node whose MaxTime is 1 minute (created, or updated when it exists)."""
+    exists = subprocess.run(["scontrol", "show", "partition", "short"], capture_output=True).returncode == 0
+    partition = ["scontrol", "update" if exists else "create", "PartitionName=short", "Nodes=localhost", "MaxTime=1",
+                 "State=UP"]  # fmt: skip
+    res = subprocess.run(partition, capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
 
 
 def _scontrol_job(job_id: str) -> str:
@@ -132,11 +142,7 @@ def test_training_killed_at_its_time_limit_resumes_on_slurm(slurm, tmp_path):
     from the saved state and ends bit-identical to an uninterrupted local run of the same job."""
     import torch
 
-    exists = subprocess.run(["scontrol", "show", "partition", "short"], capture_output=True).returncode == 0
-    partition = ["scontrol", "update" if exists else "create", "PartitionName=short", "Nodes=localhost", "MaxTime=1",
-                 "State=UP"]  # fmt: skip
-    res = subprocess.run(partition, capture_output=True, text=True)
-    assert res.returncode == 0, res.stdout + res.stderr
+    _short_partition()
     estimates = tmp_path / "runtime.yaml"  # the counted work: 2 minutes, twice the bound -> two attempts
     estimates.write_text(yaml.safe_dump({"train_backbone": {"yacht": 2}}))
     cfg = tiny_config(tmp_path / "resume.yaml", train={"max_epochs": RESUME_EPOCHS, "patience": None},
@@ -183,3 +189,28 @@ def test_training_killed_at_its_time_limit_resumes_on_slurm(slurm, tmp_path):
         if key in ma:
             assert ma[key] == mb[key], key
     assert not list((work / target).parent.glob(".*resume*")), "the checkpoint is removed when the training completes"
+
+
+def test_preflight_names_the_jobs_a_short_partition_cannot_run(slurm, tmp_path):
+    """`stochattn preflight` on the paper protocol (config/config.yaml) with a profile whose partition file believes
+    `short` allows 24 h, while SLURM's MaxTime there is 1 minute: it reads the partitions from SLURM, prints the plan
+    and exits 1 naming the CPU jobs sent to `short` (the GPU jobs go to `debug`, whose node has fewer CPUs than
+    their threads)."""
+    _short_partition()
+    profile = _profile(tmp_path / "profile")
+    prof = yaml.safe_load((profile / "config.yaml").read_text())
+    prof["retries"] = 2  # the paper's long trainings resume over attempts (as ./slurm)
+    (profile / "config.yaml").write_text(yaml.safe_dump(prof, sort_keys=False))
+    (profile / "partitions.yaml").write_text(yaml.safe_dump({"partitions": {
+        "short": {"max_runtime": 1440, "max_gpu": 0}, "debug": {"max_runtime": 1440, "max_gpu": 1}}}))  # fmt: skip
+    cmd = [sys.executable, "-m", "stochattn.cli", "preflight", "--profile", str(profile), "-d",
+           str(tmp_path / "work")]  # fmt: skip
+    res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
+    assert re.search(r"^short\s+1 min\s+1\s", res.stdout, re.M), res.stdout[-2000:]  # SLURM's MaxTime
+    assert re.search(r"^debug\s+unlimited\s+1\s", res.stdout, re.M), res.stdout[-2000:]
+    assert re.search(r"^  prepare_uci \(145 jobs; partition short: runtime \d+ min > MaxTime 1 min\): "
+                     r"prepare_uci\(dataset=\w+, split=\d+\)", res.stderr, re.M), res.stderr[-3000:]  # fmt: skip
+    assert re.search(r"^  train_backbone \(146 jobs; partition debug: 4 threads > \d CPUs per node\)", res.stderr,
+                     re.M) or os.cpu_count() >= 4, res.stderr[-3000:]  # fmt: skip
+    assert "fetch_uci" not in res.stderr  # local rules run in Snakemake itself, not on a partition

@@ -331,7 +331,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if p is None:
             print(f"{name:12s}  (not in SLURM)")
             continue
-        maxt = "unlimited" if p.max_minutes is None else f"{p.max_minutes / 60:.1f} h"
+        maxt = ("unlimited" if p.max_minutes is None else f"{p.max_minutes} min" if p.max_minutes < 60
+                else f"{p.max_minutes / 60:.1f} h")  # fmt: skip
         print(f"{name:12s} {maxt:>9s} {p.gpus_per_node:10d}  {','.join(p.gpu_types) or '-':14s} "
               f"{p.mem_per_node_mb / 1000:7.1f} GB {p.cpus_per_node:9d}  {p.state}")
     bad = unschedulable(jobs, placement, partitions)
