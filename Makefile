@@ -30,13 +30,14 @@ $(STAMP): $(LOCK) pyproject.toml
 UV_VENV := .venv-uv
 UV_VERSION := 0.13.9
 LOCK_ARGS ?=
-LOCK_COMPILE = $(UV_VENV)/bin/uv pip compile pyproject.toml --extra workflow --extra test --constraint envs/constraints.txt \
-	--generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 --custom-compile-command "make lock" \
-	--quiet $(LOCK_ARGS)
+LOCK_COMPILE = $(UV_VENV)/bin/uv pip compile pyproject.toml --extra workflow --extra test \
+	--constraint envs/constraints.txt --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+	--custom-compile-command "make lock" --quiet $(LOCK_ARGS)
 lock:
 	test -x $(UV_VENV)/bin/uv || { $(PYTHON) -m venv $(UV_VENV) && $(UV_VENV)/bin/pip install --quiet uv==$(UV_VERSION); }
 	$(LOCK_COMPILE) $(addprefix --find-links ,$(TORCH_CPU_WHEELS)) --no-emit-find-links -o envs/cpu.lock
-	grep -q '^torch==.*+cpu ' envs/cpu.lock || { echo "envs/cpu.lock: no CPU torch wheel at $(TORCH_CPU_WHEELS)" >&2; exit 1; }
+	grep -q '^torch==.*+cpu ' envs/cpu.lock || \
+		{ echo "envs/cpu.lock: no CPU torch wheel at $(TORCH_CPU_WHEELS)" >&2; exit 1; }
 	cp envs/cpu.lock envs/cuda.lock  # the CUDA lock starts from the CPU lock's versions and keeps them where it can
 	$(LOCK_COMPILE) --extra timm -o envs/cuda.lock
 

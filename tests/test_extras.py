@@ -53,7 +53,8 @@ def _optional_imports():
     def visit(node, extra, path):
         for child in ast.iter_child_nodes(node):
             inner = _requires_extra(child) or extra
-            if isinstance(child, ast.Try) and any("ImportError" in ast.dump(h.type or ast.Pass()) for h in child.handlers):
+            handlers = child.handlers if isinstance(child, ast.Try) else []
+            if any("ImportError" in ast.dump(h.type or ast.Pass()) for h in handlers):
                 inner = inner or "guarded"
             if isinstance(child, (ast.Import, ast.ImportFrom)) and not getattr(child, "level", 0):
                 mods = [a.name for a in child.names] if isinstance(child, ast.Import) else [child.module]
@@ -71,7 +72,7 @@ def _optional_imports():
 def test_extras_match_pyproject():
     assert set(EXTRAS) == set(PYPROJECT["optional-dependencies"])
     assert CORE == {"torch", "numpy", "scipy", "numba", "tqdm", "scoringrules"}
-    assert not any("==" in r for r in PYPROJECT["dependencies"]), "the core takes ranges; exact pins live in envs/*.lock"
+    assert not any("==" in r for r in PYPROJECT["dependencies"]), "the core takes ranges; pins live in envs/*.lock"
     assert _extra_distributions("workflow") >= _extra_distributions("uci") | _extra_distributions("climax")
 
 
