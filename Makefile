@@ -1,20 +1,45 @@
 # Two entry points (see README): `make run` (the main job, offline, embedded default) and `make test`.
-# Both create or reuse the virtual environment .venv: torch==2.13.0 (CPU build) first, then the project.
+# Both create or reuse the virtual environment .venv: every package at the exact version and hash of the lock file
+# envs/cpu.lock (CPU torch), then this package (editable, without dependencies: the lock holds them all).
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 CORES ?= 2
+LOCK := envs/cpu.lock
+# Where the lock's CPU torch wheel is found: pip's own find-links where set (a local wheel folder), else the PyTorch
+# CPU index's torch page; every other package comes from PyPI.
+TORCH_CPU_WHEELS ?= $(or $(PIP_FIND_LINKS),https://download.pytorch.org/whl/cpu/torch/)
 
-.PHONY: run test bench gpu-check rehearsal venv clean-results
+.PHONY: run test bench gpu-check rehearsal venv lock clean-results
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): $(LOCK) pyproject.toml
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
-	$(VENV)/bin/pip install --quiet torch==2.13.0
-	$(VENV)/bin/pip install --quiet -e ".[workflow,test]"
+	$(VENV)/bin/pip install --quiet --require-hashes --no-deps $(addprefix --find-links ,$(TORCH_CPU_WHEELS)) -r $(LOCK)
+	$(VENV)/bin/pip install --quiet --no-deps -e .
 	touch $(STAMP)
+
+# The lock files, for Linux x86_64 and Python 3.11: envs/cpu.lock (make, CI: the workflow and test extras with the
+# CPU build of torch) and envs/cuda.lock (envs/stochattn.yaml: the same versions with PyPI's CUDA build of torch, and
+# the timm extra: PyPI's torchvision is built for CUDA torch only), every package at an exact version with its hashes,
+# torch at the version of envs/constraints.txt. After a change of pyproject.toml's dependencies, `make lock`
+# re-resolves both keeping every version it can; `make lock LOCK_ARGS=--upgrade` moves everything to the newest
+# versions allowed (then run `make test`). It needs PyPI (through uv) and TORCH_CPU_WHEELS.
+UV_VENV := .venv-uv
+UV_VERSION := 0.13.9
+LOCK_ARGS ?=
+LOCK_COMPILE = $(UV_VENV)/bin/uv pip compile pyproject.toml --extra workflow --extra test \
+	--constraint envs/constraints.txt --generate-hashes --python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+	--custom-compile-command "make lock" --quiet $(LOCK_ARGS)
+lock:
+	test -x $(UV_VENV)/bin/uv || { $(PYTHON) -m venv $(UV_VENV) && $(UV_VENV)/bin/pip install --quiet uv==$(UV_VERSION); }
+	$(LOCK_COMPILE) $(addprefix --find-links ,$(TORCH_CPU_WHEELS)) --no-emit-find-links -o envs/cpu.lock
+	grep -q '^torch==.*+cpu ' envs/cpu.lock || \
+		{ echo "envs/cpu.lock: no CPU torch wheel at $(TORCH_CPU_WHEELS)" >&2; exit 1; }
+	cp envs/cpu.lock envs/cuda.lock  # the CUDA lock starts from the CPU lock's versions and keeps them where it can
+	$(LOCK_COMPILE) --extra timm -o envs/cuda.lock
 
 # --max-jobs-per-timespan: Snakemake (9.x) arms a 1-s re-scheduling timer after every scheduling round, and each
 # job's completion starts one more such chain: after n finished jobs it re-schedules ~n times a second, which took

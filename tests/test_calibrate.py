@@ -252,3 +252,46 @@ def test_sampler_runs_a_cuda_model_from_cpu_inputs_and_a_cpu_generator():
             draws.append(sampler(8, x, 4))
     assert draws[0].device.type == "cpu" and draws[0].shape[:2] == (4, 64)
     assert torch.equal(draws[0], draws[1]) and draws[0].std(0).mean() > 0
+
+
+def test_calibrate_sampler_in_one_call_equals_the_low_level_calls_on_the_same_seed():
+    """stochattn.calibrate_sampler: the same BO record (hence both operating points) as SASampler + target_scale +
+    eval_stats + bo_calibrate with one seed; a DataLoader of (x, y) batches and a forward that picks the output give
+    the same; sample(x, n) draws at the chosen point, reproducibly for the seed."""
+    import stochattn
+    from stochattn.calibrate import CalibratedSampler, calibrate_sampler
+
+    model = Regressor().eval()
+    x = torch.randn(160, 5, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        point = model(x)
+    y = point + 0.1 * torch.randn(160, generator=torch.Generator().manual_seed(1))
+    kw = dict(batch_size=80, num_batches=2, num_passes=4)
+    gen = torch.Generator().manual_seed(5)
+    with SASampler(model, generator=gen) as sampler:
+        low = bo_calibrate(lambda nu: eval_stats(nu, sampler, x, y, point, generator=gen, **kw), target_scale(y, point),
+                           domain=IntegerDomain(1, 512), budget=5, seed=5)  # fmt: skip
+    one = stochattn.calibrate_sampler(model, x, y, domain=IntegerDomain(1, 512), budget=5, seed=5, **kw)
+    assert isinstance(one, CalibratedSampler) and one.result.s0 == low.s0
+    strip = lambda r: [{k: v for k, v in h.items() if k != "seconds"} for h in r.history()]  # noqa: E731
+    assert strip(one.result) == strip(low)
+    assert (one.nu_loss_argmin, one.nu_scale_match) == (low.nu_loss_argmin, low.nu_surrogate)
+    assert one.nu == one.nu_at("scale_match") == low.nu_surrogate and one.nu_at("loss_argmin") == low.nu
+    assert one.at_boundary is low.at_boundary_surrogate
+
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y.unsqueeze(-1)), batch_size=64)
+    picked = calibrate_sampler(model, loader, forward=lambda xb: model(xb).unsqueeze(-1), operating_point="loss_argmin",
+                               domain=IntegerDomain(1, 512), budget=5, seed=5, **kw)  # fmt: skip
+    assert strip(picked.result) == strip(low) and picked.nu == low.nu and picked.at_boundary is low.at_boundary
+
+    draws = one.sample(x[:7], 3)
+    assert draws.shape == (3, 7) and draws.std(0).mean() > 0
+    again = calibrate_sampler(model, x, y, domain=IntegerDomain(1, 512), budget=5, seed=5, **kw)
+    assert torch.equal(again.sample(x[:7], 3), draws)
+    assert picked.sample(x[:7], 2, operating_point="scale_match").shape == (2, 7, 1)
+    with torch.no_grad():
+        assert torch.equal(model(x), point)  # the model is left unpatched
+    with pytest.raises(ValueError, match="forward="):
+        calibrate_sampler(model, x, y.unsqueeze(-1), budget=3)
+    with pytest.raises(ValueError, match="operating_point"):
+        calibrate_sampler(model, x, y, operating_point="median")

@@ -17,12 +17,17 @@ scale-matching point). For scalar targets the two differ: with R and Z roughly i
 E[(R - Z)^2] is minimised where E[R] = (2/pi) E[Z], i.e. the loss arg-min under-disperses (measured: 59-77 %
 coverage of 95 % intervals), while the surrogate targets s(nu) = s0. Both are always computed and recorded; the
 UCI experiment samples at both (``sa`` and ``sa_match``).
+
+In one call: ``sampler = calibrate_sampler(model, x_cal, y_cal)`` runs all of it (also exported as
+``stochattn.calibrate_sampler``) and returns a :class:`CalibratedSampler` holding both operating points, the boundary
+flag and the BO record; ``sampler.sample(x, n)`` draws (n, B, ...) predictive samples.
 """
 
 from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, List, Literal, Optional, Sequence, Tuple, Union
 
@@ -556,3 +561,158 @@ def score_sweep(
             raise ValueError(f"score must be 'crps' or 'energy', got {score!r}")
     best = int(list(grid)[int(np.argmin(scores))])
     return {"nu": best, "grid": [int(v) for v in grid], "scores": scores, "score": score}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# calibration in one call
+# --------------------------------------------------------------------------------------------------------------
+OperatingPoint = Literal["scale_match", "loss_argmin"]
+OPERATING_POINTS = ("scale_match", "loss_argmin")
+
+
+def _operating_point(name: str) -> str:
+    if name not in OPERATING_POINTS:
+        raise ValueError(f"operating_point must be one of {OPERATING_POINTS}, got {name!r}")
+    return name
+
+
+class CalibratedSampler:
+    """SA predictive samples of a frozen model at a calibrated ``nu``: what :func:`calibrate_sampler` returns.
+
+    Both operating points of the calibration (module docstring) are kept: ``nu_scale_match`` (the surrogate's
+    optimum, where SA's mean deviation s(nu) matches the held-out residual scale s0: aims at nominal coverage) and
+    ``nu_loss_argmin`` (Algorithm 2's nu*, the paper's choice; on scalar targets it under-disperses, s(nu) ~ (2/pi)
+    s0). ``operating_point`` picks the one that ``nu``, ``at_boundary`` and :meth:`sample` use by default;
+    ``result`` is the whole BO record (:class:`CalibrationResult`: history, posterior, both boundary flags).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        result: CalibrationResult,
+        *,
+        forward: Optional[Callable[[Tensor], Tensor]] = None,
+        operating_point: OperatingPoint = "scale_match",
+        generator: Optional[torch.Generator] = None,
+        max_rows: Union[None, int, str] = "auto",
+    ) -> None:
+        self.model, self.result, self.forward = model, result, forward
+        self.operating_point = _operating_point(operating_point)
+        self.generator, self.max_rows = generator, max_rows
+
+    @property
+    def nu_scale_match(self) -> int:
+        return self.result.nu_surrogate
+
+    @property
+    def nu_loss_argmin(self) -> int:
+        return self.result.nu_loss_argmin
+
+    def nu_at(self, operating_point: Optional[OperatingPoint] = None) -> int:
+        """nu at ``operating_point`` (default: the sampler's own)."""
+        op = _operating_point(operating_point or self.operating_point)
+        return self.nu_scale_match if op == "scale_match" else self.nu_loss_argmin
+
+    @property
+    def nu(self) -> int:
+        return self.nu_at()
+
+    @property
+    def at_boundary(self) -> bool:
+        """The operating point is the domain's low end (SA's largest dispersion) and the surrogate asks for more:
+        SA's intervals stay too narrow on this model."""
+        return self.result.at_boundary_surrogate if self.operating_point == "scale_match" else self.result.at_boundary
+
+    def sample(self, x: Tensor, n: int, *, operating_point: Optional[OperatingPoint] = None) -> Tensor:
+        """``n`` SA predictive samples: x (B, ...) -> (n, B, ...) on the CPU. The model is patched for this call
+        only; the draws continue the sampler's generator (reproducible for a calibration seed)."""
+        predict = None if self.forward is None else _as_predict(self.forward)
+        with SASampler(self.model, generator=self.generator, predict=predict, max_rows=self.max_rows) as sampler:
+            return sampler(self.nu_at(operating_point), x, n)
+
+    def __repr__(self) -> str:
+        return (f"CalibratedSampler(nu_scale_match={self.nu_scale_match}, nu_loss_argmin={self.nu_loss_argmin}, "
+                f"operating_point={self.operating_point!r}, s0={self.result.s0:.4g}, at_boundary={self.at_boundary}, "
+                f"evaluations={len(self.result.steps)})")  # fmt: skip
+
+
+def _as_predict(forward: Callable[[Tensor], Tensor]) -> Callable[[nn.Module, Tensor], Tensor]:
+    return lambda model, xb: forward(xb)
+
+
+def _calibration_split(x: Any, y: Any) -> Tuple[Tensor, Tensor]:
+    """Tensors x (n, ...) and y (n, ...) from tensors / arrays, or from an iterable of (x, y) batches (y None)."""
+    if y is not None:
+        return torch.as_tensor(x), torch.as_tensor(y)
+    if isinstance(x, (Tensor, np.ndarray)):
+        raise TypeError("y is missing: pass x and y, or a DataLoader of (x, y) batches")
+    xs, ys = [], []
+    for batch in x:
+        if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+            raise TypeError(f"a calibration DataLoader must yield (x, y) batches, got {type(batch).__name__}")
+        xs.append(torch.as_tensor(batch[0]))
+        ys.append(torch.as_tensor(batch[1]))
+    if not xs:
+        raise ValueError("the calibration DataLoader yielded no batch")
+    return torch.cat(xs), torch.cat(ys)
+
+
+@torch.no_grad()
+def _deterministic(model: nn.Module, predict: Callable[[nn.Module, Tensor], Tensor], x: Tensor, batch_size: int):
+    """The deterministic predictions f(x) (n, ...) on the CPU, in eval mode, ``batch_size`` rows at a time."""
+    device = model_device(model.eval())
+    return torch.cat([predict(model, xb.to(device)).cpu() for xb in x.split(batch_size)])
+
+
+def calibrate_sampler(
+    model: nn.Module,
+    x: Any,
+    y: Any = None,
+    *,
+    forward: Optional[Callable[[Tensor], Tensor]] = None,
+    operating_point: OperatingPoint = "scale_match",
+    num_passes: int = 16,
+    batch_size: int = 256,
+    num_batches: int = 4,
+    budget: int = 12,
+    domain: Optional[IntegerDomain] = None,
+    seed: int = 0,
+    max_rows: Union[None, int, str] = "auto",
+    progress: bool = False,
+) -> CalibratedSampler:
+    """Calibrate SA's ``nu`` for a frozen ``model`` on held-out data in one call (Algorithms 2-3); return its sampler.
+
+    x (n, ...) inputs and y (n, ...) targets, or a DataLoader (any iterable) of ``(x, y)`` batches with y omitted.
+    ``forward``: x (b, ...) -> the predictions (b, ...) that y is compared with, for a model whose output needs
+    picking (default ``model(x)``; e.g. ``lambda x: model(x).prediction_outputs``). The budget: ``budget``
+    EvalStats evaluations (:func:`eval_stats`), each of ``num_batches`` x ``batch_size`` points x ``num_passes`` SA
+    passes, over nu in ``domain`` (default the integers 1..4096). One ``seed``: ``torch.Generator().manual_seed(seed)``
+    draws the mini-batches and SA's multinomials (and later :meth:`CalibratedSampler.sample`'s), ``seed`` the
+    Thompson draws: the nu of the low-level calls (:class:`SASampler`, :func:`target_scale`, :func:`eval_stats`,
+    :func:`bo_calibrate`) with the same seed. The model is left in eval mode, unpatched. Warns when the chosen
+    operating point is at the domain's low end with the surrogate asking for more dispersion (``at_boundary``).
+    """
+    _operating_point(operating_point)
+    x, y = _calibration_split(x, y)
+    if len(x) != len(y):
+        raise ValueError(f"x has {len(x)} rows but y has {len(y)}")
+    predict = None if forward is None else _as_predict(forward)
+    point = _deterministic(model, predict or (lambda m, xb: m(xb)), x, batch_size)
+    if point.shape != y.shape:
+        raise ValueError(f"the model's predictions {tuple(point.shape)} and y {tuple(y.shape)} differ in shape: pass "
+                         f"forward= to pick the prediction from the model's output")  # fmt: skip
+    gen = torch.Generator().manual_seed(seed)
+    with SASampler(model, generator=gen, predict=predict, max_rows=max_rows) as sampler:
+        result = bo_calibrate(
+            lambda nu: eval_stats(nu, sampler, x, y, point, batch_size=batch_size, num_batches=num_batches,
+                                  num_passes=num_passes, generator=gen),  # fmt: skip
+            target_scale(y, point), domain=domain or IntegerDomain(1, 4096), budget=budget, seed=seed,
+            progress=progress,
+        )
+    out = CalibratedSampler(model, result, forward=forward, operating_point=operating_point, generator=gen,
+                            max_rows=max_rows)  # fmt: skip
+    if out.at_boundary:
+        warnings.warn(f"calibrate_sampler: nu = {out.nu} is the domain's low end and SA still under-disperses there "
+                      f"(the surrogate's optimum is nu = {result.nu_surrogate_continuous:.3g}): intervals will be "
+                      f"too narrow", stacklevel=2)  # fmt: skip
+    return out

@@ -24,14 +24,17 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
-from matplotlib import cbook
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
+from stochattn.extras import requires
 from stochattn.io import atomic_path
 from stochattn.metrics import w1_uniform
 from stochattn.report import load_runs, method_label, method_order
+
+with requires("workflow"):
+    import pandas as pd
+    from matplotlib import cbook
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
 
 __all__ = [
     "DPI",
@@ -240,7 +243,8 @@ def compose_panels(
     """One multi-panel figure from panel images drawn by other jobs (the paper's teaser (a) (b) (c)): ``rows`` of
     PNG paths, each row as wide as the figure, each panel at its own aspect ratio and lettered (a), (b), ... in
     reading order. The panels are raster images (at their own DPI), also in the PDF. Returns ``[png, pdf]``."""
-    import matplotlib.image as mpimg
+    with requires("workflow"):
+        import matplotlib.image as mpimg
 
     rows = [list(r) for r in rows if len(r)]
     if not rows:

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 
 from torch import nn
 
+from stochattn.extras import requires
+
 __all__ = ["add_lora", "lora_parameter_names"]
 
 
@@ -23,7 +25,8 @@ def add_lora(model: nn.Module, targets: Sequence[str], *, r: int, alpha: float, 
     """Inject LoRA adapters of rank ``r`` and scale ``alpha / r`` into the ``nn.Linear`` modules of ``model`` whose
     name is, or ends with ``.`` + , one of ``targets``; freeze every other parameter. Returns the names of the
     trainable (adapter) parameters. Raises ValueError when a target matches no module."""
-    import peft  # heavy import, only where LoRA is used
+    with requires("lora"):
+        import peft  # heavy import, only where LoRA is used
 
     if isinstance(r, bool) or not isinstance(r, int) or r < 1:
         raise ValueError(f"LoRA rank r must be a positive int, got {r!r}")

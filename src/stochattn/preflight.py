@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stochattn.extras import requires
+
 __all__ = ["Job", "Partition", "dry_run_jobs", "parse_slurm_time", "slurm_partitions", "place", "unschedulable",
            "main"]  # fmt: skip
 
@@ -195,7 +197,8 @@ def place(jobs: Sequence[Job], partition_file: Path | None, local: set[str] = fr
     fallback = default_partition()
     partitions = None
     if partition_file is not None:
-        from snakemake_executor_plugin_slurm.partitions import get_best_partition, read_partition_file
+        with requires("workflow"):
+            from snakemake_executor_plugin_slurm.partitions import get_best_partition, read_partition_file
 
         partitions = read_partition_file(partition_file)
 
@@ -268,7 +271,8 @@ def _profile_partition_file(profile: str | None, cwd: Path) -> Path | None:
     """The partition file a profile names (``slurm-partition-config``, relative to the profile's folder)."""
     if profile is None:
         return None
-    import yaml
+    with requires("workflow"):
+        import yaml
 
     places = (cwd / profile, Path(profile), Path.home() / ".config" / "snakemake" / profile,
               Path("/etc/xdg/snakemake") / profile)  # fmt: skip

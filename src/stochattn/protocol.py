@@ -21,7 +21,10 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-import yaml
+from stochattn.extras import requires
+
+with requires("workflow"):
+    import yaml
 
 __all__ = ["NOT_PROTOCOL", "check_multiswag_matches_swag", "load_paper_protocol", "merged", "dataset_section",
            "protocol_deviations", "protocol_note"]

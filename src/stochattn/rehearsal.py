@@ -38,6 +38,8 @@ from typing import Any, Optional
 
 import numpy as np
 
+from stochattn.extras import requires
+
 __all__ = [
     "REHEARSAL_WEIGHTS",
     "REHEARSAL_DATA",
@@ -131,7 +133,8 @@ def save_timesfm_checkpoint(
     finds it without network; the returned path is the snapshot's ``model.safetensors`` (a link to the blob), in
     the Xet layout of today's Hub unless ``xet=False``.
     """
-    from safetensors.torch import save_file
+    with requires("timesfm"):
+        from safetensors.torch import save_file
 
     from stochattn.backbones.timesfm import TIMESFM_FILENAME, TIMESFM_REPO_ID, module_of
     from stochattn.io import atomic_path
@@ -243,7 +246,8 @@ def _synthetic(short: str, shape: tuple[int, ...], rng: np.random.Generator, lev
 
 def _labelled_netcdf(dest: Path, write: Any) -> Path:
     """Write a netCDF file with ``write(tmp_path)`` and add the rehearsal label as global attributes, atomically."""
-    import netCDF4
+    with requires("climax"):
+        import netCDF4
 
     from stochattn.io import atomic_path
 

@@ -31,12 +31,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from stochattn.data.uci import UCI_DATASETS
+from stochattn.extras import requires
 from stochattn.io import atomic_path, load_json
 from stochattn.progress import progress as show_progress
 from stochattn.provenance import provenance_record, write_provenance
+
+with requires("workflow"):
+    import pandas as pd
 
 __all__ = [
     "METHOD_LABELS",

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from stochattn.extras import requires
+
 __all__ = ["read_benchmarks", "runtime_estimates", "dataset_estimates", "load_dataset_estimates", "pairs_mb",
            "windows_mb", "memory_needed", "write_measured", "load_measured", "load_step_costs", "Sizes", "Work",
            "adapt_work", "method_work", "candidate_work", "selection_work", "member_work", "analyses_work",
@@ -100,7 +102,8 @@ def load_dataset_estimates(path: str | Path | None) -> dict[str, dict[str, int]]
     """Read a file written by ``--write`` (``{}`` for None); a clear error when it is missing or malformed."""
     if path is None:
         return {}
-    import yaml
+    with requires("workflow"):
+        import yaml
 
     path = Path(path)
     if not path.is_file():
@@ -142,7 +145,8 @@ def write_measured(root: str | Path, path: str | Path, note: str, data_mb: dict[
     """``{family: {"n", "max_s", "max_rss_mb", "data_mb"}}`` of the benchmark records under ``root`` -> ``path``
     (YAML, with ``note``: where and at what size it was measured). ``data_mb``: per family, the size of the data its
     jobs loaded (0 where not given)."""
-    import yaml
+    with requires("workflow"):
+        import yaml
 
     from .io import atomic_path
 
@@ -157,7 +161,8 @@ def write_measured(root: str | Path, path: str | Path, note: str, data_mb: dict[
 
 def load_measured(path: str | Path) -> dict[str, dict[str, Any]]:
     """The records of :func:`write_measured`."""
-    import yaml
+    with requires("workflow"):
+        import yaml
 
     with open(path, encoding="utf-8") as fh:
         rec = yaml.safe_load(fh) or {}
@@ -413,7 +418,8 @@ def main(argv: list[str] | None = None) -> int:
         rss = "NA" if e["max_rss_mb"] is None else f"{e['max_rss_mb']:.0f}"
         print(f"{family:28s} {e['n']:4d} {e['median_s']:9.1f} {e['max_s']:9.1f} {rss:>10s} {e['runtime_min']:11d}")
     if args.write:
-        import yaml
+        with requires("workflow"):
+            import yaml
 
         from .io import atomic_path
 

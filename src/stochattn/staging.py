@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stochattn.extras import requires
 from stochattn.io import atomic_path, sha256_file
 
 __all__ = [
@@ -246,8 +247,9 @@ def workflow_config(configfiles: Sequence[str | os.PathLike], workflow_dir: str 
     """The configuration a Snakemake run of the workflow in ``workflow_dir`` sees: ``config/config.yaml`` with
     ``configfiles`` merged over it (Snakemake's own merge), validated against the schema (defaults filled), relative
     mirrors resolved against ``workflow_dir``."""
-    import yaml
-    from snakemake.utils import update_config, validate
+    with requires("workflow"):
+        import yaml
+        from snakemake.utils import update_config, validate
 
     workflow_dir = Path(workflow_dir).resolve()
     config = yaml.safe_load((workflow_dir / "config" / "config.yaml").read_text())
@@ -484,7 +486,8 @@ def _present(d: Download, verified: _Verified) -> bool:
         folder = d.path.parent
         return all(verified.sha256(folder / m) is not None for m in d.members)
     if d.kind == "hf":  # verified again (Hub LFS id, recorded SHA-256) by the fetch rule that reads it
-        from huggingface_hub import try_to_load_from_cache
+        with requires("timesfm"):
+            from huggingface_hub import try_to_load_from_cache
 
         from stochattn.backbones.timesfm import TIMESFM_FILENAME
 

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import contextlib
 
-import rtdl_revisiting_models as rtdl
 from torch import Tensor, nn
+
+from stochattn.extras import requires
 
 # ``predict`` lives in stochattn.training (the training loop validates with it) and is re-exported here.
 from stochattn.training import predict, seeded
+
+with requires("uci"):
+    import rtdl_revisiting_models as rtdl
 
 __all__ = ["TabularRegressor", "build_ft_transformer", "predict"]
 

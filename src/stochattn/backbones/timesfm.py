@@ -29,23 +29,26 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 import torch
-from huggingface_hub import hf_hub_download
-from safetensors.torch import load_file
 from torch import Tensor, nn
-
-# Imported from the submodules directly: ``timesfm/__init__`` swallows an ImportError of its torch part.
-from timesfm.timesfm_2p5 import timesfm_2p5_base
-from timesfm.timesfm_2p5.timesfm_2p5_torch import TimesFM_2p5_200M_torch_module
-from timesfm.torch import normalization as tfm_normalization
-from timesfm.torch import transformer as tfm_transformer
-from timesfm.torch import util as tfm_util
 
 from stochattn.attention import Method, masked_attention_probs
 from stochattn.backbones.checkpoints import CheckpointMismatchError, state_dict_mismatch
+from stochattn.extras import requires
 from stochattn.io import atomic_path, sha256_file
 from stochattn.patch import NuSpec, SAState, StochasticAttention, predictive_samples, register_attention
 from stochattn.progress import progress as show_progress
 from stochattn.training import seeded
+
+with requires("timesfm"):
+    from huggingface_hub import hf_hub_download
+    from safetensors.torch import load_file
+
+    # Imported from the submodules directly: ``timesfm/__init__`` swallows an ImportError of its torch part.
+    from timesfm.timesfm_2p5 import timesfm_2p5_base
+    from timesfm.timesfm_2p5.timesfm_2p5_torch import TimesFM_2p5_200M_torch_module
+    from timesfm.torch import normalization as tfm_normalization
+    from timesfm.torch import transformer as tfm_transformer
+    from timesfm.torch import util as tfm_util
 
 __all__ = [
     "TIMESFM_REPO_ID",

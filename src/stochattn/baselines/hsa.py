@@ -39,11 +39,14 @@ import math
 from collections.abc import Iterator
 
 import torch
-from rtdl_revisiting_models import MultiheadAttention
 from torch import Tensor, nn
 
+from stochattn.extras import requires
 from stochattn.patch import predictive_samples
 from stochattn.training import attribute_set, eval_mode, model_device
+
+with requires("uci"):
+    from rtdl_revisiting_models import MultiheadAttention
 
 __all__ = [
     "HSAAttentionBase",

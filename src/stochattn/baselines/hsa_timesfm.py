@@ -36,11 +36,14 @@ from __future__ import annotations
 from typing import Any, Callable, Optional
 
 import torch
-from timesfm.torch import transformer as tfm_transformer
 from torch import Tensor, nn
 
 from stochattn.backbones.timesfm import module_of
 from stochattn.baselines.hsa import HSAAttentionBase
+from stochattn.extras import requires
+
+with requires("timesfm"):
+    from timesfm.torch import transformer as tfm_transformer
 
 __all__ = ["TimesFMHSAAttention", "add_hsa_to_timesfm", "remove_hsa_from_timesfm"]
 

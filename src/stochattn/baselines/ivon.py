@@ -16,12 +16,12 @@ import contextlib
 import math
 from typing import Iterator
 
-import ivon as ivon_opt
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from stochattn.extras import requires
 from stochattn.progress import progress as show_progress
 from stochattn.training import (
     FitResult,
@@ -36,6 +36,9 @@ from stochattn.training import (
     resolve_device,
     seeded,
 )
+
+with requires("uci"):
+    import ivon as ivon_opt
 
 __all__ = ["fit_ivon", "ivon_samples", "ivon_step", "make_ivon"]
 

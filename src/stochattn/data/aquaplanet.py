@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from stochattn.data import era5
+from stochattn.extras import requires
 from stochattn.io import save_json
 from stochattn.metrics import lat_weighted_rmse
 from stochattn.progress import progress as show_progress
@@ -218,7 +219,8 @@ def _jax_on_cpu():
 
     if "jax" not in sys.modules:
         os.environ["JAX_PLATFORMS"] = "cpu"
-    import jax
+    with requires("climax"):
+        import jax
 
     try:
         jax.config.update("jax_platforms", "cpu")
@@ -243,10 +245,11 @@ def _model(resolution: str, dt_minutes: int, output_hours: int, delta_t_y: float
            levels_hpa: tuple[int, ...], quantities: tuple[str, ...]) -> _Model:  # fmt: skip
     """Build and compile the Held–Suarez model (cached: a second run with the same settings does not recompile)."""
     jax = _jax_on_cpu()
-    import jax.numpy as jnp
-    from dinosaur import (coordinate_systems, held_suarez, horizontal_interpolation, primitive_equations,
-                          primitive_equations_states, scales, sigma_coordinates, spherical_harmonic,
-                          time_integration, vertical_interpolation, xarray_utils)  # fmt: skip
+    with requires("climax"):
+        import jax.numpy as jnp
+        from dinosaur import (coordinate_systems, held_suarez, horizontal_interpolation, primitive_equations,
+                              primitive_equations_states, scales, sigma_coordinates, spherical_harmonic,
+                              time_integration, vertical_interpolation, xarray_utils)  # fmt: skip
 
     units = scales.units
     device = jax.devices("cpu")[0]

@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from stochattn.extras import requires
 from stochattn.io import atomic_path, save_json, save_npz
 
 __all__ = [
@@ -225,7 +226,8 @@ def constants_path(root: str | os.PathLike) -> Path:
 # reading
 # ------------------------------------------------------------------------------------------------------------------
 def _open_dataset(path: Path):
-    import xarray as xr
+    with requires("climax"):
+        import xarray as xr
 
     if not path.is_file():
         raise FileNotFoundError(
@@ -341,7 +343,8 @@ def open_weatherbench(
     when the times (within a file and across the files, which must follow each other without a gap) are not
     strictly increasing and evenly spaced.
     """
-    import xarray as xr
+    with requires("climax"):
+        import xarray as xr
 
     years = [int(y) for y in years]
     if not years:
@@ -556,7 +559,8 @@ def write_weatherbench_file(
     coordinate in the geopotential_500 / temperature_850 extracts), global attribute Conventions CF-1.6.
     NOTE[DIFF]: the ``history`` attribute says the file was written by stochattn, not by grib_to_netcdf.
     """
-    import xarray as xr
+    with requires("climax"):
+        import xarray as xr
 
     short, pressure = _variable(folder)
     if short_name != short:
@@ -609,7 +613,8 @@ def write_weatherbench_constants(path: str | os.PathLike, fields: Mapping[str, A
     ``lon2d`` (default: the grid's latitude / longitude of each cell). Every field is stored float32 with dims
     (lat, lon). NOTE[DIFF]: the public file's dtypes are not checked here; float32 is assumed.
     """
-    import xarray as xr
+    with requires("climax"):
+        import xarray as xr
 
     data = dict(fields)
     lat2d, lon2d = np.meshgrid(LAT, LON, indexing="ij")

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from stochattn.data.uci import DataFetchError, _check_mirrors, _download_verified, _Mismatch
+from stochattn.extras import requires
 from stochattn.io import as_sha256_table, atomic_path, read_sha256_table, sha256_file
 
 __all__ = [
@@ -285,7 +286,8 @@ def load_ett(
     evenly spaced at the data set's step (a lost row would shift every border); or there are fewer rows than
     the test border (``test_end``) needs (a truncated file).
     """
-    import pandas as pd  # pandas only where a CSV is parsed
+    with requires("workflow"):
+        import pandas as pd  # pandas only where a CSV is parsed
 
     path = Path(path)
     ds = resolve_ett(name) if name is not None else resolve_ett(_infer_name(path))

@@ -46,9 +46,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
-import pandas as pd
 
 from stochattn.data.era5 import ROW, row_label
+from stochattn.extras import requires
 from stochattn.experiments import uci_figures
 from stochattn.experiments.evaluate import REFERENCE
 from stochattn.figures import (
@@ -76,6 +76,9 @@ from stochattn.report import (
     nu_rows,
     tidy_frame,
 )
+
+with requires("workflow"):
+    import pandas as pd
 
 __all__ = [
     "ROW",

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from stochattn.extras import requires
 from stochattn.io import load_json, load_npz
 from stochattn.report import (
     COST_GROUPS,
@@ -45,6 +45,9 @@ from stochattn.report import (
     nu_rows,
     tidy_frame,
 )
+
+with requires("workflow"):
+    import pandas as pd
 
 __all__ = ["config_label", "load_ett_runs", "SHARPNESS_TABLE", "POOLED_TABLE", "ZERO_SHOT_TABLE", "ETT_TABLE_SPECS",
            "coverage_figure", "window_row"]  # fmt: skip

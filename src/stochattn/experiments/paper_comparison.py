@@ -18,12 +18,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-import yaml
-
+from stochattn.extras import requires
 from stochattn.io import atomic_path
 from stochattn.provenance import provenance_record, write_provenance
 from stochattn.report import method_label
+
+with requires("workflow"):
+    import pandas as pd
+    import yaml
 
 __all__ = ["COLUMNS", "VERDICTS", "paper_cells", "slice_of", "compare", "to_markdown", "write_comparison",
            "load_tables"]

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from stochattn.extras import requires
 from stochattn.figures import (
     PALETTE,
     PathLike,
@@ -44,6 +44,9 @@ from stochattn.io import load_json, load_npz
 from stochattn.metrics import _level_key, central_interval
 from stochattn.report import as_float, dataset_label, dataset_order, method_label, method_order
 from stochattn.scaling import apply_scale
+
+with requires("workflow"):
+    import pandas as pd
 
 __all__ = [
     "pit_histograms",

@@ -34,8 +34,8 @@ import math
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from stochattn.extras import requires
 from stochattn.metrics import w1_uniform
 from stochattn.report import (
     SCALAR_BLOCKS,
@@ -51,6 +51,9 @@ from stochattn.report import (
     method_order,
     tidy_frame,
 )
+
+with requires("workflow"):
+    import pandas as pd
 
 __all__ = [
     "uci_master_table",
