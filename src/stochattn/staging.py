@@ -553,7 +553,6 @@ def stage(
 
     workdir = Path(workdir).resolve()
     store = store_of(config, workdir)
-    store.mkdir(parents=True, exist_ok=True)
     verified = _Verified(store)
     todo = [d for d in plan if not _present(d, verified)]
     kept = [str(d.path) for d in plan if d not in todo]
