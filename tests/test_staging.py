@@ -299,3 +299,19 @@ def test_the_paper_plan_names_every_slice_and_skips_what_a_mirror_holds(tmp_path
     quick["data"]["store"] = str(tmp_path / "store")
     if all(Path(m).is_dir() for m in quick["data"]["mirrors"]):
         assert staging.plan_downloads(quick, tmp_path) == []
+
+
+def test_the_download_target_runs_as_a_job_of_the_workflow(tmp_path):
+    """`snakemake download` (what `--profile slurm` submits as one CPU job): on the embedded default every file is
+    in the shared mirror, so it stages nothing and says so in its log."""
+    from test_workflow import _snakemake_cmd
+
+    quick = staging.workflow_config([REPO / "config" / "quick.yaml"], REPO)
+    if not all(Path(m).is_dir() for m in quick["data"]["mirrors"]):
+        pytest.skip("the shared data mirror is absent")
+    cmd = [*_snakemake_cmd(), "--snakefile", str(REPO / "Snakefile"), "--directory", str(tmp_path), "--cores", "2",
+           "download", "--configfile", str(REPO / "config" / "quick.yaml")]  # fmt: skip
+    res = subprocess.run(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert res.returncode == 0, res.stdout[-3000:]
+    log = (tmp_path / "logs" / "data" / "download.log").read_text()
+    assert "0 files needed" in log and "download: 0 fetched, 0 kept" in log, log
