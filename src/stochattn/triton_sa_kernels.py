@@ -1,0 +1,168 @@
+"""Triton kernels of fused stochastic attention (imported by :mod:`stochattn.triton_sa` only; needs triton).
+
+Every program handles BLOCK_M query rows of one (batch, head) and streams the key blocks, as FlashAttention does;
+nothing of size L x S is stored. Row statistics (max ``m``, normaliser ``Z``) live in (B*H*L,) fp32 buffers.
+
+* :func:`_stats_kernel` (pass 1): online softmax, ``m = max_j s_j`` and ``Z = sum_j exp(s_j - m)`` per row.
+* :func:`_sample_kernel` (pass 2): re-streams the key blocks with ``e_j = exp(s_j - m)`` (unnormalised), carries
+  the row's cumulative sum across blocks, and counts how many of the row's ``nu`` draws ``x_t = u_t Z``
+  (``u_t`` i.i.d. U[0, 1) from ``tl.rand``) fall in each key's interval ``[C_{j-1}, C_j)``: the counts of ``nu``
+  i.i.d. uniforms in a partition into intervals of lengths ``p_j`` are exactly ``Multinomial(nu, p)``. The counts
+  (BLOCK_M, BLOCK_N) multiply the value block on the tensor cores (``tl.dot``), as P V does in fused attention.
+  A head with ``nu = 0`` is deterministic (weights ``e_j / Z``), the convention of :mod:`stochattn.attention`.
+
+Draw ``t`` of row ``r`` (r = (b H + h) L + i) uses the Philox counter ``offset + r * nu_max + t``.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _block_scores(q, K, Mask, offs_m, n0, L, S, E, scale, stride_kn, stride_ke, stride_ml, stride_ms,
+                  MASK_KIND: tl.constexpr, IS_CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
+                  PRECISION: tl.constexpr):  # fmt: skip
+    """Scaled logits (BLOCK_M, BLOCK_N) fp32 of keys n0..n0+BLOCK_N, -inf where masked or out of range, and the
+    key indices (BLOCK_N,). MASK_KIND: 0 none, 1 boolean (int8, nonzero = keep), 2 additive (fp32)."""
+    offs_n = n0 + tl.arange(0, BLOCK_N)
+    offs_e = tl.arange(0, BLOCK_E)
+    kt = tl.load(K + offs_n[None, :] * stride_kn + offs_e[:, None] * stride_ke,
+                 mask=(offs_n[None, :] < S) & (offs_e[:, None] < E), other=0.0)  # fmt: skip
+    s = tl.dot(q, kt, input_precision=PRECISION) * scale
+    keep = (offs_n[None, :] < S) & (offs_m[:, None] >= 0)
+    if IS_CAUSAL:
+        keep = keep & (offs_n[None, :] <= offs_m[:, None])
+    if MASK_KIND != 0:
+        in_range = (offs_m[:, None] < L) & (offs_n[None, :] < S)
+        mv = tl.load(Mask + offs_m[:, None] * stride_ml + offs_n[None, :] * stride_ms, mask=in_range, other=0)
+        if MASK_KIND == 1:
+            keep = keep & (mv != 0)
+        else:
+            s = s + mv
+    return tl.where(keep, s, float("-inf")), offs_n
+
+
+@triton.jit
+def _key_end(pid_m, S, IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr):
+    """One past the last key a row of this program may attend (causal: the diagonal of its last row)."""
+    if IS_CAUSAL:
+        return tl.minimum(S, (pid_m + 1) * BLOCK_M)
+    return S
+
+
+@triton.jit
+def _load_q(Q, offs_m, L, E, stride_ql, stride_qe, BLOCK_E: tl.constexpr):
+    offs_e = tl.arange(0, BLOCK_E)
+    return tl.load(Q + offs_m[:, None] * stride_ql + offs_e[None, :] * stride_qe,
+                   mask=(offs_m[:, None] < L) & (offs_e[None, :] < E), other=0.0)  # fmt: skip
+
+
+@triton.jit
+def _stats_kernel(Q, K, Mask, M_out, Z_out, H, L, S, E, scale,
+                  sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sm_b, sm_h, sm_l, sm_s,
+                  MASK_KIND: tl.constexpr, IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  BLOCK_E: tl.constexpr, PRECISION: tl.constexpr):  # fmt: skip
+    """Pass 1: per-row max m and normaliser Z = sum exp(s - m) (Z = 0, m = -inf for a fully masked row)."""
+    pid_m, pid_bh = tl.program_id(0), tl.program_id(1)
+    b, h = pid_bh // H, pid_bh % H
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    q = _load_q(Q + b * sq_b + h * sq_h, offs_m, L, E, sq_l, sq_e, BLOCK_E)
+    K = K + b * sk_b + h * sk_h
+    Mask = Mask + b * sm_b + h * sm_h
+    m = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    z = tl.zeros((BLOCK_M,), tl.float32)
+    for n0 in range(0, _key_end(pid_m, S, IS_CAUSAL, BLOCK_M), BLOCK_N):
+        s, _ = _block_scores(q, K, Mask, offs_m, n0, L, S, E, scale, sk_s, sk_e, sm_l, sm_s,
+                             MASK_KIND, IS_CAUSAL, BLOCK_N, BLOCK_E, PRECISION)  # fmt: skip
+        m_new = tl.maximum(m, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        z = z * tl.exp(m - m_safe) + tl.sum(tl.exp(s - m_safe[:, None]), 1)
+        m = m_new
+    rows = pid_bh.to(tl.int64) * L + offs_m
+    tl.store(M_out + rows, m, mask=offs_m < L)
+    tl.store(Z_out + rows, z, mask=offs_m < L)
+
+
+@triton.jit
+def _draws(seed, offset, rows, t0, nu_max, nu, z, NU_BLOCK: tl.constexpr):
+    """Draws t0..t0+NU_BLOCK of each row as points x = u Z (BLOCK_M, NU_BLOCK); -1 for slots t >= nu (unused)."""
+    t = t0 + tl.arange(0, NU_BLOCK)
+    u = tl.rand(seed, offset + rows[:, None] * nu_max + t[None, :])
+    return tl.where(t[None, :] < nu, u * z[:, None], -1.0)
+
+
+@triton.jit
+def _count_in_block(x, hi, positive, lo, top, BLOCK_N: tl.constexpr):
+    """Counts (BLOCK_M, BLOCK_N) of the points x (BLOCK_M, T) falling in this block's key intervals.
+
+    hi: the running cumulative sum at each key; lo / top (BLOCK_M,): the cumulative sum before the block and the
+    largest one at a positive key of it. A point in [lo, top) goes to the first positive key with hi > x: exactly
+    one key per point (whatever the rounding of the scan), never a key with e = 0.
+    """
+    j = tl.arange(0, BLOCK_N)
+    above = (hi[:, None, :] > x[:, :, None]) & positive[:, None, :]
+    first = tl.min(tl.where(above, j[None, None, :], BLOCK_N), 2)
+    first = tl.where((x >= lo[:, None]) & (x < top[:, None]), first, BLOCK_N)
+    return tl.sum((first[:, :, None] == j[None, None, :]).to(tl.float32), 1)
+
+
+@triton.jit
+def _sample_kernel(Q, K, V, Mask, M_in, Z_in, Nu, Out, seed, offset, nu_max, H, L, S, E, EV, scale,
+                   sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
+                   sm_b, sm_h, sm_l, sm_s, so_b, so_h, so_l, so_e,
+                   MASK_KIND: tl.constexpr, IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr, NU_BLOCK: tl.constexpr, PRECISION: tl.constexpr,
+                   WEIGHTS_IN_V_DTYPE: tl.constexpr):  # fmt: skip
+    """Pass 2: out = (W / nu) V with W ~ Multinomial(nu_h, softmax row) per row, by counting the row's draws in
+    the key intervals of its cumulative sum (carried across blocks). Draws beyond the final cumulative sum (float
+    rounding: it may end slightly below Z) go to the row's last positive key."""
+    pid_m, pid_bh = tl.program_id(0), tl.program_id(1)
+    b, h = pid_bh // H, pid_bh % H
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_ev = tl.arange(0, BLOCK_EV)
+    rows = pid_bh.to(tl.int64) * L + offs_m
+    q = _load_q(Q + b * sq_b + h * sq_h, offs_m, L, E, sq_l, sq_e, BLOCK_E)
+    K = K + b * sk_b + h * sk_h
+    V = V + b * sv_b + h * sv_h
+    Mask = Mask + b * sm_b + h * sm_h
+    m = tl.load(M_in + rows, mask=offs_m < L, other=float("-inf"))
+    z = tl.load(Z_in + rows, mask=offs_m < L, other=0.0)
+    m = tl.where(m == float("-inf"), 0.0, m)
+    nu = tl.load(Nu + h)
+    carry = tl.zeros((BLOCK_M,), tl.float32)
+    last = tl.full((BLOCK_M,), -1, tl.int32)
+    acc = tl.zeros((BLOCK_M, BLOCK_EV), tl.float32)
+    for n0 in range(0, _key_end(pid_m, S, IS_CAUSAL, BLOCK_M), BLOCK_N):
+        s, offs_n = _block_scores(q, K, Mask, offs_m, n0, L, S, E, scale, sk_s, sk_e, sm_l, sm_s,
+                                  MASK_KIND, IS_CAUSAL, BLOCK_N, BLOCK_E, PRECISION)  # fmt: skip
+        e = tl.exp(s - m[:, None])
+        if nu == 0:
+            w = e / tl.where(z > 0, z, 1.0)[:, None]
+        else:
+            positive = e > 0
+            hi = carry[:, None] + tl.cumsum(e, 1)
+            top = tl.maximum(carry, tl.max(tl.where(positive, hi, 0.0), 1))
+            w = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+            for t0 in range(0, nu, NU_BLOCK):
+                w += _count_in_block(_draws(seed, offset, rows, t0, nu_max, nu, z, NU_BLOCK), hi, positive, carry,
+                                     top, BLOCK_N)  # fmt: skip
+            last = tl.maximum(last, tl.max(tl.where(positive, offs_n[None, :], -1), 1))
+            carry = top
+        v = tl.load(V + offs_n[:, None] * sv_s + offs_ev[None, :] * sv_e,
+                    mask=(offs_n[:, None] < S) & (offs_ev[None, :] < EV), other=0.0)  # fmt: skip
+        if WEIGHTS_IN_V_DTYPE:
+            acc += tl.dot(w.to(v.dtype), v)
+        else:
+            acc += tl.dot(w, v.to(tl.float32), input_precision="ieee")
+    if nu > 0:
+        left = tl.zeros((BLOCK_M,), tl.float32)
+        for t0 in range(0, nu, NU_BLOCK):
+            left += tl.sum((_draws(seed, offset, rows, t0, nu_max, nu, z, NU_BLOCK) >= carry[:, None]).to(tl.float32), 1)
+        left = tl.where(last >= 0, left, 0.0)
+        v_last = tl.load(V + tl.maximum(last, 0)[:, None] * sv_s + offs_ev[None, :] * sv_e,
+                         mask=(last[:, None] >= 0) & (offs_ev[None, :] < EV), other=0.0)  # fmt: skip
+        acc = (acc + left[:, None] * v_last.to(tl.float32)) / nu
+    out = Out + b * so_b + h * so_h + offs_m[:, None] * so_l + offs_ev[None, :] * so_e
+    tl.store(out, acc.to(Out.dtype.element_ty), mask=(offs_m[:, None] < L) & (offs_ev[None, :] < EV))
