@@ -102,10 +102,11 @@ def _mask_operand(attn_mask: Optional[Tensor], shape: tuple, like: Tensor) -> tu
 
 def _blocks(interpreting: bool, nu_max: int) -> dict:
     """Tile sizes: (BLOCK_M, BLOCK_N) 32 x 32 and 8 draws at a time on the GPU (the draw-counting tile is
-    BLOCK_M x NU_BLOCK x BLOCK_N); 16 x 16 in the interpreter, where small tiles keep tests on several blocks."""
-    nu_block = min(8, triton_next_power_of_2(max(nu_max, 1)))
+    BLOCK_M x NU_BLOCK x BLOCK_N). In the interpreter, whose cost is per operation, 128 rows x 16 keys x 32 draws:
+    few programs, and short key blocks keep small test rows on several blocks (the carried sum is exercised)."""
     if interpreting:
-        return {"BLOCK_M": 16, "BLOCK_N": 16, "NU_BLOCK": nu_block}
+        return {"BLOCK_M": 128, "BLOCK_N": 16, "NU_BLOCK": min(32, triton_next_power_of_2(nu_max))}
+    nu_block = min(8, triton_next_power_of_2(nu_max))
     return {"BLOCK_M": 32, "BLOCK_N": 32, "NU_BLOCK": nu_block, "num_warps": 4}
 
 
@@ -158,13 +159,13 @@ def sa_attention_fused(
     interpreting = _interpreting(kernels)
     cfg = _blocks(interpreting, nu_max)
     meta = {"MASK_KIND": kind, "IS_CAUSAL": bool(is_causal), "BLOCK_E": max(16, triton_next_power_of_2(E)),
-            "PRECISION": "ieee" if q.dtype == torch.float32 else "tf32", **cfg}  # fmt: skip
+            "PRECISION": "ieee" if q.dtype == torch.float32 else "tf32", "UPCAST": interpreting, **cfg}  # fmt: skip
     grid = (-(-L // cfg["BLOCK_M"]), B * H)
     row_m = torch.empty(B * H * L, dtype=torch.float32, device=q.device)
     row_z = torch.empty_like(row_m)
     kernels._stats_kernel[grid](q, k, mask, row_m, row_z, H, L, S, E, scale, *q.stride(), *k.stride(), *sm, **meta)
     out = torch.empty(B, H, L, Ev, dtype=v.dtype, device=q.device)
-    in_v_dtype = v.dtype != torch.float32 and nu_max <= _EXACT_COUNT[v.dtype]
+    in_v_dtype = v.dtype != torch.float32 and nu_max <= _EXACT_COUNT[v.dtype] and not interpreting
     kernels._sample_kernel[grid](q, k, v, mask, row_m, row_z, nu_h, out, int(seed), int(offset), nu_max, H, L, S,
                                  E, Ev, scale, *q.stride(), *k.stride(), *v.stride(), *sm, *out.stride(),
                                  BLOCK_EV=max(16, triton_next_power_of_2(Ev)), WEIGHTS_IN_V_DTYPE=in_v_dtype,

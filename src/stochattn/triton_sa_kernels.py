@@ -11,6 +11,9 @@ nothing of size L x S is stored. Row statistics (max ``m``, normaliser ``Z``) li
   (BLOCK_M, BLOCK_N) multiply the value block on the tensor cores (``tl.dot``), as P V does in fused attention.
   A head with ``nu = 0`` is deterministic (weights ``e_j / Z``), the convention of :mod:`stochattn.attention`.
 
+UPCAST (the interpreter): 16-bit operands are converted to fp32 before every ``tl.dot``; Triton 3.9's interpreter
+returns wrong products for bf16 operands.
+
 Draw ``t`` of row ``r`` (r = (b H + h) L + i) uses the Philox counter ``offset + r * nu_max + t``.
 """
 
@@ -23,14 +26,17 @@ import triton.language as tl
 @triton.jit
 def _block_scores(q, K, Mask, offs_m, n0, L, S, E, scale, stride_kn, stride_ke, stride_ml, stride_ms,
                   MASK_KIND: tl.constexpr, IS_CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_E: tl.constexpr,
-                  PRECISION: tl.constexpr):  # fmt: skip
+                  PRECISION: tl.constexpr, UPCAST: tl.constexpr):  # fmt: skip
     """Scaled logits (BLOCK_M, BLOCK_N) fp32 of keys n0..n0+BLOCK_N, -inf where masked or out of range, and the
     key indices (BLOCK_N,). MASK_KIND: 0 none, 1 boolean (int8, nonzero = keep), 2 additive (fp32)."""
     offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_e = tl.arange(0, BLOCK_E)
     kt = tl.load(K + offs_n[None, :] * stride_kn + offs_e[:, None] * stride_ke,
                  mask=(offs_n[None, :] < S) & (offs_e[:, None] < E), other=0.0)  # fmt: skip
-    s = tl.dot(q, kt, input_precision=PRECISION) * scale
+    if UPCAST:
+        s = tl.dot(q.to(tl.float32), kt.to(tl.float32), input_precision="ieee") * scale
+    else:
+        s = tl.dot(q, kt, input_precision=PRECISION) * scale
     keep = (offs_n[None, :] < S) & (offs_m[:, None] >= 0)
     if IS_CAUSAL:
         keep = keep & (offs_n[None, :] <= offs_m[:, None])
@@ -63,7 +69,7 @@ def _load_q(Q, offs_m, L, E, stride_ql, stride_qe, BLOCK_E: tl.constexpr):
 def _stats_kernel(Q, K, Mask, M_out, Z_out, H, L, S, E, scale,
                   sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sm_b, sm_h, sm_l, sm_s,
                   MASK_KIND: tl.constexpr, IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  BLOCK_E: tl.constexpr, PRECISION: tl.constexpr):  # fmt: skip
+                  BLOCK_E: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):  # fmt: skip
     """Pass 1: per-row max m and normaliser Z = sum exp(s - m) (Z = 0, m = -inf for a fully masked row)."""
     pid_m, pid_bh = tl.program_id(0), tl.program_id(1)
     b, h = pid_bh // H, pid_bh % H
@@ -75,7 +81,7 @@ def _stats_kernel(Q, K, Mask, M_out, Z_out, H, L, S, E, scale,
     z = tl.zeros((BLOCK_M,), tl.float32)
     for n0 in range(0, _key_end(pid_m, S, IS_CAUSAL, BLOCK_M), BLOCK_N):
         s, _ = _block_scores(q, K, Mask, offs_m, n0, L, S, E, scale, sk_s, sk_e, sm_l, sm_s,
-                             MASK_KIND, IS_CAUSAL, BLOCK_N, BLOCK_E, PRECISION)  # fmt: skip
+                             MASK_KIND, IS_CAUSAL, BLOCK_N, BLOCK_E, PRECISION, UPCAST)  # fmt: skip
         m_new = tl.maximum(m, tl.max(s, 1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         z = z * tl.exp(m - m_safe) + tl.sum(tl.exp(s - m_safe[:, None]), 1)
@@ -114,7 +120,7 @@ def _sample_kernel(Q, K, V, Mask, M_in, Z_in, Nu, Out, seed, offset, nu_max, H, 
                    sm_b, sm_h, sm_l, sm_s, so_b, so_h, so_l, so_e,
                    MASK_KIND: tl.constexpr, IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr, NU_BLOCK: tl.constexpr, PRECISION: tl.constexpr,
-                   WEIGHTS_IN_V_DTYPE: tl.constexpr):  # fmt: skip
+                   UPCAST: tl.constexpr, WEIGHTS_IN_V_DTYPE: tl.constexpr):  # fmt: skip
     """Pass 2: out = (W / nu) V with W ~ Multinomial(nu_h, softmax row) per row, by counting the row's draws in
     the key intervals of its cumulative sum (carried across blocks). Draws beyond the final cumulative sum (float
     rounding: it may end slightly below Z) go to the row's last positive key."""
@@ -136,7 +142,7 @@ def _sample_kernel(Q, K, V, Mask, M_in, Z_in, Nu, Out, seed, offset, nu_max, H, 
     acc = tl.zeros((BLOCK_M, BLOCK_EV), tl.float32)
     for n0 in range(0, _key_end(pid_m, S, IS_CAUSAL, BLOCK_M), BLOCK_N):
         s, offs_n = _block_scores(q, K, Mask, offs_m, n0, L, S, E, scale, sk_s, sk_e, sm_l, sm_s,
-                                  MASK_KIND, IS_CAUSAL, BLOCK_N, BLOCK_E, PRECISION)  # fmt: skip
+                                  MASK_KIND, IS_CAUSAL, BLOCK_N, BLOCK_E, PRECISION, UPCAST)  # fmt: skip
         e = tl.exp(s - m[:, None])
         if nu == 0:
             w = e / tl.where(z > 0, z, 1.0)[:, None]

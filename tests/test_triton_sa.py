@@ -1,0 +1,197 @@
+"""The fused Triton SA kernel (stochattn.triton_sa) through Triton's CPU interpreter: the exact law of the weights
+(V = identity, so an output row is the weight row W / nu), masks, causal rows, per-head nu, seeds, and agreement in
+law with the explicit path. Independent draws are rows: one query repeated N times along L (every row has its own
+Philox counters), so a single call gives N draws of each weight row."""
+
+import math
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels' first import: they then run on CPU tensors
+pytest.importorskip("triton", reason="triton is not installed (optional: the fused GPU kernel and its tests)")
+
+from stochattn import triton_sa  # noqa: E402
+from stochattn.attention import masked_attention_probs, scaled_dot_product_attention  # noqa: E402
+
+if not triton_sa.available("cpu")[0]:
+    pytest.skip(f"the kernels were built without the interpreter: {triton_sa.available('cpu')[1]}", allow_module_level=True)
+
+# |z| bound for standard-normal statistics over up to a few hundred comparisons per test: P(|z| > 5) ~ 6e-7 each.
+Z_MAX = 5.0
+S = 40  # three key blocks of 16 in the interpreter: the carried cumulative sum is exercised
+
+
+def _qk(L0=2, H=1, S=S, E=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(1, H, L0, E, generator=g) * 1.5, torch.randn(1, H, S, E, generator=g)
+
+
+def _repeat(q, n):
+    """(1, H, L0, E) -> (1, H, L0 * n, E): each query row n times (row i * n + r = draw r of query i)."""
+    return q.repeat_interleave(n, dim=2)
+
+
+def _eye(H, S=S, dtype=torch.float32):
+    return torch.eye(S, dtype=dtype).expand(1, H, S, S)
+
+
+def _assert_law(w, pi, nu):
+    """w (N, S) weight rows drawn from one pi (S,) float64: E = pi and Cov = (diag(pi) - pi pi^T) / nu, z-scores
+    with the exact SD for the mean and the products' own spread for the covariance (on keys expected in at least
+    30 draws, where that spread is a usable estimate of the SE)."""
+    w, N = w.double(), w.shape[0]
+    cov = (torch.diag(pi) - torch.outer(pi, pi)) / nu
+    keep = pi > 1e-12
+    z_mean = (w.mean(0) - pi)[keep] / torch.sqrt(torch.diag(cov)[keep] / N)
+    assert z_mean.abs().max() < Z_MAX, z_mean
+    frequent = pi * N >= 30
+    dev = (w - pi)[:, frequent]
+    prods = dev[:, :, None] * dev[:, None, :]
+    z_cov = (prods.mean(0) - cov[frequent][:, frequent]) / (prods.std(0) / math.sqrt(N))
+    assert z_cov.abs().max() < Z_MAX, z_cov
+
+
+def _assert_counts(w, nu, allowed):
+    """Rows of w * nu are non-negative integer counts summing to nu, zero wherever ``allowed`` is False."""
+    counts = w.double() * nu  # w = counts / nu rounded to float32
+    assert torch.all((counts - counts.round()).abs() <= nu * 2.0**-22) and (counts >= 0).all()
+    counts = counts.round()
+    assert torch.all(counts.sum(-1) == nu)
+    assert torch.all(counts[~allowed.expand_as(counts)] == 0)
+
+
+@pytest.mark.parametrize("nu", [1, 3, 50])
+def test_weights_follow_the_multinomial_law(nu):
+    """Mean pi and covariance (diag(pi) - pi pi^T) / nu per query row, two rows x 3000 draws, S = 40."""
+    q, k = _qk()
+    n = 3000
+    w = triton_sa.sa_attention_fused(_repeat(q, n), k, _eye(1), nu, seed=11 + nu)[0, 0]  # (2n, S)
+    pi = masked_attention_probs(q.double(), k.double())[0, 0]
+    _assert_counts(w, nu, torch.ones(S, dtype=torch.bool))
+    for i in range(2):
+        _assert_law(w[i * n:(i + 1) * n], pi[i], nu)
+
+
+@pytest.mark.parametrize("kind", ["bool", "additive"])
+def test_masks_are_respected_and_masked_keys_never_drawn(kind):
+    """A (L0, S) mask broadcast over the repeated rows: masked keys get no draw; the law is the masked softmax's.
+    Additive: -inf on the masked keys, finite offsets elsewhere. A fully masked row returns zeros."""
+    q, k = _qk(L0=3, seed=1)
+    g = torch.Generator().manual_seed(2)
+    keep = torch.rand(3, S, generator=g) > 0.4
+    keep[2] = False  # a fully masked row
+    keep[0, S - 1] = True  # the last key attendable in one row (the end of the cumulative sum)
+    if kind == "bool":
+        mask = keep
+    else:
+        mask = torch.where(keep, torch.randn(3, S, generator=g), torch.tensor(float("-inf")))
+    n, nu = 1500, 7
+    rep = mask.repeat_interleave(n, dim=0)  # (3n, S)
+    w = triton_sa.sa_attention_fused(_repeat(q, n), k, _eye(1), nu, attn_mask=rep, seed=5)[0, 0]
+    pi = masked_attention_probs(q.double(), k.double(), mask.double() if kind == "additive" else mask)[0, 0]
+    _assert_counts(w[: 2 * n], nu, keep[:2].repeat_interleave(n, dim=0))
+    assert torch.all(w[2 * n:] == 0)
+    for i in range(2):
+        _assert_law(w[i * n:(i + 1) * n], pi[i], nu)
+
+
+def test_causal_rows_draw_only_past_keys():
+    """is_causal: row i draws among keys 0..i only (top-left aligned), counts sum to nu; row 0 is always key 0."""
+    g = torch.Generator().manual_seed(3)
+    L = S
+    q, k = torch.randn(4, 2, L, 8, generator=g), torch.randn(4, 2, S, 8, generator=g)
+    nu = 9
+    w = triton_sa.sa_attention_fused(q, k, _eye(2).expand(4, 2, S, S), nu, is_causal=True, seed=7)
+    _assert_counts(w.reshape(-1, S), nu, torch.ones(L, S, dtype=torch.bool).tril().repeat(8, 1))
+    assert torch.all(w[:, :, 0, 0] == 1)
+
+
+def test_per_head_nu_and_deterministic_heads():
+    """nu = (0, 1, 6): head 0 is the deterministic softmax output, head 1 draws one key, head 2 six."""
+    q, k = _qk(L0=5, H=3, seed=4)
+    g = torch.Generator().manual_seed(5)
+    v = torch.randn(1, 3, S, 4, generator=g)
+    nu = torch.tensor([0, 1, 6])
+    out = triton_sa.sa_attention_fused(q, k, v, nu, seed=3)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(out[:, 0], ref[:, 0], rtol=1e-5, atol=1e-5)
+    w = triton_sa.sa_attention_fused(q, k, _eye(3), nu, seed=3)
+    _assert_counts(w[0, 1], 1, torch.ones(S, dtype=torch.bool))
+    _assert_counts(w[0, 2], 6, torch.ones(S, dtype=torch.bool))
+
+
+def test_nu_one_returns_one_value_row_per_query():
+    """nu = 1: each output row is exactly one row of V (a key the row may attend)."""
+    g = torch.Generator().manual_seed(6)
+    q, k, v = torch.randn(2, 2, 30, 8, generator=g), torch.randn(2, 2, S, 8, generator=g), torch.randn(2, 2, S, 5, generator=g)
+    out = triton_sa.sa_attention_fused(q, k, v, 1, is_causal=True, seed=9)
+    match = (out[:, :, :, None, :] == v[:, :, None, :, :]).all(-1)  # (B, H, L, S)
+    assert torch.all(match.sum(-1) >= 1)
+    assert not (match & ~torch.ones(30, S, dtype=torch.bool).tril()).any()
+
+
+def test_seed_and_offset_reproduce_and_separate_draws():
+    q, k = _qk(L0=20, seed=7)
+    v = _eye(1)
+    a = triton_sa.sa_attention_fused(q, k, v, 4, seed=123)
+    assert torch.equal(a, triton_sa.sa_attention_fused(q, k, v, 4, seed=123))
+    assert not torch.equal(a, triton_sa.sa_attention_fused(q, k, v, 4, seed=124))
+    assert not torch.equal(a, triton_sa.sa_attention_fused(q, k, v, 4, seed=123, offset=20 * 4))
+
+
+@pytest.mark.parametrize("dtype, nu", [(torch.bfloat16, 5), (torch.bfloat16, 300), (torch.float16, 40)])
+def test_half_precision_inputs(dtype, nu):
+    """16-bit inputs: counts stay exact integers (beyond 256 draws in bf16, the count x V product runs in fp32); a
+    deterministic head (nu = 0) matches SDPA to the dtype's precision."""
+    q, k = (t.to(dtype) for t in _qk(L0=16, H=2, seed=8))
+    w = triton_sa.sa_attention_fused(q, k, _eye(2, dtype=dtype), torch.tensor([nu, 0]), seed=1)
+    assert w.dtype == dtype
+    counts = w[0, 0].double() * nu
+    assert torch.all((counts - counts.round()).abs() <= counts * 2.0**-7) and torch.all(counts.round().sum(-1) == nu)
+    ref = torch.softmax((q[0, 1].double() @ k[0, 1].double().T) / math.sqrt(q.shape[-1]), -1)
+    torch.testing.assert_close(w[0, 1].double(), ref, rtol=0.02, atol=2e-3)
+
+
+def test_agrees_in_law_with_the_explicit_path():
+    """Two-sample z-scores of the output's mean and variance (random V, one query, N = 3000 draws each) between the
+    fused kernel and stochattn.attention.scaled_dot_product_attention with the same nu and an additive mask."""
+    q, k = _qk(L0=1, seed=9)
+    g = torch.Generator().manual_seed(10)
+    v = torch.randn(1, 1, S, 3, generator=g)
+    mask = torch.randn(1, S, generator=g)
+    n, nu = 3000, 4
+    qn = _repeat(q, n)
+    fused = triton_sa.sa_attention_fused(qn, k, v, nu, attn_mask=mask, seed=21)[0, 0].double()
+    explicit = scaled_dot_product_attention(qn, k, v, attn_mask=mask, nu=nu, generator=g)[0, 0].double()
+    z_mean = (fused.mean(0) - explicit.mean(0)) / torch.sqrt((fused.var(0) + explicit.var(0)) / n)
+    assert z_mean.abs().max() < Z_MAX, z_mean
+    # var of a sample variance ~ (mu4 - var^2) / n, mu4 from the pooled fourth central moments
+    pooled = torch.cat([fused - fused.mean(0), explicit - explicit.mean(0)])
+    se = torch.sqrt(2 * ((pooled**4).mean(0) - pooled.var(0) ** 2) / n)
+    z_var = (fused.var(0) - explicit.var(0)) / se
+    assert z_var.abs().max() < Z_MAX, z_var
+
+
+def test_unavailable_where_the_kernel_cannot_run(monkeypatch):
+    """The caller's fallback signal: available() is (False, reason) and the entry point raises
+    FusedUnavailableError, off the interpreter's device and where triton cannot be imported."""
+    ok, reason = triton_sa.available("cuda")
+    assert not ok and "interpreter" in reason
+    q = torch.zeros(1, 1, 2, 8)
+    monkeypatch.setattr(triton_sa, "_kernels", lambda: (None, "triton is not importable (test)"))
+    assert triton_sa.available("cpu") == (False, "triton is not importable (test)")
+    with pytest.raises(triton_sa.FusedUnavailableError, match="not importable"):
+        triton_sa.sa_attention_fused(q, q, q, 2, seed=0)
+
+
+def test_bad_arguments():
+    q = torch.zeros(1, 2, 3, 8)
+    for nu, err in ((0, ValueError), (torch.tensor([1.0, 2.0]), ValueError), (torch.tensor([1, 2, 3]), ValueError)):
+        with pytest.raises(err):
+            triton_sa.sa_attention_fused(q, q, q, nu, seed=0)
+    with pytest.raises(ValueError, match="is_causal"):
+        triton_sa.sa_attention_fused(q, q, q, 2, attn_mask=torch.ones(3, 3, dtype=torch.bool), is_causal=True, seed=0)
+    with pytest.raises(TypeError):
+        triton_sa.sa_attention_fused(q, q.double(), q, 2, seed=0)
