@@ -68,7 +68,8 @@ def fused_rows(device: torch.device, repeats: int = 10, dtype: torch.dtype = tor
         q, k, v, causal = _inputs(shape, dtype, device)
         for nu in NUS:
             det_s, ratio = _ratio(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
-                                  lambda: sa_attention_fused(q, k, v, nu, is_causal=causal, seed=nu), repeats)  # fmt: skip
+                                  lambda: sa_attention_fused(q, k, v, nu, is_causal=causal, seed=nu),
+                                  repeats)  # fmt: skip
             out = sa_attention_fused(q, k, v, nu, is_causal=causal, seed=0)
             good = bool(torch.isfinite(out).all())
             if nu == 1:  # every output row is one row of V
@@ -88,7 +89,8 @@ def explicit_rows(device: torch.device, repeats: int, dtype: torch.dtype = torch
         q, k, v, causal = _inputs(shape, dtype, device)
         for nu in NUS:
             det_s, ratio = _ratio(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
-                                  lambda: scaled_dot_product_attention(q, k, v, is_causal=causal, nu=nu), repeats)  # fmt: skip
+                                  lambda: scaled_dot_product_attention(q, k, v, is_causal=causal, nu=nu),
+                                  repeats)  # fmt: skip
             rows.append({"check": f"{name}: explicit nu={nu} time / SDPA", "ok": True, "value": f"{ratio:.2f}x"})
     return rows
 

@@ -16,7 +16,7 @@ from stochattn import triton_sa  # noqa: E402
 from stochattn.attention import masked_attention_probs, scaled_dot_product_attention  # noqa: E402
 
 if not triton_sa.available("cpu")[0]:
-    pytest.skip(f"the kernels were built without the interpreter: {triton_sa.available('cpu')[1]}", allow_module_level=True)
+    pytest.skip(f"kernels built without the interpreter: {triton_sa.available('cpu')[1]}", allow_module_level=True)
 
 # |z| bound for standard-normal statistics over up to a few hundred comparisons per test: P(|z| > 5) ~ 6e-7 each.
 Z_MAX = 5.0
@@ -125,7 +125,7 @@ def test_per_head_nu_and_deterministic_heads():
 def test_nu_one_returns_one_value_row_per_query():
     """nu = 1: each output row is exactly one row of V (a key the row may attend)."""
     g = torch.Generator().manual_seed(6)
-    q, k, v = torch.randn(2, 2, 30, 8, generator=g), torch.randn(2, 2, S, 8, generator=g), torch.randn(2, 2, S, 5, generator=g)
+    q, k, v = (torch.randn(2, 2, n, e, generator=g) for n, e in ((30, 8), (S, 8), (S, 5)))
     out = triton_sa.sa_attention_fused(q, k, v, 1, is_causal=True, seed=9)
     match = (out[:, :, :, None, :] == v[:, :, None, :, :]).all(-1)  # (B, H, L, S)
     assert torch.all(match.sum(-1) >= 1)

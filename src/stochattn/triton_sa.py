@@ -64,9 +64,12 @@ def available(device: Union[str, torch.device] = "cuda") -> tuple[bool, str]:
         return False, reason
     device = torch.device(device)
     if _interpreting(kernels):
-        return (True, "") if device.type == "cpu" else (False, "triton's interpreter (TRITON_INTERPRET=1) runs on CPU tensors only")
+        if device.type != "cpu":
+            return False, "triton's interpreter (TRITON_INTERPRET=1) runs on CPU tensors only"
+        return True, ""
     if device.type != "cuda":
-        hint = "" if os.environ.get("TRITON_INTERPRET") != "1" else " (TRITON_INTERPRET=1 was set after the first import)"
+        late = os.environ.get("TRITON_INTERPRET") == "1"
+        hint = " (TRITON_INTERPRET=1 was set after the kernels' first import)" if late else ""
         return False, f"the compiled triton kernel runs on CUDA tensors, got {device}{hint}"
     if not torch.cuda.is_available():
         return False, "no CUDA device"
@@ -77,7 +80,8 @@ def _nu_per_head(nu: Union[int, Tensor], H: int, device: torch.device) -> Tensor
     """(H,) int32 on ``device``: a positive int for every head, or a per-head tensor (0 = deterministic head)."""
     if isinstance(nu, Tensor):
         if nu.dtype.is_floating_point or nu.dtype == torch.bool or nu.numel() not in (1, H):
-            raise ValueError(f"nu must be an int or an integer tensor of 1 or H={H} values, got {nu.dtype} {tuple(nu.shape)}")
+            raise ValueError(f"nu must be an int or an integer tensor of 1 or H={H} values, got {nu.dtype} "
+                             f"{tuple(nu.shape)}")
         nu = nu.reshape(-1).expand(H)
         if int(nu.min()) < 0:
             raise ValueError("nu must be >= 0 (0 marks a deterministic head)")
@@ -105,12 +109,13 @@ def _blocks(interpreting: bool, nu_max: int) -> dict:
     BLOCK_M x NU_BLOCK x BLOCK_N). In the interpreter, whose cost is per operation, 128 rows x 16 keys x 32 draws:
     few programs, and short key blocks keep small test rows on several blocks (the carried sum is exercised)."""
     if interpreting:
-        return {"BLOCK_M": 128, "BLOCK_N": 16, "NU_BLOCK": min(32, triton_next_power_of_2(nu_max))}
-    nu_block = min(8, triton_next_power_of_2(nu_max))
+        return {"BLOCK_M": 128, "BLOCK_N": 16, "NU_BLOCK": min(32, _next_power_of_2(nu_max))}
+    nu_block = min(8, _next_power_of_2(nu_max))
     return {"BLOCK_M": 32, "BLOCK_N": 32, "NU_BLOCK": nu_block, "num_warps": 4}
 
 
-def triton_next_power_of_2(n: int) -> int:
+def _next_power_of_2(n: int) -> int:
+    """Smallest power of two >= n (1 for n <= 1): Triton tile sizes."""
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
@@ -141,7 +146,8 @@ def sa_attention_fused(
         raise FusedUnavailableError(why)
     kernels, _ = _kernels()
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
-        raise ValueError(f"q, k, v must be (B, H, L, E), (B, H, S, E), (B, H, S, Ev); got {q.shape}, {k.shape}, {v.shape}")
+        raise ValueError(f"q, k, v must be (B, H, L, E), (B, H, S, E), (B, H, S, Ev); got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}")
     B, H, L, E = q.shape
     S, Ev = k.shape[2], v.shape[3]
     if k.shape != (B, H, S, E) or v.shape[:3] != (B, H, S):
@@ -158,7 +164,7 @@ def sa_attention_fused(
     kind, mask, sm = _mask_operand(attn_mask, (B, H, L, S), q)
     interpreting = _interpreting(kernels)
     cfg = _blocks(interpreting, nu_max)
-    meta = {"MASK_KIND": kind, "IS_CAUSAL": bool(is_causal), "BLOCK_E": max(16, triton_next_power_of_2(E)),
+    meta = {"MASK_KIND": kind, "IS_CAUSAL": bool(is_causal), "BLOCK_E": max(16, _next_power_of_2(E)),
             "PRECISION": "ieee" if q.dtype == torch.float32 else "tf32", "UPCAST": interpreting, **cfg}  # fmt: skip
     grid = (-(-L // cfg["BLOCK_M"]), B * H)
     row_m = torch.empty(B * H * L, dtype=torch.float32, device=q.device)
@@ -168,6 +174,6 @@ def sa_attention_fused(
     in_v_dtype = v.dtype != torch.float32 and nu_max <= _EXACT_COUNT[v.dtype] and not interpreting
     kernels._sample_kernel[grid](q, k, v, mask, row_m, row_z, nu_h, out, int(seed), int(offset), nu_max, H, L, S,
                                  E, Ev, scale, *q.stride(), *k.stride(), *v.stride(), *sm, *out.stride(),
-                                 BLOCK_EV=max(16, triton_next_power_of_2(Ev)), WEIGHTS_IN_V_DTYPE=in_v_dtype,
+                                 BLOCK_EV=max(16, _next_power_of_2(Ev)), WEIGHTS_IN_V_DTYPE=in_v_dtype,
                                  **meta)  # fmt: skip
     return out

@@ -165,7 +165,8 @@ def _sample_kernel(Q, K, V, Mask, M_in, Z_in, Nu, Out, seed, offset, nu_max, H, 
     if nu > 0:
         left = tl.zeros((BLOCK_M,), tl.float32)
         for t0 in range(0, nu, NU_BLOCK):
-            left += tl.sum((_draws(seed, offset, rows, t0, nu_max, nu, z, NU_BLOCK) >= carry[:, None]).to(tl.float32), 1)
+            x = _draws(seed, offset, rows, t0, nu_max, nu, z, NU_BLOCK)
+            left += tl.sum((x >= carry[:, None]).to(tl.float32), 1)
         left = tl.where(last >= 0, left, 0.0)
         v_last = tl.load(V + tl.maximum(last, 0)[:, None] * sv_s + offs_ev[None, :] * sv_e,
                          mask=(last[:, None] >= 0) & (offs_ev[None, :] < EV), other=0.0)  # fmt: skip
