@@ -9,9 +9,12 @@
    the patched pass at ``nu=None`` must equal the unpatched one (SA off is exact), and at nu in {1, 4, 16, 64, 512}
    the median of per-repeat (SA / deterministic) time ratios, each repeat timing the two passes back to back with
    the device synchronised (the paper, V100, ClimaX: 1.08x at nu=1, ~1.11x at nu=4, 1.25x at nu=512).
-3. The tiny DAG of every slice (UCI, ETT, ERA5; ``config/test.yaml``) on the GPU, in a temporary directory.
+3. The fused SA kernel (:mod:`stochattn.triton_sa`) against fused SDPA on the attention shapes of full-size ClimaX and
+   TimesFM 2.5 at nu in {1, 4, 16, 64, 512} (time ratio; at nu=1 every output row must be a row of V), and peak
+   memory at 8k / 16k tokens for SDPA, the kernel and the explicit path (benchmarks/bench_triton_sa.py).
+4. The tiny DAG of every slice (UCI, ETT, ERA5; ``config/test.yaml``) on the GPU, in a temporary directory.
 
-Where no CUDA device is present it says so and exits 0: the checks need one. ``--device cpu`` runs parts 2 and 3
+Where no CUDA device is present it says so and exits 0: the checks need one. ``--device cpu`` runs parts 2 and 4
 on the CPU with reduced modules (``--small``), which is how this script itself is tested. Exit status 1 when a check
 failed.
 """
@@ -184,6 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"gpu-check on {name} (torch {torch.__version__})", flush=True)
     parts = [lambda: [arch_row(), cuda_tests()]] if device.type == "cuda" else []
     parts.append(lambda: sa_rows(device, args.repeats, args.small))
+    if device.type == "cuda":  # the fused Triton kernel against fused SDPA, and memory at long contexts
+        from bench_triton_sa import fused_rows, memory_rows
+
+        parts.append(lambda: fused_rows(device, args.repeats) + memory_rows(device))
     if not args.skip_dag:
         parts.append(tiny_dags)
     rows = []
