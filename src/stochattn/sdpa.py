@@ -14,9 +14,11 @@ or a ``torch.compile``'d forward does not see the dispatcher: such a module make
 
 SDPA semantics kept: boolean masks (True = attend) and additive float masks, ``is_causal`` (top-left), ``scale``,
 ``enable_gqa`` (K/V heads repeated per query group, as torch). A row with no attendable key (all False / all -inf)
-gets zero weights and a zero output, as torch's SDPA returns for it; no key is drawn. A row masked with a *finite*
-large negative value (Hugging Face's eager masks) keeps the softmax torch computes, so SA draws from it like the
-deterministic layer weighs it. ``dropout_p`` is inference-only here: in eval mode it is ignored with a warning
+gets zero weights and a zero output, as torch's SDPA returns for it; no key is drawn. An additive mask entry at
+or below half the dtype's minimum (how Hugging Face's eager masks write "masked") counts as -inf: other rows are
+unchanged (such keys already have probability exactly 0), and a row masked entirely that way (left-padded queries in
+a causal decoder) gets zero weights, as with transformers' sdpa masks, where torch would average uniformly over the
+masked keys; so no masked key is ever drawn (NOTE[DIFF] from torch for those rows only). ``dropout_p`` is inference-only here: in eval mode it is ignored with a warning
 (NOTE[DIFF]: torch would drop at inference; SA is the only randomness wanted); in training mode it raises.
 
 **Which modules.** A module whose class's ``forward`` calls ``scaled_dot_product_attention`` (source inspection,
@@ -51,6 +53,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional, Union
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -148,6 +151,10 @@ def _dispatch_sdpa(
     nu = frame.state.nu
     if isinstance(nu, Tensor):
         nu = _per_head(nu, query, frame.module)
+    if attn_mask is not None and attn_mask.is_floating_point():
+        # NOTE[DIFF]: "masked" written as a finite minimum (Hugging Face's eager masks) counts as -inf, so a row with
+        # no attendable key gets zero weights and no draw instead of torch's uniform average over masked keys.
+        attn_mask = attn_mask.masked_fill(attn_mask <= torch.finfo(attn_mask.dtype).min / 2, float("-inf"))
     return frame.state.sdpa(query, key, value, attn_mask, is_causal, scale, enable_gqa, nu)
 
 
