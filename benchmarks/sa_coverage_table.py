@@ -57,6 +57,7 @@ def hf_cases(impl: str) -> list[Case]:
     tokens = torch.arange(12).view(2, 6) % 50
     images = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(0))
     series = torch.randn(2, 16, 2, generator=torch.Generator().manual_seed(0))
+    past, future = series[:, :10, 0], series[:, 10:14, 1]  # TimeSeriesTransformer: context 8 + 2 lags, horizon 4
     pad_keys = PAD.bool()[:, None, None, :]
     small = dict(attn_implementation=impl)
     text = lambda m, n: m(_tile(tokens, n), attention_mask=_tile(PAD, n))  # noqa: E731
@@ -76,6 +77,14 @@ def hf_cases(impl: str) -> list[Case]:
         Case("HF LlamaModel (GQA 4/2)", impl, lambda: T.LlamaModel(T.LlamaConfig(
             vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
             intermediate_size=32, **small)), text, (pad_keys & CAUSAL,), PAD.bool()),
+        *([Case("HF TimeSeriesTransformerModel", impl, lambda: T.TimeSeriesTransformerModel(
+            T.TimeSeriesTransformerConfig(prediction_length=4, context_length=8, lags_sequence=[1, 2],
+                                          num_time_features=1, input_size=1, d_model=16, encoder_layers=1,
+                                          decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
+                                          encoder_ffn_dim=32, decoder_ffn_dim=32, **small)),
+            lambda m, n: m(past_values=_tile(past, n), past_time_features=_tile(past[..., None], n),
+                           past_observed_mask=torch.ones(2 * n, 10), future_values=_tile(future, n),
+                           future_time_features=_tile(future[..., None], n)))] if impl == "eager" else []),
         Case("HF SiglipVisionModel", impl, lambda: T.SiglipVisionModel(T.SiglipVisionConfig(
             hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, image_size=8,
             patch_size=4, **small)), lambda m, n: m(_tile(images, n))),

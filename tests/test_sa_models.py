@@ -58,6 +58,20 @@ def siglip(impl):
     return transformers.SiglipVisionModel(cfg).eval()
 
 
+def tst(impl):  # transformers declares no sdpa support for it: eager only
+    cfg = _cfg(transformers.TimeSeriesTransformerConfig, impl, prediction_length=4, context_length=8,
+               lags_sequence=[1, 2], num_time_features=1, input_size=1, d_model=16, encoder_layers=1, decoder_layers=1,
+               encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32)
+    return transformers.TimeSeriesTransformerModel(cfg).eval()
+
+
+def _series_out(m):
+    g = torch.Generator().manual_seed(0)
+    past, future = torch.randn(2, 10, generator=g), torch.randn(2, 4, generator=g)
+    return m(past_values=past, past_time_features=past[..., None], past_observed_mask=torch.ones(2, 10),
+             future_values=future, future_time_features=future[..., None]).last_hidden_state
+
+
 def _tokens(batch=2, length=6):
     return torch.arange(batch * length).view(batch, length) % 50
 
@@ -82,11 +96,12 @@ FAMILIES = {  # name -> (builder, forward(model) -> tensor, attention modules)
     "gpt2": (gpt2, _tokens_out, 2),
     "llama": (llama, _tokens_out, 2),
     "siglip": (siglip, lambda m: _images(m).pooler_output, 3),
+    "time_series_transformer": (tst, _series_out, 3),
 }
+CASES = [(f, i) for f in FAMILIES for i in IMPLS if (f, i) != ("time_series_transformer", "sdpa")]
 
 
-@pytest.mark.parametrize("impl", IMPLS)
-@pytest.mark.parametrize("family", list(FAMILIES))
+@pytest.mark.parametrize("family, impl", CASES)
 def test_hugging_face_models_are_patched_with_no_user_code(family, impl):
     build, forward, n_attention = FAMILIES[family]
     torch.manual_seed(0)
@@ -204,6 +219,14 @@ def test_gqa_per_head_nu_in_prefill_and_one_token_decoding():
     for ref, out in zip(det, seen[: len(det)]):
         assert torch.allclose(out[:, :, [1, 3]], ref[:, :, [1, 3]], atol=1e-5)
         assert not torch.allclose(out[:, :, [0, 2]], ref[:, :, [0, 2]], atol=1e-3)
+
+
+def test_a_family_whose_eager_attention_sdpa_cannot_compute_is_reported_not_patched():
+    """Gemma 2 is eager-only (attention-logit softcapping): its attention is named, not silently run as sdpa."""
+    cfg = transformers.Gemma2Config(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                    num_key_value_heads=1, head_dim=8, intermediate_size=32, attn_implementation="eager")
+    with pytest.raises(ValueError, match="no supported attention module.*Gemma2Attention"):
+        StochasticAttention(transformers.Gemma2Model(cfg).eval(), nu=4)
 
 
 def test_an_attention_path_that_bypasses_the_registry_warns():

@@ -36,8 +36,9 @@ module, and while its frame is open ``AttentionInterface.get_interface`` returns
 ``sdpa_attention_forward`` for "eager", "sdpa" and None. That function handles GQA (``repeat_kv``, ``enable_gqa``,
 ``pack_gqa``), ``is_causal``, cache cropping and position bias, and its SDPA call lands in the dispatcher; eager's
 4-D additive masks are valid SDPA masks and transformers tests eager against sdpa. Other implementations (flash,
-flex, paged) are left alone, make no draw and so warn; eager-only features refuse loudly (softcapping raises in
-transformers' sdpa function, attention sinks raise here). Under SA the attention weights are not returned (None, as
+flex, paged) are left alone, make no draw and so warn. A family whose models all declare ``_supports_sdpa = False``
+is patched only when its eager function is a copy of BERT's or Llama's (:func:`_routable`), else reported as
+unpatched; eager-only features refuse loudly (softcapping raises in transformers' sdpa function, sinks raise here). Under SA the attention weights are not returned (None, as
 with sdpa). Rejected: switching ``config._attn_implementation`` (shared by every layer and often by other models).
 """
 
@@ -241,12 +242,41 @@ def _forward_source(cls: type) -> str:
         return ""
 
 
+def _code(fn: Callable) -> tuple:
+    code = fn.__code__
+    return code.co_code, code.co_consts, code.co_names
+
+
+@functools.lru_cache(maxsize=None)
+def _routable(cls: type) -> bool:
+    """Whether transformers' sdpa function computes what ``cls``'s family computes: yes when one of the models of its
+    modeling file supports sdpa (transformers tests those against eager), or when the file's
+    ``eager_attention_forward`` is a copy (same bytecode) of BERT's or Llama's (e.g. TimeSeriesTransformer, which
+    declares ``_supports_sdpa = False`` for test reasons only); not for families whose eager function differs
+    (softcapping, sinks, ...)."""
+    base = getattr(sys.modules.get("transformers.modeling_utils"), "PreTrainedModel", None)
+    module = sys.modules.get(cls.__module__)
+    if base is None or module is None:
+        return True
+    models = [v for v in vars(module).values()
+              if isinstance(v, type) and issubclass(v, base) and v.__module__ == module.__name__]
+    if not models or any(getattr(m, "_supports_sdpa", False) for m in models):
+        return True
+    eager = getattr(module, "eager_attention_forward", None)
+    if eager is None:
+        return False
+    from transformers.models.bert import modeling_bert
+    from transformers.models.llama import modeling_llama
+
+    return _code(eager) in (_code(modeling_bert.eager_attention_forward), _code(modeling_llama.eager_attention_forward))
+
+
 def detect(cls: type) -> Union[None, AttentionAdapter]:
-    """HF_ADAPTER for a forward calling transformers' attention registry, SDPA_ADAPTER for one calling
-    ``scaled_dot_product_attention``, else None."""
+    """HF_ADAPTER for a forward calling transformers' attention registry (when :func:`_routable`), SDPA_ADAPTER for
+    one calling ``scaled_dot_product_attention``, else None."""
     source = _forward_source(cls)
     if "ALL_ATTENTION_FUNCTIONS.get_interface(" in source or "ALL_ATTENTION_FUNCTIONS[" in source:
-        return HF_ADAPTER
+        return HF_ADAPTER if _routable(cls) else None
     if "scaled_dot_product_attention(" in source:
         return SDPA_ADAPTER
     return None
