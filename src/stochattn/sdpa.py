@@ -58,6 +58,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .extras import requires
 from .patch import _DETECTORS, AttentionAdapter, SAState
 
 
@@ -178,8 +179,8 @@ def _per_head(nu: Tensor, query: Tensor, module: nn.Module) -> Tensor:
 # --------------------------------------------------------------------------------------------------------------
 def _hf_sa_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask, **kwargs):
     """transformers' ``sdpa_attention_forward`` (its SDPA call then goes through the dispatcher)."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
+    with requires("hf"):
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
     if kwargs.get("s_aux") is not None or kwargs.get("sinks") is not None:
         raise NotImplementedError(f"stochastic attention does not support attention sinks ({type(module).__name__})")
     return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
@@ -265,9 +266,9 @@ def _routable(cls: type) -> bool:
     eager = getattr(module, "eager_attention_forward", None)
     if eager is None:
         return False
-    from transformers.models.bert import modeling_bert
-    from transformers.models.llama import modeling_llama
-
+    with requires("hf"):
+        from transformers.models.bert import modeling_bert
+        from transformers.models.llama import modeling_llama
     return _code(eager) in (_code(modeling_bert.eager_attention_forward), _code(modeling_llama.eager_attention_forward))
 
 
