@@ -84,7 +84,9 @@ def hf_cases(impl: str) -> list[Case]:
                                           encoder_ffn_dim=32, decoder_ffn_dim=32, **small)),
             lambda m, n: m(past_values=_tile(past, n), past_time_features=_tile(past[..., None], n),
                            past_observed_mask=torch.ones(2 * n, 10), future_values=_tile(future, n),
-                           future_time_features=_tile(future[..., None], n)))] if impl == "eager" else []),
+                           future_time_features=_tile(future[..., None], n)),
+            (torch.ones(2, 1, 8, 8, dtype=torch.bool), CAUSAL[:4, :4].expand(2, 1, 4, 4),
+             torch.ones(2, 1, 4, 8, dtype=torch.bool)))] if impl == "eager" else []),  # enc self, dec causal, cross
         Case("HF SiglipVisionModel", impl, lambda: T.SiglipVisionModel(T.SiglipVisionConfig(
             hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32, image_size=8,
             patch_size=4, **small)), lambda m, n: m(_tile(images, n))),
@@ -203,14 +205,14 @@ def main() -> None:
     print(f"torch {torch.__version__}, transformers {transformers.__version__}, N = {args.draws} draws per nu")
     cases = hf_cases("eager") + hf_cases("sdpa") + timm_cases() + torch_cases()
     cases.sort(key=lambda c: c.family)
-    head = (f"| {'family':<26} | {'attention':<18} | patched/present | before | max z (mean z^2) nu=8 | "
+    head = (f"| {'family':<30} | {'attention':<18} | patched/present | before | max z (mean z^2) nu=8 | "
             f"max z (mean z^2) nu=512 | masked keys never drawn |")
     print(head)
     print("|" + "|".join("-" * (len(c)) for c in head.split("|")[1:-1]) + "|")
     for case in cases:
         r = measure(case, args.draws)
         z = {nu: f"{r[f'z{nu}'][0]:.2f} ({r[f'z{nu}'][1]:.2f}), K={r[f'z{nu}'][2]}" for nu in (8, 512)}
-        print(f"| {case.family:<26} | {case.impl:<18} | {r['patched']:>7}/{r['present']:<7} | {r['before']:>6} | "
+        print(f"| {case.family:<30} | {case.impl:<18} | {r['patched']:>7}/{r['present']:<7} | {r['before']:>6} | "
               f"{z[8]:<21} | {z[512]:<23} | {r['masked']:<23} |")
 
 

@@ -305,3 +305,18 @@ def test_numpy_and_torch_integer_scalars_are_accepted(nu):
         StochasticAttention(model, nu=np.int64(0))
     with pytest.raises(ValueError, match="positive integer"):
         StochasticAttention(model, nu=np.bool_(True))
+
+
+class FailingSDPA(SDPAModule):
+    def forward(self, q, k, v):
+        F.scaled_dot_product_attention(q, k, v)
+        raise KeyError("boom")
+
+
+def test_an_exception_inside_the_forward_restores_torch_sdpa():
+    q, k, v = _qkv(B=2)
+    module = FailingSDPA(2)
+    with StochasticAttention(module, nu=2):
+        with pytest.raises(KeyError, match="boom"):
+            module(q, k, v)
+        assert F.scaled_dot_product_attention is TORCH_SDPA

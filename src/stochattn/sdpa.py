@@ -3,8 +3,8 @@
 **The SDPA path.** A patched module runs its *own* forward inside a frame: a ``ContextVar`` holding the module and
 its :class:`~stochattn.patch.SAState`. While at least one frame is open (in any thread),
 ``torch.nn.functional.scaled_dot_product_attention`` is a dispatcher: a call made in a context with an open frame is
-computed with SA at that frame's nu (:meth:`SAState.sdpa`, i.e. :func:`stochattn.attention.scaled_dot_product_attention`:
-the masked softmax then the same exact samplers), any other call goes to torch's function unchanged. The dispatcher
+computed with SA at that frame's nu (:meth:`SAState.sdpa`: :func:`stochattn.attention.scaled_dot_product_attention`,
+the masked softmax then the same exact samplers); any other call goes to torch's function unchanged. The dispatcher
 is installed when the first frame opens and torch's function is put back when the last one closes (a reference
 count under a lock), so nothing outside a patched module's forward is touched; a thread that runs another model
 during that window passes through to torch (one Python call more). The innermost frame wins, so nested patched
@@ -14,12 +14,13 @@ or a ``torch.compile``'d forward does not see the dispatcher: such a module make
 
 SDPA semantics kept: boolean masks (True = attend) and additive float masks, ``is_causal`` (top-left), ``scale``,
 ``enable_gqa`` (K/V heads repeated per query group, as torch). A row with no attendable key (all False / all -inf)
-gets zero weights and a zero output, as torch's SDPA returns for it; no key is drawn. An additive mask entry at
-or below half the dtype's minimum (how Hugging Face's eager masks write "masked") counts as -inf: other rows are
-unchanged (such keys already have probability exactly 0), and a row masked entirely that way (left-padded queries in
+gets zero weights and a zero output, as torch's SDPA returns for it; no key is drawn. An additive mask entry at or
+below half the dtype's minimum (how Hugging Face's eager masks write "masked") counts as -inf: other rows are
+unchanged (such keys already have probability exactly 0), and a row masked entirely that way (a left-padded query in
 a causal decoder) gets zero weights, as with transformers' sdpa masks, where torch would average uniformly over the
-masked keys; so no masked key is ever drawn (NOTE[DIFF] from torch for those rows only). ``dropout_p`` is inference-only here: in eval mode it is ignored with a warning
-(NOTE[DIFF]: torch would drop at inference; SA is the only randomness wanted); in training mode it raises.
+masked keys. So no masked key is ever drawn (NOTE[DIFF] from torch, for those rows only). ``dropout_p`` is for
+training: in eval mode it is ignored with a warning (NOTE[DIFF]: torch would drop at inference; SA is the only
+randomness wanted), in training mode it raises.
 
 **Which modules.** A module whose class's ``forward`` calls ``scaled_dot_product_attention`` (source inspection,
 cached per class) is patched this way; a ``fused_attn`` flag (timm's ``Attention``, ``AttentionPoolLatent``, ...)
@@ -29,19 +30,19 @@ is forced on during the patched forward, since timm's explicit path is the same 
 ``ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)``. "sdpa" gives
 ``integrations.sdpa_attention.sdpa_attention_forward``, which calls SDPA; "eager" gives the *default argument*, a
 private ``eager_attention_forward`` copied into each modeling file, which computes the softmax by hand. So the
-registry alone cannot reach eager (its function is not in the registry), and wrapping the hundreds of per-file copies
-would mean re-implementing their variants. The hook chosen: a module whose forward calls the registry (the source
-test transformers itself uses to decide whether a model supports switching implementations) is patched like any SDPA
-module, and while its frame is open ``AttentionInterface.get_interface`` returns transformers' own
+registry alone cannot reach eager (its function is not in the registry), and wrapping the hundreds of per-file
+copies would mean re-implementing their variants. The hook chosen: a module whose forward calls the registry (the
+source test transformers itself uses to decide whether a model can switch implementations) is patched like any
+SDPA module, and while its frame is open ``AttentionInterface.get_interface`` returns transformers' own
 ``sdpa_attention_forward`` for "eager", "sdpa" and None. That function handles GQA (``repeat_kv``, ``enable_gqa``,
 ``pack_gqa``), ``is_causal``, cache cropping and position bias, and its SDPA call lands in the dispatcher; eager's
-4-D additive masks are valid SDPA masks and transformers tests eager against sdpa. Other implementations (flash,
+4-D additive masks are valid SDPA masks, and transformers tests eager against sdpa. Other implementations (flash,
 flex, paged) are left alone, make no draw and so warn. A family whose models all declare ``_supports_sdpa = False``
 is patched only when its eager function is a copy of BERT's or Llama's (:func:`_routable`), else reported as
-unpatched; eager-only features refuse loudly (softcapping raises in transformers' sdpa function, sinks raise here). Under SA the attention weights are not returned (None, as
-with sdpa). Rejected: switching ``config._attn_implementation`` (shared by every layer and often by other models).
+unpatched; eager-only features refuse loudly (softcapping raises in transformers' sdpa function, sinks raise here).
+Under SA the attention weights are not returned (None, as with sdpa). Rejected: switching
+``config._attn_implementation`` (shared by every layer, often by other models, and read when masks are built).
 """
-
 from __future__ import annotations
 
 import contextvars
@@ -86,7 +87,8 @@ def _install() -> None:
     global _open_frames, _torch_sdpa, _hf_get_interface
     with _LOCK:
         if _open_frames == 0:
-            _torch_sdpa = F.scaled_dot_product_attention
+            if F.scaled_dot_product_attention is not _dispatch_sdpa:
+                _torch_sdpa = F.scaled_dot_product_attention
             F.scaled_dot_product_attention = _dispatch_sdpa
             interface = _hf_interface_class()
             if interface is not None:
