@@ -3,6 +3,7 @@
 Modules (one concept each):
     attention   exact Multinomial(nu, pi)/nu attention weights and a drop-in for scaled_dot_product_attention
     patch       enable SA on any model (global, per-layer or per-head nu), predictive sampling
+    sdpa        SA for attention computed by F.scaled_dot_product_attention, timm and Hugging Face transformers
     calibrate   target scale, EvalStats and the BO-under-uncertainty calibration of nu (paper App. A); in one call:
                 ``stochattn.calibrate_sampler(model, x_cal, y_cal)``
     metrics     PIT, W1, coverage/width, CRPS, Energy Score, accuracy and latitude-weighted scores

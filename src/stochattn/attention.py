@@ -56,9 +56,12 @@ _FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
 # validation
 # --------------------------------------------------------------------------------------------------------------
 def check_nu(nu: Nu, name: str = "nu") -> Nu:
-    """Validate a concentration parameter: None, a positive integer, or a non-negative integer tensor."""
+    """Validate a concentration parameter: None, a positive integer (numpy integer scalars included), or a
+    non-negative integer tensor."""
     if nu is None:
         return None
+    if isinstance(nu, np.generic) or isinstance(nu, np.ndarray) and nu.ndim == 0:
+        nu = nu.item()  # np.int64(8) -> 8; a numpy bool stays a bool and is refused below
     if isinstance(nu, Tensor):
         if nu.dtype.is_floating_point:
             if not torch.all(nu == torch.round(nu)):

@@ -7,12 +7,22 @@ masked-softmax probabilities (:func:`stochattn.attention.stochastic_attention`, 
 instance attribute, so the original bound method is back and outputs are bit-identical to the unpatched model.
 With ``nu=None`` an adapter calls the original forward, so a deterministic layer is bit-identical too.
 
-Which modules are attention, and where they compute their probabilities, is a small registry
-(:func:`register_attention`): built in are ``rtdl_revisiting_models.MultiheadAttention`` (FT-Transformer) and
-``torch.nn.MultiheadAttention``; TimesFM and ClimaX adapters register themselves the same way.
+Which modules are attention, and how each is run with SA, is decided per class (subclasses included):
+
+* a small registry (:func:`register_attention`) of adapters: built in are ``rtdl_revisiting_models.MultiheadAttention``
+  (FT-Transformer) and ``torch.nn.MultiheadAttention`` (so ``nn.TransformerEncoder`` / ``Decoder`` too); TimesFM and
+  ClimaX adapters register themselves the same way (``import stochattn.backbones.timesfm`` / ``.climax``). A
+  registered adapter covers subclasses, except those that override ``forward`` when the adapter re-implements it;
+* then detectors (:mod:`stochattn.sdpa`): a module whose forward calls ``F.scaled_dot_product_attention`` (timm, most
+  hand-written transformers) or the Hugging Face attention registry runs its own forward with the SDPA calls made
+  inside it computed with SA.
+
+Nothing is silently left deterministic: :attr:`StochasticAttention.patched` / ``repr`` report what was patched,
+attention-like modules that could not be patched warn (:class:`SACoverageWarning`; ``strict=True`` raises), as does a
+patched module whose forward made no stochastic draw, and :func:`predictive_samples` warns when every pass is identical.
 
 ``nu`` may be given as
-    * ``None`` or a positive int: the same for every attention module;
+    * ``None`` or a positive int (numpy and 0-dim torch integers included): the same for every attention module;
     * a list with one entry per attention module (model order, see :func:`attention_modules`);
     * a mapping from module name pattern (``fnmatch`` glob on the qualified name, e.g. ``"*blocks.0.*"``) or
       module index (int) to a value; modules matched by no key stay deterministic; later keys override earlier;
@@ -25,17 +35,27 @@ from __future__ import annotations
 
 import fnmatch
 import math
+import numbers
+import re
+import threading
 import types
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import Method, check_nu, stochastic_attention, stochastic_weights
+from .attention import Method, check_nu, scaled_dot_product_attention, stochastic_attention, stochastic_weights
 
 NuSpec = Union[None, int, Sequence, Mapping, Tensor]
+
+
+class SACoverageWarning(UserWarning):
+    """Stochastic attention does not reach part of the model (an unpatched attention-like module, a patched module
+    that made no draw, or samples that are all identical)."""
 
 
 def generator_on(
@@ -61,16 +81,32 @@ class SAState:
     generator: Optional[torch.Generator]
     method: Method
     derived: Dict[str, torch.Generator] = field(default_factory=dict)  # generators on other devices (shared)
+    draws: int = 0  # stochastic draws made so far (one per weights / attend / sdpa call)
 
     def weights(self, probs: Tensor) -> Tensor:
         """probs (B, H, L, S) -> stochastic weights of the same shape (identity when nu is None)."""
         gen = generator_on(self.generator, probs.device, self.derived)
+        self.draws += 1
         return stochastic_weights(probs, self.nu, generator=gen, method=self.method, validate=False)
 
     def attend(self, probs: Tensor, value: Tensor) -> Tensor:
         """probs (B, H, L, S), value (B, H, S, D) -> stochastic attention output (B, H, L, D)."""
         gen = generator_on(self.generator, probs.device, self.derived)
+        self.draws += 1
         return stochastic_attention(probs, value, self.nu, generator=gen, method=self.method)
+
+    def sdpa(
+        self, query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor], is_causal: bool,
+        scale: Optional[float], enable_gqa: bool, nu: Union[int, Tensor],
+    ) -> Tensor:
+        """``F.scaled_dot_product_attention`` semantics (no dropout) with SA at ``nu`` (an int or a tensor
+        broadcastable to (..., Hq, L)): query (..., Hq, L, E), key (..., Hk, S, E), value (..., Hk, S, Ev) ->
+        (..., Hq, L, Ev)."""
+        gen = generator_on(self.generator, query.device, self.derived)
+        self.draws += 1
+        return scaled_dot_product_attention(
+            query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa, nu=nu, generator=gen, method=self.method
+        )
 
 
 @dataclass(frozen=True)
@@ -79,43 +115,115 @@ class AttentionAdapter:
 
     ``forward(module, state, original_forward, *args, **kwargs)`` recomputes the module's forward with
     ``state.attend(probs, value)`` (or ``state.weights(probs)`` where the weights themselves are needed, e.g.
-    under attention dropout) on its (B, H, L, S) attention probabilities. ``n_heads(module)`` gives H.
+    under attention dropout) on its (B, H, L, S) attention probabilities. ``n_heads(module)`` gives H (None where
+    unknown: per-head nu is then refused). ``calls_original``: the adapter runs ``original_forward`` (with a swapped
+    attention function) rather than re-implementing it, so it also serves subclasses that override ``forward``.
+    ``kind`` names the mechanism in reports.
     """
 
     forward: Callable[..., Any]
-    n_heads: Callable[[nn.Module], int]
+    n_heads: Callable[[nn.Module], Optional[int]]
+    calls_original: bool = False
+    kind: str = "adapter"
 
 
 _REGISTRY: Dict[type, AttentionAdapter] = {}
+#: Fallbacks tried in order for classes with no registered adapter: class -> adapter or None (see stochattn.sdpa).
+_DETECTORS: List[Callable[[type], Optional[AttentionAdapter]]] = []
 
 
-def register_attention(module_type: type, *, n_heads: Callable[[nn.Module], int]):
-    """Decorator registering ``forward(module, state, original_forward, *args, **kwargs)`` for a module class."""
+def register_attention(
+    module_type: type, *, n_heads: Callable[[nn.Module], Optional[int]], calls_original: bool = False
+):
+    """Decorator registering ``forward(module, state, original_forward, *args, **kwargs)`` for a module class (and
+    its subclasses; see :class:`AttentionAdapter` for ``calls_original``)."""
 
     def decorate(forward: Callable[..., Any]) -> Callable[..., Any]:
-        _REGISTRY[module_type] = AttentionAdapter(forward=forward, n_heads=n_heads)
+        _REGISTRY[module_type] = AttentionAdapter(forward=forward, n_heads=n_heads, calls_original=calls_original)
         return forward
 
     return decorate
 
 
+def adapter_for(module: nn.Module) -> Optional[AttentionAdapter]:
+    """The adapter that runs ``module`` with SA: the nearest registered class in its MRO (skipped when the module's
+    class overrides ``forward`` and the adapter re-implements it), else the first detector that accepts the class."""
+    cls = type(module)
+    for base in cls.__mro__:
+        adapter = _REGISTRY.get(base)
+        if adapter is not None:
+            if base is cls or adapter.calls_original or cls.forward is base.forward:
+                return adapter
+            break
+    for detect in _DETECTORS:
+        adapter = detect(cls)
+        if adapter is not None:
+            return adapter
+    return None
+
+
 def attention_modules(model: nn.Module) -> Dict[str, nn.Module]:
-    """Qualified name -> module, for every module of a registered attention class, in model order."""
-    return {name: m for name, m in model.named_modules() if type(m) in _REGISTRY}
+    """Qualified name -> module, for every module SA can patch (:func:`adapter_for`), in model order."""
+    return {name: m for name, m in model.named_modules() if adapter_for(m) is not None}
+
+
+_ATTENTION_LIKE = re.compile(r"attention|attn", re.IGNORECASE)
+
+
+def unpatched_attention(model: nn.Module, patched: Mapping[str, nn.Module]) -> Dict[str, str]:
+    """Qualified name -> class of the attention-like modules (a class in the MRO named "...Attention..."/"...Attn...") that
+    SA cannot patch and that neither contain nor sit inside a patched module (a wrapper such as Hugging Face's
+    ``BertAttention`` around the patched ``BertSelfAttention`` is covered)."""
+    names = list(patched)
+    out = {}
+    for name, module in model.named_modules():
+        if name in patched or not any(_ATTENTION_LIKE.search(c.__name__) for c in type(module).__mro__):
+            continue
+        inside = any(p == "" or name.startswith(p + ".") for p in names)
+        around = any(name == "" or p.startswith(name + ".") for p in names)
+        if not inside and not around:
+            out[name] = type(module).__module__ + "." + type(module).__qualname__
+    return out
+
+
+def _no_attention_message(unpatched: Mapping[str, str]) -> str:
+    known = ", ".join(t.__module__ + "." + t.__qualname__ for t in _REGISTRY)
+    found = f" Attention-like modules found but not supported: {dict(unpatched)}." if unpatched else ""
+    return (
+        "the model has no supported attention module. Supported: modules whose forward calls "
+        "torch.nn.functional.scaled_dot_product_attention (e.g. timm), Hugging Face transformers attention "
+        "(eager and sdpa), and the registered classes and their subclasses "
+        f"({known}); TimesFM and ClimaX register theirs on `import stochattn.backbones.timesfm` / "
+        "`import stochattn.backbones.climax`. Register any other class with "
+        f"stochattn.patch.register_attention(cls, n_heads=...).{found}"
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------
 # nu specification
 # --------------------------------------------------------------------------------------------------------------
-def _per_module_value(value: Any, n_heads: int, where: str) -> Union[None, int, Tensor]:
+def _scalar(value: Any) -> Any:
+    """numpy scalars / 0-d arrays and 0-dim tensors -> Python scalars; anything else unchanged."""
+    if isinstance(value, (Tensor, np.ndarray)) and value.ndim == 0 or isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def _per_module_value(value: Any, n_heads: Optional[int], where: str) -> Union[None, int, Tensor]:
     """A module's nu: None, int, or per-head (n_heads, 1) int64 tensor (0 = deterministic head)."""
-    if value is None or isinstance(value, (int, float)) and not isinstance(value, bool):
+    value = _scalar(value)
+    if value is None or isinstance(value, numbers.Real) and not isinstance(value, bool):
         return check_nu(value, name=f"nu[{where}]")
-    if isinstance(value, Tensor) or isinstance(value, Sequence) and not isinstance(value, str):
-        heads = value.tolist() if isinstance(value, Tensor) else list(value)
+    if isinstance(value, (Tensor, np.ndarray)) or isinstance(value, Sequence) and not isinstance(value, str):
+        if isinstance(value, (Tensor, np.ndarray)):
+            heads = [None if h == 0 else h for h in value.tolist()]  # 0 in a tensor = deterministic head
+        else:
+            heads = list(value)
+        if n_heads is None:
+            raise ValueError(f"nu[{where}] is per-head but the module's head count is unknown")
         if len(heads) != n_heads:
             raise ValueError(f"nu[{where}] has {len(heads)} per-head values but the module has {n_heads} heads")
-        checked = [check_nu(h, name=f"nu[{where}][head {i}]") for i, h in enumerate(heads)]
+        checked = [check_nu(_scalar(h), name=f"nu[{where}][head {i}]") for i, h in enumerate(heads)]
         if all(h is None for h in checked):
             return None
         if len(set(checked)) == 1:
@@ -127,10 +235,12 @@ def _per_module_value(value: Any, n_heads: int, where: str) -> Union[None, int, 
 def resolve_nu(model_modules: Mapping[str, nn.Module], nu: NuSpec) -> Dict[str, Union[None, int, Tensor]]:
     """Map every attention module name to its nu (see the module docstring for the accepted forms)."""
     names = list(model_modules)
-    heads = {name: _REGISTRY[type(m)].n_heads(m) for name, m in model_modules.items()}
+    heads = {name: adapter_for(m).n_heads(m) for name, m in model_modules.items()}
+    nu = _scalar(nu)
     if isinstance(nu, Mapping):
         resolved: Dict[str, Any] = {name: None for name in names}
         for key, value in nu.items():
+            key = _scalar(key)
             if isinstance(key, int) and not isinstance(key, bool):
                 if not -len(names) <= key < len(names):
                     raise ValueError(f"nu key {key} is out of range: the model has {len(names)} attention modules")
@@ -148,10 +258,38 @@ def resolve_nu(model_modules: Mapping[str, nn.Module], nu: NuSpec) -> Dict[str, 
         if len(nu) != len(names):
             raise ValueError(f"nu has {len(nu)} per-layer values but the model has {len(names)} attention modules")
         return {name: _per_module_value(v, heads[name], name) for name, v in zip(names, nu)}
-    if isinstance(nu, Tensor):
+    if isinstance(nu, (Tensor, np.ndarray)):
         raise TypeError("a tensor nu is per-head: give it per module, e.g. {'*': tensor}")
     value = check_nu(nu)
     return {name: value for name in names}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# torch's MHA fast path, off while any patch with an nn.MultiheadAttention is applied (reference-counted)
+# --------------------------------------------------------------------------------------------------------------
+_FASTPATH_LOCK = threading.Lock()
+_fastpath_users = 0
+_fastpath_before: Optional[bool] = None
+
+
+def _fastpath_off() -> None:
+    """nn.TransformerEncoderLayer's inference fast path calls a fused kernel instead of self_attn.forward: turn it off
+    while any patch needs it; the first user saves the setting and the last one to leave restores it."""
+    global _fastpath_users, _fastpath_before
+    with _FASTPATH_LOCK:
+        if _fastpath_users == 0:
+            _fastpath_before = torch.backends.mha.get_fastpath_enabled()
+            torch.backends.mha.set_fastpath_enabled(False)
+        _fastpath_users += 1
+
+
+def _fastpath_release() -> None:
+    global _fastpath_users, _fastpath_before
+    with _FASTPATH_LOCK:
+        _fastpath_users -= 1
+        if _fastpath_users == 0 and _fastpath_before is not None:
+            torch.backends.mha.set_fastpath_enabled(_fastpath_before)
+            _fastpath_before = None
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -164,6 +302,9 @@ class StochasticAttention:
 
         with StochasticAttention(model, nu=8, generator=torch.Generator().manual_seed(0)):
             samples = predictive_samples(model, x, num_samples=32)   # (32, B, ...)
+
+    ``strict=True`` raises (``RuntimeError``) where a :class:`SACoverageWarning` would be issued: attention-like
+    modules left unpatched (at construction), a patched module with nu set whose forward made no draw (per call).
     """
 
     def __init__(
@@ -173,20 +314,45 @@ class StochasticAttention:
         *,
         generator: Optional[torch.Generator] = None,
         method: Method = "auto",
+        strict: bool = False,
     ) -> None:
         self.model = model
+        self.strict = strict
         self.modules = attention_modules(model)
+        self.unpatched = unpatched_attention(model, self.modules)
         if not self.modules:
-            known = ", ".join(t.__module__ + "." + t.__qualname__ for t in _REGISTRY)
-            raise ValueError(f"the model has no supported attention module (registered: {known})")
+            raise ValueError(_no_attention_message(self.unpatched))
+        if self.unpatched:
+            self._coverage(
+                f"stochastic attention cannot patch {len(self.unpatched)} attention-like module(s), which stay "
+                f"deterministic: {self.unpatched}; register their class with stochattn.patch.register_attention"
+            )
         self.generator = generator
         self.method = method
         self._derived: Dict[str, torch.Generator] = {}  # one stream per other device, shared by every module
         self._states: Dict[str, SAState] = {}
         self._applied = False
-        self._fastpath_before: Optional[bool] = None
+        self._fastpath = any(isinstance(m, nn.MultiheadAttention) for m in self.modules.values())
+        self._silent: set = set()  # modules already reported for a forward without a draw
         self.set_nu(nu)
         self.apply()
+
+    @property
+    def patched(self) -> Dict[str, str]:
+        """Qualified name -> how it is run with SA (``adapter: <class>``, ``sdpa: <class>``, ...)."""
+        return {name: f"{adapter_for(m).kind}: {type(m).__qualname__}" for name, m in self.modules.items()}
+
+    def __repr__(self) -> str:
+        nus = sorted({str(v.view(-1).tolist()) if isinstance(v, Tensor) else str(v) for v in self.nu.values()})
+        return (
+            f"StochasticAttention({type(self.model).__name__}, applied={self._applied}, nu={{{', '.join(nus)}}}, "
+            f"patched={len(self.modules)}: {self.patched}, unpatched={len(self.unpatched)}: {self.unpatched})"
+        )
+
+    def _coverage(self, message: str) -> None:
+        if self.strict:
+            raise RuntimeError(message)
+        warnings.warn(message, SACoverageWarning, stacklevel=3)
 
     def set_nu(self, nu: NuSpec) -> None:
         """Change nu (any accepted form) without re-patching."""
@@ -210,6 +376,15 @@ class StochasticAttention:
         """Current nu per attention module."""
         return {name: s.nu for name, s in self._states.items()}
 
+    def _no_draw(self, name: str) -> None:
+        if name not in self._silent:
+            self._silent.add(name)
+            self._coverage(
+                f"attention module {name!r} ({type(self.modules[name]).__qualname__}) has nu set but its forward made "
+                "no stochastic draw (e.g. an attention implementation other than eager/sdpa, or a code path that "
+                "bypasses the patched attention): its output is deterministic"
+            )
+
     def apply(self) -> None:
         if self._applied:
             return
@@ -217,30 +392,30 @@ class StochasticAttention:
             if "forward" in module.__dict__:
                 raise RuntimeError(f"attention module {name!r} already has a patched forward (nested patch?)")
         for name, module in self.modules.items():
-            adapter = _REGISTRY[type(module)]
+            adapter = adapter_for(module)
             state = self._states[name]
             original = type(module).forward.__get__(module)
 
-            def patched(self_module, *args, _adapter=adapter, _state=state, _original=original, **kwargs):
+            def patched(self_module, *args, _adapter=adapter, _state=state, _original=original, _name=name, **kwargs):
                 if _state.nu is None:
                     return _original(*args, **kwargs)
-                return _adapter.forward(self_module, _state, _original, *args, **kwargs)
+                before = _state.draws
+                out = _adapter.forward(self_module, _state, _original, *args, **kwargs)
+                if _state.draws == before:
+                    self._no_draw(_name)
+                return out
 
             module.forward = types.MethodType(patched, module)
-        if any(isinstance(m, nn.MultiheadAttention) for m in self.modules.values()):
-            # nn.TransformerEncoderLayer's inference fast path calls a fused kernel instead of self_attn.forward;
-            # turn it off while patched so the adapter is actually used.
-            self._fastpath_before = torch.backends.mha.get_fastpath_enabled()
-            torch.backends.mha.set_fastpath_enabled(False)
+        if self._fastpath:
+            _fastpath_off()
         self._applied = True
 
     def remove(self) -> None:
         """Restore every attention module's original forward."""
         for module in self.modules.values():
             module.__dict__.pop("forward", None)
-        if self._fastpath_before is not None:
-            torch.backends.mha.set_fastpath_enabled(self._fastpath_before)
-            self._fastpath_before = None
+        if self._applied and self._fastpath:
+            _fastpath_release()
         self._applied = False
 
     def __enter__(self) -> "StochasticAttention":
@@ -282,7 +457,7 @@ def predictive_samples(
     folded batch samples independently, so the result equals ``num_samples`` separate passes in law.
     ``max_rows="auto"``: everything in one call on a GPU, :data:`AUTO_CPU_ROWS` inputs per call on the CPU.
 
-    Returns: (num_samples, B, ...) tensor.
+    Returns: (num_samples, B, ...) tensor. Warns (:class:`SACoverageWarning`) when every pass is identical.
     """
     if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples < 1:
         raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
@@ -310,6 +485,13 @@ def predictive_samples(
             out = y.new_empty(num_samples, batch, *y.shape[2:])
         out[s0 : s0 + m, r0:r1] = y
     assert out is not None
+    if num_samples > 1 and torch.equal(out, out[:1].expand_as(out)):
+        warnings.warn(
+            f"predictive_samples: all {num_samples} passes are identical, so nothing in the model is stochastic "
+            "(no StochasticAttention applied, nu=None everywhere, or dropout in eval mode)",
+            SACoverageWarning,
+            stacklevel=3,
+        )
     return out
 
 
@@ -428,6 +610,7 @@ def _register_torch_mha() -> None:
 
 _register_rtdl()
 _register_torch_mha()
+from . import sdpa as _sdpa  # noqa: E402,F401  (registers the SDPA / Hugging Face detector; imports this module)
 
 
 def iter_patched(model: nn.Module) -> Iterator[str]:
