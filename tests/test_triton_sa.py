@@ -195,3 +195,31 @@ def test_bad_arguments():
         triton_sa.sa_attention_fused(q, q, q, 2, attn_mask=torch.ones(3, 3, dtype=torch.bool), is_causal=True, seed=0)
     with pytest.raises(TypeError):
         triton_sa.sa_attention_fused(q, q.double(), q, 2, seed=0)
+
+
+def test_stochastic_attention_runs_the_fused_kernel_on_the_sdpa_path():
+    """StochasticAttention(fused=True) on a module that calls F.scaled_dot_product_attention: its SDPA call is the
+    kernel's, with the seed drawn from the generator (same generator seed -> the kernel's output at that seed);
+    fused=False keeps the explicit path (a different draw of the same law); nu=1 rows are rows of V either way."""
+    import torch.nn.functional as F
+    from torch import nn
+
+    from stochattn.patch import StochasticAttention
+
+    class Block(nn.Module):
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    q, k = _qk(L0=6, H=2, S=6)
+    v = torch.randn(1, 2, 6, 5, generator=torch.Generator().manual_seed(1))
+    block = Block()
+    with StochasticAttention(block, nu=1, fused=True, generator=torch.Generator().manual_seed(3)):
+        out = block(q, k, v)
+    seed = int(torch.randint(0, 2**62, (1,), generator=torch.Generator().manual_seed(3)).item())
+    assert torch.equal(out, triton_sa.sa_attention_fused(q, k, v, 1, is_causal=True, seed=seed))
+    with StochasticAttention(block, nu=1, fused=False, generator=torch.Generator().manual_seed(3)):
+        explicit = block(q, k, v)
+    for o in (out, explicit):
+        assert (o[..., :, None, :] == v[..., None, :, :]).all(-1).any(-1).all()
+    with pytest.raises(triton_sa.FusedUnavailableError, match="dropout"):
+        scaled_dot_product_attention(q, k, v, dropout_p=0.1, nu=2, fused=True)

@@ -320,6 +320,36 @@ def masked_attention_probs(
     return probs
 
 
+def _fused(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor], dropout_p: float, is_causal: bool,
+           scale: Optional[float], nu: Union[int, Tensor], generator: Optional[torch.Generator],
+           force: bool) -> Optional[Tensor]:  # fmt: skip
+    """SA through :func:`stochattn.triton_sa.sa_attention_fused` where it can run; None where it cannot (raises
+    instead with ``force``). A per-head ``nu`` of shape (H, 1) or (H,) becomes the kernel's (H,)."""
+    from stochattn import triton_sa
+
+    heads = query.shape[1] if query.dim() == 4 else None
+    if isinstance(nu, Tensor) and heads is not None and nu.numel() in (1, heads) and nu.dim() <= 2 and (
+            nu.dim() < 2 or nu.shape[-1] == 1):  # fmt: skip
+        nu = nu.reshape(-1)
+    ok, why = triton_sa.available(query.device)
+    if ok and dropout_p > 0.0:
+        ok, why = False, "attention dropout is not fused"
+    if ok and (query.dim() != 4 or key.dim() != 4 or value.dim() != 4):
+        ok, why = False, f"the kernel takes (B, H, L, E) tensors, got a query of shape {tuple(query.shape)}"
+    if ok and not (query.dtype == key.dtype == value.dtype and query.dtype in triton_sa._DTYPES):
+        ok, why = False, f"the kernel takes fp32 / bf16 / fp16, got {query.dtype}"
+    if ok and isinstance(nu, Tensor) and nu.dim() != 1:
+        ok, why = False, f"the kernel takes nu per head, got nu of shape {tuple(nu.shape)}"
+    if not ok:
+        if force:
+            raise triton_sa.FusedUnavailableError(why)
+        return None
+    device = generator.device if generator is not None else torch.device("cpu")
+    seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=device).item())
+    return triton_sa.sa_attention_fused(query, key, value, nu, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
+                                        seed=seed)  # fmt: skip
+
+
 def scaled_dot_product_attention(
     query: Tensor,
     key: Tensor,
@@ -333,6 +363,7 @@ def scaled_dot_product_attention(
     nu: Nu = None,
     generator: Optional[torch.Generator] = None,
     method: Method = "auto",
+    fused: Optional[bool] = None,
 ) -> Tensor:
     """Drop-in for ``F.scaled_dot_product_attention`` with stochastic attention after the masked softmax.
 
@@ -340,6 +371,12 @@ def scaled_dot_product_attention(
     ``F.scaled_dot_product_attention`` (bit-identical). Otherwise the masked softmax probabilities are replaced
     by ``Multinomial(nu, pi)/nu`` (per row; ``nu`` may be a tensor broadcastable to ``(..., L)``, e.g. shape
     ``(H, 1)`` for per-head values with (B, H, L, S) attention), then dropout (if any) and the product with V.
+
+    ``fused``: the fused Triton kernel (:mod:`stochattn.triton_sa`: the same law, streamed over key blocks, memory
+    linear in the sequence; its random numbers come from a seed drawn from ``generator``) is used where it can run
+    (``None``: CUDA tensors of shape (B, H, L, E) in fp32 / bf16 / fp16, no dropout, ``nu`` an int or per head);
+    ``True`` forces it (raising :class:`stochattn.triton_sa.FusedUnavailableError` where it cannot run), ``False``
+    forces the explicit path.
     """
     nu = check_nu(nu)
     if nu is None:
@@ -351,6 +388,10 @@ def scaled_dot_product_attention(
         groups = query.shape[-3] // key.shape[-3]
         key = key.repeat_interleave(groups, dim=-3)
         value = value.repeat_interleave(groups, dim=-3)
+    if fused is not False and (fused or query.is_cuda):
+        out = _fused(query, key, value, attn_mask, dropout_p, is_causal, scale, nu, generator, force=bool(fused))
+        if out is not None:
+            return out
     probs = masked_attention_probs(query, key, attn_mask, is_causal, scale)
     if dropout_p > 0.0:
         weights = stochastic_weights(probs, nu, generator=generator, method=method, validate=False)

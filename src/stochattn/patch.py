@@ -81,6 +81,7 @@ class SAState:
     generator: Optional[torch.Generator]
     method: Method
     derived: Dict[str, torch.Generator] = field(default_factory=dict)  # generators on other devices (shared)
+    fused: Optional[bool] = None  # the fused Triton kernel on the SDPA path: None where it can run, True / False forced
     draws: int = 0  # stochastic draws made so far (one per weights / attend / sdpa call)
 
     def weights(self, probs: Tensor) -> Tensor:
@@ -105,7 +106,8 @@ class SAState:
         gen = generator_on(self.generator, query.device, self.derived)
         self.draws += 1
         return scaled_dot_product_attention(
-            query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa, nu=nu, generator=gen, method=self.method
+            query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa, nu=nu, generator=gen, method=self.method,
+            fused=self.fused,
         )
 
 
@@ -305,6 +307,10 @@ class StochasticAttention:
 
     ``strict=True`` raises (``RuntimeError``) where a :class:`SACoverageWarning` would be issued: attention-like
     modules left unpatched (at construction), a patched module with nu set whose forward made no draw (per call).
+    ``fused``: modules on the SDPA path (Hugging Face, timm, any caller of ``F.scaled_dot_product_attention``) run
+    the fused Triton kernel (:mod:`stochattn.triton_sa`) where it can (``None``: CUDA, fp32 / bf16 / fp16, nu per
+    module or head), always (``True``: an error where it cannot) or never (``False``). Adapters that form the
+    probabilities themselves (``nn.MultiheadAttention``, rtdl, the TimesFM / ClimaX adapters) keep the explicit path.
     """
 
     def __init__(
@@ -315,8 +321,10 @@ class StochasticAttention:
         generator: Optional[torch.Generator] = None,
         method: Method = "auto",
         strict: bool = False,
+        fused: Optional[bool] = None,
     ) -> None:
         self.model = model
+        self.fused = fused
         self.strict = strict
         self.modules = attention_modules(model)
         self.unpatched = unpatched_attention(model, self.modules)
@@ -362,7 +370,7 @@ class StochasticAttention:
                 self._states[name].nu = value
             else:
                 self._states[name] = SAState(nu=value, generator=self.generator, method=self.method,
-                                              derived=self._derived)
+                                              derived=self._derived, fused=self.fused)
 
     def set_generator(self, generator: Optional[torch.Generator]) -> None:
         """Draw from ``generator`` from now on (every module; streams derived on other devices start anew)."""
