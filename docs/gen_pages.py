@@ -20,6 +20,8 @@ import mkdocs_gen_files
 ROOT = Path(__file__).resolve().parents[1]
 SCANNED = ["src", "rules", "workflow_scripts", "config", "Snakefile", "benchmarks"]
 MARK = "NOTE[DIFF]"
+# a mention that only points at a note elsewhere ("see its NOTE[DIFF]", "(module NOTE[DIFF])") is not a note
+REFERENCE = re.compile(r"(?:\bits|'s|\bmodule|\bsee)\s+NOTE\[DIFF\]|NOTE\[DIFF\] in \S+\.(?:yaml|py)")
 
 
 def package_modules(package: str = "stochattn") -> list[str]:
@@ -80,9 +82,10 @@ def _docstring_notes(tree: ast.AST, lines: list[str]) -> list[tuple[int, int, in
         marks = [j for j in range(first.lineno, first.end_lineno + 1) for _ in range(lines[j - 1].count(MARK))]
         k = 0
         for para in re.split(r"\n\s*\n", doc):
-            if MARK in para:
-                out.append((marks[k], first.lineno, first.end_lineno, para))
-                k += para.count(MARK)
+            if MARK in para and para.count(MARK) > len(REFERENCE.findall(para)):
+                items = re.split(r"\n(?=\* )", para)  # of a bulleted paragraph, the items with the note
+                out.append((marks[k], first.lineno, first.end_lineno, "\n".join(i for i in items if MARK in i)))
+            k += para.count(MARK)
     return out
 
 
@@ -136,6 +139,8 @@ def find_notes(root: Path = ROOT) -> list[dict]:
                 continue
             lo, hi, block = _comment_block(lines, i)
             seen.update(range(lo + 1, hi + 2))
+            if block.count(MARK) == len(REFERENCE.findall(block)):
+                continue
             if tree is not None:
                 owner = _owner_py(tree, i + 1)
             elif path.suffix == ".yaml":
@@ -156,13 +161,18 @@ def to_markdown(text: str) -> str:
         if k % 2:
             out.append("`" + part.strip("`") + "`")
         else:
-            out.append(re.sub(r"([\\*_\[\]<>|])", r"\\\1", part))
+            out.append(re.sub(r"([\\*_\[\]])", r"\\\1", part).replace("<", "&lt;"))
     return "".join(out)
 
 
 SECTIONS = [("src/", "The library (src/stochattn)"), ("workflow_scripts/", "Workflow scripts"),
             ("rules/", "Workflow rules"), ("Snakefile", "Workflow rules"), ("config/", "Configuration"),
             ("benchmarks/", "Benchmarks")]
+
+
+def anchor(file: str) -> str:
+    """The anchor of a file's section on the differences page, e.g. ``diff-src-stochattn-calibrate-py``."""
+    return "diff-" + re.sub(r"[^a-z0-9]+", "-", file.lower()).strip("-")
 
 
 def write_differences() -> None:
@@ -184,7 +194,7 @@ def write_differences() -> None:
         if f"## {title}" not in out:
             out += [f"## {title}", ""]
         for file in dict.fromkeys(n["file"] for n in mine):
-            out += [f"### `{file}`", ""]
+            out += [f"### `{file}` {{#{anchor(file)}}}", ""]
             for n in (n for n in mine if n["file"] == file):
                 owner = f"`{n['owner']}`, " if n["owner"] else ""
                 out.append(f"- {owner}line {n['line']}: {to_markdown(n['text'])}")
