@@ -73,7 +73,7 @@ gpu-check: $(STAMP)
 # (tests/test_docs.py builds it too). `.venv/bin/mkdocs serve` shows it while you edit. The README's teaser is a copy of
 # the workflow's results/figures/teaser.png: `make docs-teaser` after a make run refreshes it.
 docs: $(STAMP)
-	$(VENV)/bin/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(VENV)/bin/mkdocs build --strict --site-dir site  # quiet: the theme's banners
 
 docs-teaser: $(STAMP)
 	$(VENV)/bin/python -c "from PIL import Image; im = Image.open('results/figures/teaser.png').convert('RGB'); \
