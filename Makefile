@@ -4,13 +4,14 @@
 PYTHON ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
-CORES ?= 2
+# Cores of make run / make rehearsal: every core of the machine unless set (`make run CORES=2`).
+CORES ?= $(shell nproc 2>/dev/null || getconf _NPROCESSORS_ONLN 2>/dev/null || echo 2)
 LOCK := envs/cpu.lock
 # Where the lock's CPU torch wheel is found: pip's own find-links where set (a local wheel folder), else the PyTorch
 # CPU index's torch page; every other package comes from PyPI.
 TORCH_CPU_WHEELS ?= $(or $(PIP_FIND_LINKS),https://download.pytorch.org/whl/cpu/torch/)
 
-.PHONY: run test bench gpu-check rehearsal venv lock clean-results
+.PHONY: run test bench gpu-check rehearsal venv lock docs docs-teaser clean-results
 
 venv: $(STAMP)
 
@@ -41,11 +42,9 @@ lock:
 	cp envs/cpu.lock envs/cuda.lock  # the CUDA lock starts from the CPU lock's versions and keeps them where it can
 	$(LOCK_COMPILE) --extra timm -o envs/cuda.lock
 
-# --max-jobs-per-timespan: Snakemake (9.x) arms a 1-s re-scheduling timer after every scheduling round, and each
-# job's completion starts one more such chain: after n finished jobs it re-schedules ~n times a second, which took
-# 25.8 CPU-minutes in the first 118 min of make run (22 % of a core; 134 threads at 75 min; 2026-11-26). 10 s makes
-# those rounds 10x rarer; jobs still start as soon as one ends (a completion wakes the scheduler), and the run ends
-# at most 10 s after its last job (the last timer).
+# --max-jobs-per-timespan: Snakemake (9.x) re-schedules ever more often as jobs finish (about n times a second after n
+# jobs: docs/measurements.md, "Snakemake's scheduler"); 10 s makes those rounds 10x rarer. Jobs still start as soon as
+# one ends (a completion wakes the scheduler), and the run ends at most 10 s after its last job.
 run: $(STAMP)
 	$(VENV)/bin/snakemake --cores $(CORES) --configfile=config/quick.yaml --max-jobs-per-timespan 100/10s  # profiles/default applies by itself
 
@@ -69,3 +68,13 @@ rehearsal: $(STAMP)
 # DAG of every slice on the GPU; one summary table. Without CUDA it says so and exits 0.
 gpu-check: $(STAMP)
 	$(VENV)/bin/python benchmarks/gpu_check.py
+
+# The documentation (mkdocs.yml, docs/) into site/, strict: a broken link or a docstring that does not render fails
+# (tests/test_docs.py builds it too). `.venv/bin/mkdocs serve` shows it while you edit. The README's teaser is a copy of
+# the workflow's results/figures/teaser.png: `make docs-teaser` after a make run refreshes it.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(VENV)/bin/mkdocs build --strict --site-dir site  # quiet: the theme's banners
+
+docs-teaser: $(STAMP)
+	$(VENV)/bin/python -c "from PIL import Image; im = Image.open('results/figures/teaser.png').convert('RGB'); \
+		im.thumbnail((1200, 1200)); im.quantize(256).save('docs/assets/teaser.png', optimize=True)"

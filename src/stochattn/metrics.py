@@ -396,12 +396,13 @@ def lat_weighted_acc(pred: Any, truth: Any, climatology: Any, lat_deg: Any) -> f
     averaged over the leading (time/sample) axes.
 
     Args:
-        pred, truth: (..., n_lat, n_lon).
+        pred: (..., n_lat, n_lon).
+        truth: (..., n_lat, n_lon).
         climatology: broadcastable to ``truth`` (typically (n_lat, n_lon)).
         lat_deg: (n_lat,).
 
     Raises:
-        ValueError if an anomaly field has zero spatial variance (ACC undefined).
+        ValueError: if an anomaly field has zero spatial variance (ACC undefined).
     """
     # NOTE[DIFF]: ClimaX (src/climax/utils/metrics.py) demeans over the whole evaluation batch and sums over it,
     # so its value depends on the loader's batch size; we compute ACC per field (ClimaX with batch size 1) and

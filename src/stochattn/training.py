@@ -496,9 +496,11 @@ def fit_regressor(
     """Train ``model`` (``(B, F) -> (B,)``) in place by mini-batch optimisation with early stopping.
 
     Args:
-        x_train, y_train: ``(n, F)`` and ``(n,)`` training data (tensors or arrays; cast to float32).
-        x_val, y_val: ``(m, F)``, ``(m,)`` validation data for early stopping on RMSE, or both ``None`` (then
-            training runs ``max_epochs`` epochs and keeps the last state).
+        x_train: ``(n, F)`` training inputs (a tensor or an array; cast to float32).
+        y_train: ``(n,)`` training targets.
+        x_val: ``(m, F)`` validation inputs for early stopping on RMSE, or ``None`` with ``y_val`` (then training
+            runs ``max_epochs`` epochs and keeps the last state).
+        y_val: ``(m,)`` validation targets, or ``None``.
         seed: drives mini-batch shuffling (a ``torch.Generator``) and every global-RNG draw during training
             (dropout masks, IVON noise) through :func:`seeded`; the caller's RNG state is restored afterwards.
         optimizer: ``"adamw"`` (``torch.optim.AdamW(lr, weight_decay)`` over :func:`parameter_groups`, i.e.

@@ -107,7 +107,8 @@ def evaluate(
         out_path: metrics.json to write.
         seed: PIT randomisation seed.
         levels: central-interval levels for coverage / width / matching.
-        dataset, split: recorded in the file.
+        dataset: recorded in the file.
+        split: recorded in the file.
         reference_path: SA's samples.npz of the same split (ignored for SA itself).
         provenance: recorded as ``provenance`` (stochattn.provenance.stage_provenance).
     """
