@@ -20,7 +20,7 @@ from collections.abc import Iterator
 __all__ = ["EXTRAS", "install_hint", "requires"]
 
 # the extras of pyproject.toml ([project.optional-dependencies]; tests/test_extras.py keeps the two equal)
-EXTRAS = ("uci", "lora", "timesfm", "climax", "hf", "timm", "workflow", "test")
+EXTRAS = ("uci", "lora", "timesfm", "climax", "hf", "timm", "triton", "workflow", "docs", "test")
 
 
 def install_hint(extra: str) -> str:

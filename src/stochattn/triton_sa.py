@@ -32,6 +32,8 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 
+from stochattn.extras import requires
+
 #: Largest nu whose counts are exact integers in each 16-bit dtype; beyond, the count x V product runs in fp32.
 _EXACT_COUNT = {torch.bfloat16: 256, torch.float16: 2048}
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -52,7 +54,8 @@ def _kernels():
 
 def _interpreting(kernels) -> bool:
     """Whether the kernels were built for Triton's CPU interpreter (TRITON_INTERPRET=1 when first imported)."""
-    from triton.runtime.interpreter import InterpretedFunction
+    with requires("triton"):
+        from triton.runtime.interpreter import InterpretedFunction
 
     return isinstance(kernels._sample_kernel, InterpretedFunction)
 

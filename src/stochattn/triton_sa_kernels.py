@@ -19,8 +19,11 @@ Draw ``t`` of row ``r`` (r = (b H + h) L + i) uses the Philox counter ``offset +
 
 from __future__ import annotations
 
-import triton
-import triton.language as tl
+from stochattn.extras import requires
+
+with requires("triton"):
+    import triton
+    import triton.language as tl
 
 
 @triton.jit
