@@ -1,9 +1,12 @@
 """The examples a user copies run as they are (issue 35 item 4)."""
 
+import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -19,3 +22,41 @@ def test_quickstart_prints_both_operating_points_with_their_coverage_and_which_t
         coverage[op] = float(line.group(2))
     assert 0 < coverage["loss_argmin"] <= coverage["scale_match"] < 1  # the loss arg-min under-disperses
     assert "Which to use" in res.stdout and "(2/pi) s0" in res.stdout
+
+
+def _run(script: str, **env) -> str:
+    """stdout of ``examples/<script>`` run as a user runs it (one torch thread: the suite runs in parallel)."""
+    res = subprocess.run([sys.executable, f"examples/{script}"], cwd=REPO, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "OMP_NUM_THREADS": "1", **env})  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res.stdout
+
+
+def _scores(stdout: str) -> list[tuple[float, float]]:
+    """(PIT W1, 95 % coverage) of every scored line."""
+    return [(float(w), float(c)) for w, c in re.findall(r"PIT W1 ([0-9.]+)  95% interval coverage ([0-9.]+)", stdout)]
+
+
+def test_sa_on_a_plain_torch_transformer_encoder():
+    """nn.TransformerEncoder's MultiheadAttention layers, both operating points scored."""
+    out = _run("sa_on_torch.py")
+    scores = _scores(out)
+    assert len(scores) == 2 and all(w < 0.25 and 0.5 < c <= 1 for w, c in scores), out
+
+
+def test_sa_on_a_hugging_face_time_series_transformer():
+    """PatchTST from transformers: every attention module patched with no adapter code, forecasts sampled."""
+    pytest.importorskip("transformers")
+    out = _run("sa_on_hf_timeseries.py")
+    assert re.search(r"^(\d+) attention modules patched, 0 left out", out, re.M), out
+    ((w1, coverage),) = _scores(out)
+    assert w1 < 0.25 and 0.5 < coverage <= 1, out
+
+
+def test_sa_on_a_timm_vision_transformer():
+    """timm's ViT through the SDPA path; where SA's spread stays below the residuals', conformal scaling fitted on
+    the calibration split brings the test coverage to about 95 %."""
+    pytest.importorskip("timm", reason="timm (and a torchvision built for this torch) is not installed")
+    out = _run("sa_on_timm.py")
+    (_, raw), (_, scaled) = _scores(out)
+    assert 0.85 < scaled <= 1 and scaled >= raw, out
