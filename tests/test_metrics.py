@@ -86,6 +86,18 @@ def test_w1_null_floor_tends_to_its_limit():
     assert M.w1_null_floor(100_001) == pytest.approx(np.sqrt(np.pi / (32.0 * 100_001)))
 
 
+def test_spread_tracking_tells_heteroscedastic_from_homoscedastic():
+    rng = np.random.default_rng(3)
+    n, s = 2000, 19
+    scale = rng.uniform(0.1, 2.0, size=n)
+    y = scale * rng.standard_normal(n)
+    tracking = M.spread_tracking(scale * rng.standard_normal((s, n)), np.zeros(n), y)
+    flat = M.spread_tracking(rng.standard_normal((s, n)), np.zeros(n), y)
+    assert tracking["spearman"] > 0.4 and tracking["spearman_binned"] > 0.9 and tracking["n"] == n
+    assert abs(flat["spearman"]) < 0.1 and len(flat["spread"]) == len(flat["abs_residual"]) == 10
+    assert np.all(np.diff(tracking["spread"]) >= 0)
+
+
 def test_pit_mean_flag_fires_on_biased_pit_only():
     rng = np.random.default_rng(7)
     n = 600  # yacht's 20 splits x 31 test rows

@@ -43,6 +43,7 @@ __all__ = [
     "w1_null_floor",
     "PIT_BIAS_Z",
     "pit_mean_z",
+    "spread_tracking",
     "climax_lat_weighted_acc",
     "normalised_energy_score",
     "ENERGY_ESTIMATORS",
@@ -504,6 +505,30 @@ def pit_mean_z(pit_values: Any) -> tuple[float, float]:
         raise ValueError(f"pit_mean_z needs at least 2 PIT values, got {v.size}")
     mean, se = float(v.mean()), float(v.std(ddof=1)) / math.sqrt(v.size)
     return mean, (mean - 0.5) / se if se > 0 else math.copysign(math.inf, mean - 0.5) if mean != 0.5 else 0.0
+
+
+def spread_tracking(samples: Any, point: Any, y: Any, bins: int = 10) -> dict[str, Any]:
+    """Does a method's per-input spread follow its error? Spearman rank correlation between the ensemble's
+    per-input standard deviation and ``|y - point|``, over the inputs and over ``bins`` equal-count bins of the
+    spread (deciles by default: the binned means, which average out the residual's own noise).
+
+    Returns ``spearman`` (inputs), ``spearman_binned`` (bin means), ``spread`` and ``abs_residual`` (per-bin means,
+    lowest spread first) and ``n``. A homoscedastic predictive has no rank signal (correlations near 0); a spread
+    that tracks the error gives correlations near 1 over the bins."""
+    from scipy.stats import spearmanr
+
+    x = check_samples(samples, min_members=2)
+    p, t = _check_same_shape(point, y, "point", "y")
+    spread, err = x.std(axis=0, ddof=1).ravel(), np.abs(t - p).ravel()
+    if spread.size != err.size or spread.size < bins:
+        raise ValueError(f"spread_tracking: {spread.size} inputs for {err.size} residuals and {bins} bins")
+    order = np.argsort(spread, kind="stable")
+    groups = np.array_split(order, bins)
+    s_bin = np.array([spread[g].mean() for g in groups])
+    e_bin = np.array([err[g].mean() for g in groups])
+    rho, rho_binned = spearmanr(spread, err).statistic, spearmanr(s_bin, e_bin).statistic
+    return {"spearman": float(rho), "spearman_binned": float(rho_binned), "spread": s_bin.tolist(),
+            "abs_residual": e_bin.tolist(), "n": int(spread.size)}
 
 
 # --------------------------------------------------------------------------------------------------------------
