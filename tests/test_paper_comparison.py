@@ -141,6 +141,11 @@ def test_both_operating_points_floor_and_bias_flag():
     assert (out["floor"] == 0.013).all()
     assert look.loc["sa", "flag"].startswith("PIT-mean bias (z = +5.2)")
     assert look.loc["sa_match", "flag"] == look.loc["swag", "flag"] == ""
+    acc = {"acc": {"source": "Acc.", "table": "uci_master", "metric": "rmse_over_sigma", "methods": ["sa"],
+                   "rows": {"yacht": 0.05}}}  # one backbone for both points: no scale-matching row of its accuracy
+    assert list(P.compare(P.paper_cells(acc), {"uci_master": tidy_frame(rows)}, {})["method"]) == ["sa"]
+    twice = pd.concat([out, out.assign(table="uci_crps", metric="crps")])
+    assert P.to_markdown(twice, "hdr").count("- yacht, SA: PIT-mean bias") == 1
     md = P.to_markdown(out, "hdr")
     # counted: SA (arg-min, 4x: differs > 2x) and SWAG (within 10%); the scale-matching row apart
     assert "Verdicts (ours / paper; SA at Algorithm 2's loss arg-min): within 10%: 1, within 2x: 0, differs > 2x: 1" in md

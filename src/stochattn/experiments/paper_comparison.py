@@ -111,6 +111,13 @@ def _lookup(tables: Mapping[str, pd.DataFrame], table: str, row: str, method: st
     return float(hit["value"].iloc[0]) if len(hit) else math.nan
 
 
+def _has(tables: Mapping[str, pd.DataFrame], table: str, method: str, metric: str) -> bool:
+    """Whether ``table`` has any row of ``method`` and ``metric`` (e.g. no scale-matching row of SA's accuracy: both
+    operating points share the backbone's point prediction)."""
+    tidy = tables.get(table)
+    return tidy is not None and bool(((tidy["method"] == method) & (tidy["metric"] == metric)).any())
+
+
 def _flag(tables: Mapping[str, pd.DataFrame], table: str, row: str, method: str) -> str:
     """The PIT-mean bias flag of (row, method) from any table of ``table``'s slice with ``pit_mean_z`` rows."""
     for name in tables:
@@ -134,8 +141,8 @@ def compare(cells: pd.DataFrame, tables: Mapping[str, pd.DataFrame], runs: Mappi
     ``aliases`` maps a paper row to the row of ours that stands for it (e.g. "Z500 72 h" -> "Z500 24 h" on a
     stand-in run at another lead); the report keeps the paper's row name.
 
-    Every SA cell gets a second row at the other operating point (:data:`OPERATING_POINTS`, same paper number) and
-    both rows name the ``nearer`` of the two. ``floor``: the expected W1 of as many calibrated PIT values as our
+    Every SA cell gets a second row at the other operating point (:data:`OPERATING_POINTS`, same paper number) where
+    our table reports that point for the metric, and both rows name the ``nearer`` of the two. ``floor``: the expected W1 of as many calibrated PIT values as our
     pooled W1 has (``w1_floor`` rows, W1 metrics only); ``flag``: a PIT-mean bias of that (row, method) (|z| >
     :data:`stochattn.metrics.PIT_BIAS_Z`, ``pit_mean_z`` rows of the slice's tables)."""
     aliases = dict(aliases or {})
@@ -143,7 +150,8 @@ def compare(cells: pd.DataFrame, tables: Mapping[str, pd.DataFrame], runs: Mappi
     for c in cells.itertuples(index=False):
         row = aliases.get(c.row, c.row)
         pair = []
-        for method in (c.method, *([OPERATING_POINTS[c.method]] if c.method in OPERATING_POINTS else [])):
+        alt = OPERATING_POINTS.get(c.method)
+        for method in (c.method, *([alt] if alt and _has(tables, c.table, alt, c.metric) else [])):
             ours = _lookup(tables, c.table, row, method, c.metric)
             ratio = ours / c.paper if math.isfinite(ours) and c.paper != 0 else math.nan
             floor = _lookup(tables, c.table, row, method, "w1_floor") if c.metric.startswith("w1") else math.nan
@@ -191,7 +199,7 @@ def to_markdown(comparison: pd.DataFrame, header: str) -> str:
     lines.append("Verdicts (ours / paper; SA at Algorithm 2's loss arg-min): "
                  + ", ".join(f"{v}: {n}" for v, n in counts.items()))  # fmt: skip
     lines += ["", "## Operating point", "", OPERATING_POINT_NOTE, "", operating_point_summary(comparison)]
-    flagged = comparison[comparison["flag"] != ""].drop_duplicates(["table", "row", "method"])
+    flagged = comparison[comparison["flag"] != ""].drop_duplicates(["row", "method", "flag"])
     lines += ["", "## Sanity flags", "",
               f"A method whose pooled PIT mean lies more than {PIT_BIAS_Z:g} standard errors from 1/2 is biased at its "
               "point (the truth mostly on one side of its samples): its W1 is no dispersion result. W1 floor: the "
