@@ -70,13 +70,47 @@ def test_w1_matches_grid_integration_and_scipy():
     assert abs(exact - ref) < 1e-5
 
 
-def test_w1_null_floor_matches_simulation():
-    n, reps = 400, 2000
+@pytest.mark.parametrize("n", [1, 5, 31, 206])
+def test_w1_null_floor_matches_simulation(n):
+    """The closed form (finite n) against a stated simulation (fixed seed) within 4 SE."""
+    reps = 4000
     rng = np.random.default_rng(2)
     sims = np.array([M.w1_uniform(rng.uniform(size=n)) for _ in range(reps)])
     se = sims.std(ddof=1) / np.sqrt(reps)
-    # asymptotic formula; the O(1/n) finite-n correction is far below 5 SE here
-    assert abs(sims.mean() - M.w1_null_floor(n)) < 5 * se + 1e-3 / np.sqrt(n)
+    assert abs(sims.mean() - M.w1_null_floor(n)) < 4 * se
+    assert M.w1_null_floor(1) == pytest.approx(1.0 / 3.0)  # E int |1{U <= t} - t| dt = 1/3
+
+
+def test_w1_null_floor_tends_to_its_limit():
+    assert M.w1_null_floor(20_000) * np.sqrt(20_000) == pytest.approx(np.sqrt(np.pi / 32.0), rel=1e-4)
+    assert M.w1_null_floor(100_001) == pytest.approx(np.sqrt(np.pi / (32.0 * 100_001)))
+
+
+def test_spread_tracking_tells_heteroscedastic_from_homoscedastic():
+    rng = np.random.default_rng(3)
+    n, s = 2000, 19
+    scale = rng.uniform(0.1, 2.0, size=n)
+    y = scale * rng.standard_normal(n)
+    tracking = M.spread_tracking(scale * rng.standard_normal((s, n)), np.zeros(n), y)
+    flat = M.spread_tracking(rng.standard_normal((s, n)), np.zeros(n), y)
+    assert tracking["spearman"] > 0.4 and tracking["spearman_binned"] > 0.9 and tracking["n"] == n
+    assert abs(flat["spearman"]) < 0.1 and len(flat["spread"]) == len(flat["abs_residual"]) == 10
+    assert np.all(np.diff(tracking["spread"]) >= 0)
+
+
+def test_pit_mean_flag_fires_on_biased_pit_only():
+    rng = np.random.default_rng(7)
+    n = 600  # yacht's 20 splits x 31 test rows
+    calibrated = rng.uniform(size=n)
+    biased = rng.uniform(size=n) ** 0.7  # PIT piled at high values: the truth mostly above the samples
+    mean_c, z_c = M.pit_mean_z(calibrated)
+    mean_b, z_b = M.pit_mean_z(biased)
+    assert abs(z_c) <= M.PIT_BIAS_Z < z_b
+    assert mean_b > 0.55 and abs(mean_c - 0.5) < 0.05
+    _, z_low = M.pit_mean_z(1.0 - biased)
+    assert z_low < -M.PIT_BIAS_Z
+    # over-dispersion alone (PIT piled at 1/2, symmetric) is no point bias
+    assert abs(M.pit_mean_z(0.5 + 0.2 * (calibrated - 0.5))[1]) <= M.PIT_BIAS_Z
 
 
 # ------------------------------------------------------------------------------------------------------------

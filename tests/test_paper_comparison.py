@@ -124,6 +124,35 @@ def test_compare_puts_ours_next_to_the_papers_with_ratio_verdict_and_run():
         P.paper_cells({"x": {**reference["cov"], "rows": {"ETTh1 H=96": [1, 2]}}})
 
 
+def test_both_operating_points_floor_and_bias_flag():
+    """Every SA cell at the loss arg-min and the scale-matching point, each with its ratio and the nearer one named;
+    the W1 floor beside a W1 cell; the PIT-mean flag on a biased method only; verdict counts of the default."""
+    reference = {"w1": {"source": "Table tab:uci_master, Panel A", "table": "uci_master", "metric": "w1_native_pooled",
+                        "methods": ["sa", "swag"], "rows": {"yacht": [0.02, 0.04]}}}  # fmt: skip
+    rows = [mean_row("yacht", m, "w1_native_pooled", [v]) for m, v in (("sa", 0.08), ("sa_match", 0.03),
+                                                                       ("swag", 0.041))]
+    rows += [mean_row("yacht", m, "w1_floor", [0.013]) for m in ("sa", "sa_match", "swag")]
+    rows += [mean_row("yacht", m, "pit_mean_z", [z]) for m, z in (("sa", 5.2), ("sa_match", 2.9), ("swag", -0.4))]
+    out = P.compare(P.paper_cells(reference), {"uci_master": tidy_frame(rows)}, {"uci": "paper configuration"})
+    look = out.set_index(["method"])
+    assert list(out["method"]) == ["sa", "sa_match", "swag"]
+    assert look.loc["sa_match", "paper"] == 0.02 and look.loc["sa_match", "ratio"] == pytest.approx(1.5)
+    assert look.loc["sa", "nearer"] == look.loc["sa_match", "nearer"] == "sa_match" and look.loc["swag", "nearer"] == ""
+    assert (out["floor"] == 0.013).all()
+    assert look.loc["sa", "flag"].startswith("PIT-mean bias (z = +5.2)")
+    assert look.loc["sa_match", "flag"] == look.loc["swag", "flag"] == ""
+    acc = {"acc": {"source": "Acc.", "table": "uci_master", "metric": "rmse_over_sigma", "methods": ["sa"],
+                   "rows": {"yacht": 0.05}}}  # one backbone for both points: no scale-matching row of its accuracy
+    assert list(P.compare(P.paper_cells(acc), {"uci_master": tidy_frame(rows)}, {})["method"]) == ["sa"]
+    twice = pd.concat([out, out.assign(table="uci_crps", metric="crps")])
+    assert P.to_markdown(twice, "hdr").count("- yacht, SA: PIT-mean bias") == 1
+    md = P.to_markdown(out, "hdr")
+    # counted: SA (arg-min, 4x: differs > 2x) and SWAG (within 10%); the scale-matching row apart
+    assert "Verdicts (ours / paper; SA at Algorithm 2's loss arg-min): within 10%: 1, within 2x: 0, differs > 2x: 1" in md
+    assert "w1_native_pooled: loss arg-min 0, scale-match 1" in md and "3.91-3.95" in md
+    assert "- yacht, SA: PIT-mean bias (z = +5.2)" in md
+
+
 def test_write_comparison_is_atomic_with_provenance(tmp_path):
     out = P.compare(P.paper_cells(REFERENCE), {}, {"uci": "reduced"})
     written = P.write_comparison(out, tmp_path / "paper_comparison", "hdr",

@@ -183,6 +183,9 @@ def test_pooled_w1_is_w1_of_concatenated_pit(fake):
             row = _get(tidy, dataset, method, "w1_native_per_split")
             assert row.value == pytest.approx(np.mean(per_split), rel=1e-12)
             assert row["std"] == pytest.approx(np.std(per_split, ddof=1), rel=1e-12)
+            floor, mean_z = _get(tidy, dataset, method, "w1_floor"), _get(tidy, dataset, method, "pit_mean_z")
+            assert floor.value == M.w1_null_floor(sum(len(p) for p in pits))
+            assert mean_z.value == M.pit_mean_z(np.concatenate(pits))[1]
     # pooling is not averaging: per-split W1 of 40 points carries a larger finite-sample floor
     sa_pooled = _get(tidy, "yacht", "sa", "w1_native_pooled").value
     assert sa_pooled != _get(tidy, "yacht", "sa", "w1_native_per_split").value
@@ -368,6 +371,7 @@ def _master_tidy():
     rows = []
     for ds in ("yacht", "naval"):
         rows.append((ds, "sa", "rmse_over_sigma", 0.05, 0.01, 20))
+        rows.append((ds, "sa", "w1_floor", 0.0126, math.nan, 20))
         for m, w, r in zip(SIX, w1[ds], ratio[ds]):
             rows.append((ds, m, "w1_native_pooled", w, math.nan, 20))
             rows.append((ds, m, "pi95_width_ratio", r, 0.1, 20))
@@ -384,14 +388,15 @@ def test_master_bold_lowest_w1_and_ratio_per_row():
     tidy = _master_tidy()
     md = R.to_markdown(tidy, U.MASTER_TABLE, "cap")
     yacht, naval = _md_row(md, "Yacht"), _md_row(md, "Naval")
-    # cells: Dataset, Acc, 6 x W1, 6 x ratio, 6 x test coverage (never bold)
-    assert len(yacht) == 20 and not any(c.startswith("**") for c in yacht[14:] + naval[14:])
+    # cells: Dataset, Acc, 6 x W1, the W1 floor, 6 x ratio, 6 x test coverage (never bold)
+    assert len(yacht) == 21 and not any(c.startswith("**") for c in yacht[15:] + naval[15:])
     assert yacht[1] == "0.050"  # Acc never bold
+    assert yacht[8] == "0.013"  # the calibrated floor beside Panel A, never bold
     assert [c.startswith("**") for c in yacht[2:8]] == [True, False, False, False, False, False]
-    assert [c.startswith("**") for c in yacht[8:14]] == [True, False, False, False, False, False]
+    assert [c.startswith("**") for c in yacht[9:15]] == [True, False, False, False, False, False]
     assert [c.startswith("**") for c in naval[2:8]] == [False, True, False, False, False, False]
-    assert [c.startswith("**") for c in naval[8:14]] == [False, False, False, False, True, False]
-    assert naval[3] == "**0.020**" and naval[12] == "**0.451**"
+    assert [c.startswith("**") for c in naval[9:15]] == [False, False, False, False, True, False]
+    assert naval[3] == "**0.020**" and naval[13] == "**0.451**"
     tex = R.to_latex(tidy, U.MASTER_TABLE, "cap")
     naval_tex = next(ln for ln in tex.splitlines() if ln.startswith("Naval"))
     assert naval_tex.count(r"\textbf") == 2

@@ -27,7 +27,7 @@ import numpy as np
 
 from stochattn.extras import requires
 from stochattn.io import atomic_path
-from stochattn.metrics import w1_uniform
+from stochattn.metrics import w1_null_floor, w1_uniform
 from stochattn.report import load_runs, method_label, method_order
 
 with requires("workflow"):
@@ -160,14 +160,16 @@ def pooled_pit(runs: pd.DataFrame, dataset: str, which: str) -> dict[str, np.nda
 def draw_pit_grid(fig: Figure, pits: Mapping[str, np.ndarray], bins: int) -> None:
     """Small multiples on ``fig`` (:func:`subplot_grid`, shared axes): per method a density histogram of its PIT
     values on ``bins`` equal bins of [0, 1] in its colour, the uniform density (1) dashed, and its W1
-    (:func:`stochattn.metrics.w1_uniform`) in the panel title."""
+    (:func:`stochattn.metrics.w1_uniform`) with the expected W1 of as many calibrated values
+    (:func:`stochattn.metrics.w1_null_floor`) in the panel title."""
     nrows, ncols = subplot_grid(len(pits))
     axes = fig.subplots(nrows, ncols, sharex=True, sharey=True, squeeze=False).ravel()
     edges = np.linspace(0.0, 1.0, int(bins) + 1)
     for ax, (method, values) in zip(axes, pits.items()):
         ax.hist(values, bins=edges, density=True, color=method_color(method), alpha=0.8, edgecolor="white")
         ax.axhline(1.0, color="k", ls="--", lw=1.0)
-        ax.set_title(f"{method_label(method)}  $W_1$={w1_uniform(values):.3f}", fontsize=10)
+        floor = w1_null_floor(values.size)
+        ax.set_title(f"{method_label(method)}  $W_1$={w1_uniform(values):.3f} (floor {floor:.3f})", fontsize=9)
         ax.set_xlim(0.0, 1.0)
     for ax in axes[len(pits):]:
         ax.set_visible(False)
@@ -178,12 +180,15 @@ def draw_pit_grid(fig: Figure, pits: Mapping[str, np.ndarray], bins: int) -> Non
 
 
 def draw_pit_overlay(ax: Any, pits: Mapping[str, np.ndarray], bins: int) -> None:
-    """All methods' PIT density histograms on one ``ax`` as step lines (W1 in the legend), the uniform dashed."""
+    """All methods' PIT density histograms on one ``ax`` as step lines (W1 in the legend), the uniform dashed and
+    labelled with the expected W1 of as many calibrated values (:func:`stochattn.metrics.w1_null_floor`)."""
     edges = np.linspace(0.0, 1.0, int(bins) + 1)
     for method, values in pits.items():
         ax.hist(values, bins=edges, density=True, histtype="step", lw=1.8, color=method_color(method),
                 label=f"{method_label(method)} ($W_1$={w1_uniform(values):.3f})")
-    ax.axhline(1.0, color="k", ls="--", lw=1.0, label="uniform")
+    sizes = sorted({v.size for v in pits.values()})
+    floors = "/".join(f"{w1_null_floor(n):.3f}" for n in sizes)
+    ax.axhline(1.0, color="k", ls="--", lw=1.0, label=f"uniform (calibrated $W_1$ floor {floors})")
     ax.set_xlim(0.0, 1.0)
     ax.set_xlabel("PIT")
     ax.set_ylabel("density")

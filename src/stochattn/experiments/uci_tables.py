@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from stochattn.extras import requires
-from stochattn.metrics import w1_uniform
+from stochattn.metrics import pit_mean_z, w1_null_floor, w1_uniform
 from stochattn.report import (
     SCALAR_BLOCKS,
     SECONDS_KEYS,
@@ -79,6 +79,10 @@ def uci_master_table(runs: pd.DataFrame) -> pd.DataFrame:
                              point, the deterministic backbone prediction); std over splits.
         ``w1_native_pooled`` per method: native PIT values of all splits concatenated, then ``w1_uniform``;
                              ``std`` = NaN (one pooled number).
+        ``w1_floor``         per method (beyond the paper): the expected W1 of that many perfectly calibrated PIT
+                             values (``w1_null_floor``, ~0.31/sqrt(n)): a pooled W1 near it reads as calibrated.
+        ``pit_mean``, ``pit_mean_z``  per method: the pooled native PIT's mean and its z = (mean - 1/2) / SE; the
+                             reproduction report flags |z| > ``PIT_BIAS_Z`` (a point bias, not a dispersion result).
         ``pi95_width_ratio`` per method: mean over splits of the method's temperature-scaled test ``width_95``
                              (``scaled`` block: factor T fitted on the calibration part; SA's own is native) / SA's
                              mean native ``width_95``; SA = 1.0 exactly. ``std``: std over the shared splits of
@@ -109,6 +113,7 @@ def uci_master_table(runs: pd.DataFrame) -> pd.DataFrame:
             pooled = np.concatenate(list(m["pit_native"]))
             rows.append({"dataset": dataset, "method": method, "metric": "w1_native_pooled",
                          "value": w1_uniform(pooled), "std": math.nan, "n": len(m)})
+            rows += _pit_rows(dataset, method, pooled, len(m))
         for key in _matched_levels(d):
             rows += _width_ratio_rows(dataset, d, methods, key, "scaled")
             rows += _width_ratio_rows(dataset, d, methods, key, "matched")
@@ -127,6 +132,16 @@ def uci_master_table(runs: pd.DataFrame) -> pd.DataFrame:
                     rows.append(mean_row(dataset, method, f"{key}_{block}", vals))
             rows.append(mean_row(dataset, method, "temperature", m["temperature"]))
     return tidy_frame(rows)
+
+
+def _pit_rows(dataset: str, method: str, pooled: np.ndarray, n_splits: int) -> list[dict[str, Any]]:
+    """``w1_floor`` (the expected W1 of as many calibrated PIT values, :func:`stochattn.metrics.w1_null_floor`),
+    ``pit_count``, ``pit_mean`` and ``pit_mean_z`` (:func:`stochattn.metrics.pit_mean_z`) of one pooled native PIT."""
+    mean, z = pit_mean_z(pooled)
+    values = {"w1_floor": w1_null_floor(pooled.size), "pit_count": float(pooled.size), "pit_mean": mean,
+              "pit_mean_z": z}  # fmt: skip
+    return [{"dataset": dataset, "method": method, "metric": k, "value": v, "std": math.nan, "n": n_splits}
+            for k, v in values.items()]
 
 
 def _matched_levels(runs: pd.DataFrame) -> list[str]:
@@ -225,6 +240,8 @@ MASTER_TABLE = TableSpec(
         ColumnGroup("rmse_over_sigma", "Acc.", r"\textbf{Acc.}", methods=("sa",), header="Acc. RMSE/σ_y",
                     latex_header=r"RMSE/$\sigma_y$"),
         ColumnGroup("w1_native_pooled", "W1", r"\textbf{Panel A: Native $W_1$ $\downarrow$}", bold=1),
+        ColumnGroup("w1_floor", "W1 floor", r"\textbf{$W_1$ floor}", methods=("sa",), header="W1 floor",
+                    latex_header=r"calibrated"),
         ColumnGroup("pi95_width_ratio", "PI95/SA", r"\textbf{Panel B: Sharp/SA $\downarrow$ (SA\,${=}$\,1.0)}",
                     bold=1),
         ColumnGroup("pi95_coverage", "Cov.", r"\textbf{Cov.: PI-95 test coverage}"),
@@ -233,7 +250,9 @@ MASTER_TABLE = TableSpec(
         "UCI regression across data sets. SA: nu at Algorithm 2's arg-min of the observed calibration loss (as in "
         "the paper); SA-sm: the same calibration's BO-surrogate scale-matching nu (App. B). Acc.: SA's "
         "deterministic-mean RMSE/sigma_y (mean over splits). Panel A: native pooled-PIT W1 (PIT values of all "
-        "splits pooled). Panel B: mean PI-95 test width normalized to SA's mean width (SA = 1.0, native); every "
+        "splits pooled); W1 floor (beyond the paper): the expected W1 of as many perfectly calibrated PIT values "
+        "(exact finite-n mean, ~0.31/sqrt(n)), so a W1 near it is within sampling noise of calibrated. Panel B: "
+        "mean PI-95 test width normalized to SA's mean width (SA = 1.0, native); every "
         "other method (baselines and SA-sm) temperature-scaled, as in the paper: its ensemble rescaled around its "
         "point by a factor fitted on the calibration split (Gaussian NLL). Cov.: each method's achieved PI-95 test "
         "coverage at that scaling (SA native). Lower is better in Panels A and B; bold marks the best per row in "
@@ -243,7 +262,8 @@ MASTER_TABLE = TableSpec(
         r"UCI regression across data sets. SA: $\nu$ at Algorithm~2's arg-min of the observed calibration loss; "
         r"SA-sm: the same calibration's BO-surrogate scale-matching $\nu$ (App.~B). "
         r"\textbf{Acc.}: SA's deterministic-mean RMSE/$\sigma_y$. "
-        r"\textbf{Panel~A}: native pooled-PIT $W_1$. \textbf{Panel~B}: mean PI-95 test width normalized to SA's "
+        r"\textbf{Panel~A}: native pooled-PIT $W_1$; \textbf{$W_1$ floor}: expected $W_1$ of as many calibrated PIT "
+        r"values ($\approx 0.31/\sqrt{n}$). \textbf{Panel~B}: mean PI-95 test width normalized to SA's "
         r"per-dataset width (SA native); every other method (baselines and SA-sm) temperature-scaled on the "
         r"calibration split. \textbf{Cov.}: achieved PI-95 test coverage at that scaling. Lower is better in "
         r"Panels~A and~B."

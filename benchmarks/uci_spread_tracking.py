@@ -1,0 +1,122 @@
+"""Does SA's per-input spread track the residual on a UCI backbone, and what in the computation sets it?
+
+    python benchmarks/uci_spread_tracking.py NET_DIR [NET_DIR ...] --prepared-root results [--config config/config.yaml]
+        [--out spread.json]
+
+NET_DIR holds a trained backbone (``model.pt`` in :func:`stochattn.experiments.uci.load_backbone`'s format, e.g. from
+benchmarks/uci_train_select.py --save) and lies under ``<dataset>/split<k>/``; its split is read from
+``<prepared-root>/uci/<dataset>/split<k>/prepared.npz``. For each backbone:
+
+1. SA as the workflow runs it (:func:`stochattn.experiments.methods.sa_runs`, ``method_params.sa`` of the config):
+   nu at both operating points, and on the TEST part the pooled-PIT W1 (with its calibrated floor), PI-95 coverage
+   and the PIT mean's z; beside them a homoscedastic Gaussian N(point, (sqrt(pi/2) s0)^2), whose mean absolute
+   deviation is the calibration residual scale s0 (what SA's loss matches).
+2. On the CALIBRATION part, :func:`stochattn.metrics.spread_tracking` (Spearman of the per-input spread against
+   |residual|, over inputs and over spread deciles) for variants of where the randomness enters, each at the loss
+   arg-min nu: SA in every attention module (the default), only in the last block (its [CLS] query row: rtdl's last
+   block attends from [CLS] only), only in the blocks before it, SA with the network's dropout on at inference, and
+   MC Dropout alone (the backbone's own rates, no SA).
+
+Prints one line per (backbone, variant) and writes everything to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from stochattn.baselines.mc_dropout import mc_dropout_samples
+from stochattn.calibrate import SASampler
+from stochattn.data.uci import load_prepared
+from stochattn.experiments import methods
+from stochattn.experiments.uci import load_backbone
+from stochattn.metrics import coverage_and_width, pit, pit_mean_z, spread_tracking, w1_null_floor, w1_uniform
+from stochattn.training import predict
+
+
+def test_metrics(samples: np.ndarray, point: np.ndarray, y: np.ndarray, seed: int) -> dict:
+    """Pooled-PIT W1 with its floor, PI-95 coverage and the PIT mean's z of one predictive on the test part."""
+    values = pit(samples, y, seed)
+    return {"w1": w1_uniform(values), "w1_floor": w1_null_floor(values.size),
+            "coverage_95": float(coverage_and_width(samples, y, [0.95])[0.95]["coverage"]), "pit_mean_z": pit_mean_z(values)[1]}
+
+
+def _dropout(net: torch.nn.Module, on: bool) -> None:
+    for m in net.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.train(on)
+
+
+def measure(net_dir: Path, prepared: Path, sa_cfg: dict, num_samples: int, seed: int) -> dict:
+    """Everything of the module docstring for one backbone."""
+    data = load_prepared(prepared)
+    net = load_backbone(data, net_dir / "model.pt", "cpu")
+    run = methods.sa_runs(data, net, sa_cfg, num_samples, seed, progress=False)
+    y, point = data["y_test"], np.asarray(run["point"])
+    s0 = run["extra"]["s0_standardised"]
+    out = {"net": str(net_dir), "nu": run["extra"]["nu"], "nu_match": run["extra"]["nu_surrogate"], "s0": s0,
+           "test": {"sa": test_metrics(np.asarray(run["samples"]), point, y, seed),
+                    "sa_match": test_metrics(np.asarray(run["variants"]["sa_match"]["samples"]), point, y, seed)}}
+    gauss = point + math.sqrt(math.pi / 2) * s0 * np.random.default_rng(seed).standard_normal((num_samples, y.size))
+    out["test"]["gaussian_s0"] = test_metrics(gauss, point, y, seed)
+
+    x_cal, y_cal = torch.as_tensor(data["x_cal"], dtype=torch.float32), data["y_cal"]
+    point_cal = predict(net, x_cal).numpy()
+    nu, tracking = run["extra"]["nu"], {}
+    with SASampler(net, generator=torch.Generator().manual_seed(seed)) as sampler:
+        n_att = len(sampler.patch.modules)
+        variants = {"every block": nu, "last block ([CLS] row)": {-1: nu}}
+        if n_att > 1:
+            variants["blocks before the last"] = {i: nu for i in range(n_att - 1)}
+        for name, spec in variants.items():
+            sampler.nu_template = lambda _nu, spec=spec: spec
+            tracking[name] = spread_tracking(sampler(nu, x_cal, num_samples).numpy(), point_cal, y_cal)
+        sampler.nu_template = lambda v: v
+        _dropout(net, True)
+        with_dropout = sampler(nu, x_cal, num_samples).numpy()
+        tracking["every block + dropout on"] = spread_tracking(with_dropout, point_cal, y_cal)
+        _dropout(net, False)
+    net.eval()
+    tracking["MC dropout only"] = spread_tracking(mc_dropout_samples(net, x_cal, num_samples, seed).numpy(),
+                                                  point_cal, y_cal)  # fmt: skip
+    out["calibration_tracking"] = tracking
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("nets", nargs="+", type=Path)
+    ap.add_argument("--prepared-root", type=Path, required=True, help="the workflow folder holding uci/<d>/split<k>/")
+    ap.add_argument("--config", default=str(Path(__file__).resolve().parents[1] / "config" / "config.yaml"))
+    ap.add_argument("--num-samples", type=int, default=None, help="default: the config's num_samples")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    cfg = yaml.safe_load(Path(args.config).read_text())
+    num_samples = args.num_samples or int(cfg["num_samples"])
+    results = []
+    for net_dir in args.nets:
+        split_dir = next(p for p in net_dir.parents if p.name.startswith("split"))
+        prepared = args.prepared_root / "uci" / split_dir.parent.name / split_dir.name / "prepared.npz"
+        r = measure(net_dir, prepared, cfg["method_params"]["sa"], num_samples, args.seed)
+        results.append(r)
+        t = r["test"]
+        print(f"\n{net_dir}: nu {r['nu']} (scale-match {r['nu_match']}), s0 {r['s0']:.4f}")
+        for k, m in t.items():
+            print(f"  test {k:12s} W1 {m['w1']:.3f} (floor {m['w1_floor']:.3f})  cov95 {m['coverage_95']:.2f}  "
+                  f"PIT-mean z {m['pit_mean_z']:+.1f}")
+        for k, m in r["calibration_tracking"].items():
+            print(f"  cal  {k:26s} Spearman {m['spearman']:+.2f}  by decile {m['spearman_binned']:+.2f}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,127 @@
+"""Choose the UCI backbone's training schedule on VALIDATION data: one curve per (lr, batch size), every patience read
+off it.
+
+    python benchmarks/uci_train_select.py results/uci/yacht/split{0,1,2}/prepared.npz --batch 32 64 --lr 1e-4 3e-4 \
+        --patience 16 50 100 --max-epochs 500 [--config config/config.yaml] [--out select.csv]
+
+Each (prepared split, lr, batch size) trains ``config``'s FT-Transformer once with :func:`stochattn.training.
+fit_regressor` up to ``--max-epochs`` without early stopping, recording the validation RMSE of every epoch. Early
+stopping with patience P only truncates that same deterministic run, so the epoch it would stop at and its best
+validation RMSE (standardised units = RMSE/sigma_y) follow from the curve for every P (:func:`stop_at`). The
+test RMSE of the epoch each rule keeps is recorded as ``test_nrmse`` for the check against the paper afterwards; the
+choice is made on ``val_nrmse`` only (mean over splits, printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import itertools
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+import yaml
+
+from stochattn.backbones.ft_transformer import build_ft_transformer
+from stochattn.data.uci import load_prepared
+from stochattn.training import fit_regressor, predict
+
+
+def stop_at(val: np.ndarray, patience: int) -> tuple[int, int]:
+    """(epoch index kept, epochs run) of early stopping with ``patience`` on the per-epoch validation curve ``val``
+    (stop after ``patience`` epochs without a strictly lower value, as fit_regressor does; keep the best)."""
+    best, best_i = np.inf, 0
+    for i, v in enumerate(val):
+        if v < best:
+            best, best_i = v, i
+        elif i - best_i >= patience:
+            return best_i, i + 1
+    return best_i, len(val)
+
+
+def _rmse(net: torch.nn.Module, x: np.ndarray, y: np.ndarray) -> float:
+    return float(np.sqrt(np.mean((predict(net, x).numpy() - y) ** 2)))
+
+
+def curve(path: str, model: dict, lr: float, batch: int, max_epochs: int, weight_decay: float, seed: int,
+          patiences: list[int], save: Path | None = None) -> dict:  # fmt: skip
+    """Per-epoch validation and test RMSE (standardised units) of one training run (stopped at the largest
+    patience), and its seconds. ``save``: the network each patience keeps, as ``<save>/p<P>/model.pt`` (the
+    workflow's backbone format, :func:`stochattn.experiments.uci.load_backbone`) with its meta.json."""
+    data = load_prepared(path)
+    net = build_ft_transformer(data["x_train"].shape[1], seed=seed, **model)
+    test, val, best = [], [], {"val": np.inf, "epoch": 0, "state": None}
+    pending = sorted(patiences)
+
+    def keep(p: int) -> None:
+        out = save / f"p{p}"
+        out.mkdir(parents=True, exist_ok=True)
+        torch.save({"state_dict": best["state"], "model": dict(model)}, out / "model.pt")
+        meta = {"model": dict(model), "train": {"lr": lr, "batch_size": batch, "patience": p, "weight_decay":
+                weight_decay, "max_epochs": max_epochs}, "best_epoch": best["epoch"] + 1, "seed": seed,
+                "seconds": time.perf_counter() - t0}  # fmt: skip
+        (out / "meta.json").write_text(json.dumps(meta))
+
+    def on_epoch_end(epoch, m):
+        m.eval()
+        test.append(_rmse(m, data["x_test"], data["y_test"]))
+        val.append(_rmse(m, data["x_val"], data["y_val"]))
+        m.train()
+        i = len(val) - 1
+        if val[i] < best["val"]:
+            best.update(val=val[i], epoch=i, state=copy.deepcopy({k: v.cpu() for k, v in m.state_dict().items()}))
+        while save is not None and pending and i - best["epoch"] >= pending[0]:
+            keep(pending.pop(0))
+
+    t0 = time.perf_counter()
+    fit = fit_regressor(net, data["x_train"], data["y_train"], data["x_val"], data["y_val"], seed=seed, lr=lr,
+                        weight_decay=weight_decay, batch_size=batch, max_epochs=max_epochs, patience=max(patiences),
+                        on_epoch_end=on_epoch_end, progress=False)  # fmt: skip
+    while save is not None and pending:  # the epoch cap came first
+        keep(pending.pop(0))
+    return {"val": np.asarray(fit.history["val_rmse"]), "test": np.asarray(test), "seconds": time.perf_counter() - t0,
+            "n_fit": len(data["y_train"])}  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("prepared", nargs="+")
+    ap.add_argument("--lr", type=float, nargs="+", default=[1e-4])
+    ap.add_argument("--batch", type=int, nargs="+", default=[256])
+    ap.add_argument("--patience", type=int, nargs="+", default=[16])
+    ap.add_argument("--max-epochs", type=int, default=500)
+    ap.add_argument("--config", default=str(Path(__file__).resolve().parents[1] / "config" / "config.yaml"))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=None, help="CSV of every (split, lr, batch, patience) row")
+    ap.add_argument("--save", default=None,
+                    help="folder of the kept networks: <save>/<dataset>/split<k>/lr<lr>_b<batch>/p<P>/")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    cfg = yaml.safe_load(Path(args.config).read_text())
+    rows = []
+    for path, lr, batch in itertools.product(args.prepared, args.lr, args.batch):
+        split_dir = Path(path).parent  # results/uci/<dataset>/split<k>
+        save = None if args.save is None else Path(args.save) / split_dir.parent.name / split_dir.name / f"lr{lr:g}_b{batch}"
+        c = curve(path, cfg["model"], lr, batch, args.max_epochs, cfg["train"]["weight_decay"], args.seed,
+                  args.patience, save)
+        for p in args.patience:
+            kept, run = stop_at(c["val"], p)
+            rows.append({"prepared": path, "lr": lr, "batch": batch, "patience": p, "steps_per_epoch":
+                         -(-c["n_fit"] // batch), "best_epoch": kept + 1, "epochs_run": run,
+                         "val_nrmse": c["val"][kept], "test_nrmse": c["test"][kept],
+                         "seconds": c["seconds"] * run / len(c["val"])})  # fmt: skip
+        print(pd.DataFrame(rows[-len(args.patience):]).to_string(index=False, float_format="%.4g"), flush=True)
+    df = pd.DataFrame(rows)
+    if args.out:
+        df.to_csv(args.out, index=False)
+    summary = df.groupby(["lr", "batch", "patience"]).agg(val_nrmse=("val_nrmse", "mean"), epochs=("epochs_run", "mean"),
+                                                         seconds=("seconds", "mean"), splits=("val_nrmse", "size"))
+    print("\nchosen on val_nrmse (mean over splits):\n" + summary.sort_values("val_nrmse").to_string(float_format="%.4g"))
+
+
+if __name__ == "__main__":
+    main()
