@@ -14,6 +14,21 @@ def pytest_configure(config):
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
+@pytest.fixture(autouse=True)
+def _network_allowed_again():
+    """A model job's ``stochattn.staging.forbid_network`` lasts for its process (the job); a test that runs a job's
+    code in the test process must not leave it (nor HF_HUB_OFFLINE) to the tests after it."""
+    from stochattn import staging
+
+    forbidden, offline = list(staging._FORBIDDEN), os.environ.get("HF_HUB_OFFLINE")
+    yield
+    staging._FORBIDDEN[:] = forbidden
+    if offline is None:
+        os.environ.pop("HF_HUB_OFFLINE", None)
+    else:
+        os.environ["HF_HUB_OFFLINE"] = offline
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """Tiny models run several times faster single-threaded (thread overhead dominates); restored afterwards."""
