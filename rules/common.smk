@@ -454,6 +454,14 @@ def protocol_note():
     return _protocol_note(_run_config(), PAPER_PROTOCOL, config["report"]["note"], _NOT_PROTOCOL)
 
 
+def toy_caption():
+    """Caption of the teaser's toy panel (c): the data, the trend check, the model and training, the protocol."""
+    toy = config["toy"]
+    return (f"Toy data: n={toy['n']} points (25 % test), noise sd {toy['noise']}; every method's point prediction "
+            f"is within RMSE {toy['max_trend_rmse']} of the backbone's (checked when the figure is drawn); model "
+            f"{model_cfg('toy')}, training {train_cfg('toy')}. {protocol_note()}")  # fmt: skip
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # evaluate: one job per split (rules/evaluate.smk)
 # ---------------------------------------------------------------------------------------------------------------

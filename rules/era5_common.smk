@@ -262,6 +262,17 @@ def era5_caption(case=None):
     return " ".join(parts)
 
 
+def era5_marker(case=None):
+    """The one line an ERA5 figure carries (stochattn.figures.figure_marker): the stand-in and the case, and whether
+    the run is reduced (forecasts subsampled, or a report.note run); ``""`` for the paper's setting."""
+    from stochattn.figures import figure_marker
+
+    case = case or ERA5_CASES[0]
+    reduced = any(v is not None for v in ERA5["max_pairs"].values()) or bool(config["report"]["note"])
+    return figure_marker("aquaplanet" if ERA5_STANDIN else "", reduced=reduced,
+                         detail=f"{case.target.label} {case.lead} h")  # fmt: skip
+
+
 def era5_provenance_config():
     return {"seed": config["seed"], "num_samples": config["num_samples"], "era5": ERA5, "evaluate": config["evaluate"]}
 
@@ -301,26 +312,26 @@ def era5_figure_args(figure):
     """Arguments of the figure writer of ``figure`` (stochattn.experiments.era5_report), a figure name with its
     case's suffix."""
     name, case = era5_split_name(figure)
-    title = f"{figure}: {era5_caption(case)}"
+    marker = era5_marker(case)  # the full caption: the rule's params.caption (report, .prov.json)
     analyses = f"{ERA5_DIR}{case.sub}/analyses.json"
     runs = lambda n: era5_run_files(n, case)  # noqa: E731
     if name == "climax_pit_combined":
-        return {"metrics": runs("metrics.json"), "title": title}
+        return {"metrics": runs("metrics.json"), "marker": marker}
     if name == "climax_cost":
-        return {"metas": runs("meta.json"), "title": title}
+        return {"metas": runs("meta.json"), "marker": marker}
     if name.startswith("climax_sharp"):
         level = {"climax_sharpness": 0.95, "climax_sharp_levels": [0.25, 0.5, 0.75]}.get(name) or int(name[-2:]) / 100
         return {"samples": runs("samples.npz"), "metrics": runs("metrics.json"), "level": level,
-                "title": title}  # fmt: skip
+                "marker": marker}  # fmt: skip
     if name in ("latency_appendix", "bo_sensitivity", "bo_beta_hist", "nu_ablation"):
-        return {"analyses": analyses, "title": title}
+        return {"analyses": analyses, "marker": marker}
     if name == "teaser_climax_maps":
         units = {} if case.target.name == "z500" else {"target": case.target.label, "units": case.target.units}
         return {"samples": era5_run("sa", "samples.npz", case.sub), "prepared": f"{ERA5_DIR}{case.sub}/pairs.npz",
-                "title": title, "index": int(ERA5["teaser_index"]), **units}  # fmt: skip
+                "marker": marker, "index": int(ERA5["teaser_index"]), **units}  # fmt: skip
     if name == "teaser_axes":
         return {"metrics": runs("metrics.json"), "spatial": runs("spatial.json"),
-                "metas": runs("meta.json"), "title": title}  # fmt: skip
+                "metas": runs("meta.json"), "marker": marker}  # fmt: skip
     raise ValueError(f"unknown ERA5 figure {name!r}")
 
 

@@ -109,6 +109,15 @@ def ett_caption():
     return " ".join(parts)
 
 
+def ett_marker():
+    """The one line an ETT figure carries (stochattn.figures.figure_marker): the stand-in backbone, and whether the
+    run is reduced (windows subsampled, or a report.note run); ``""`` for the paper's setting."""
+    from stochattn.figures import figure_marker
+
+    reduced = any(v is not None for v in ETT["max_series"].values()) or bool(config["report"]["note"])
+    return figure_marker("TimesFM pretrained offline" if ETT_STANDIN else "", reduced=reduced)
+
+
 def ett_adapter_metas():
     return [f"results/ett/{d}/H{h}/adapter.json" for d in ETT_DATASETS_RUN for h in ETT_HORIZONS]
 
@@ -161,12 +170,8 @@ def ett_figure_args(matched):
         "prepared_path": f"{run}/prepared.npz",
         **ett_window(),
         "matched": matched,
-        "title": f"{f['dataset']} H={f['horizon']}, {f['column']}, test window {f['window']}: {which}."
-        + (
-            " STAND-IN backbone (reduced TimesFM 2.5 pretrained offline, not the 200M checkpoint)."
-            if ETT_STANDIN
-            else ""
-        ),
+        "title": f"{f['dataset']} H={f['horizon']}, {f['column']}, test window {f['window']}: {which}.",
+        "marker": ett_marker(),  # the full caption: the rule's params.caption (report, .prov.json)
     }
 
 

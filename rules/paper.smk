@@ -45,7 +45,8 @@ rule paper_comparison:
 
 rule teaser:
     """The paper's teaser (Fig. teaser) in one file: (a) truth / forecast / bias maps, (b) the four axes measured,
-    (c) the toy's intervals, composed from the three panel figures (which stay as files of their own)."""
+    (c) the toy's intervals, composed from the three panel figures (which stay as files of their own); each panel
+    carries at most a one-line stand-in marker, the full caption (teaser_caption) is the report's and the sidecar's."""
     input:
         [p for row in TEASER_PANELS for p in row],
     output:
@@ -63,8 +64,8 @@ rule teaser:
         runtime=15,
     params:
         figure="stochattn.figures:compose_panels",
-        args={"rows": TEASER_PANELS, "title": "Useful uncertainty is multi-dimensional (panels: their own captions)"},
-        caption=protocol_note(),
+        args={"rows": TEASER_PANELS, "title": "Useful uncertainty is multi-dimensional"},
+        caption=teaser_caption(),
         config_subset=provenance_config(),
         seeds=SEED_RULE,
         code=code_for("stochattn.figures:compose_panels", "stochattn.provenance:provenance_record"),

@@ -53,3 +53,11 @@ TEASER_PANELS = (
     else [["results/figures/teaser_sinusoid.png"]]
 )
 TEASER_FILES = figure_files("teaser")
+
+
+def teaser_caption():
+    """The composed teaser's full caption (report, .prov.json): each panel's own, since the panels carry one line
+    of stand-in marker each (rules era5_figure and teaser_sinusoid)."""
+    if not ERA5["enabled"]:
+        return toy_caption()
+    return f"(a), (b): {era5_caption()} (c): {toy_caption()}"

@@ -250,12 +250,7 @@ rule teaser_sinusoid:
             "prepared_path": str(input.prepared),
             "max_trend_rmse": config["toy"]["max_trend_rmse"],
         },
-        caption=(
-            f"Toy data: n={config['toy']['n']} points (25 % test), noise sd {config['toy']['noise']}; "
-            f"every method's point prediction is within RMSE {config['toy']['max_trend_rmse']} of the "
-            "backbone's (checked when the figure is drawn); "
-            f"model {model_cfg('toy')}, training {train_cfg('toy')}. {protocol_note()}"
-        ),
+        caption=toy_caption(),
         config_subset=provenance_config("toy"),
         seeds=SEED_RULE,
         code=code_for("stochattn.experiments.uci_figures:teaser_sinusoid", "stochattn.provenance:provenance_record"),

@@ -5,6 +5,7 @@ evaluate / spatial_metrics code."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -27,6 +28,7 @@ D = LAT.size * LON.size
 # method -> (spread of the samples around the point, point error scale); swag under-dispersed, hsa inaccurate
 SPREADS = {"sa": (300.0, 1.0), "swag": (30.0, 1.0), "hsa": (400.0, 2.0), "ivon": (150.0, 1.2)}
 CAPTION = "AQUAPLANET STAND-IN, not ERA5: synthetic test inputs"
+MARKER = "STAND-IN: aquaplanet, Z500 72 h; see caption"
 
 
 def _fields(rng: np.random.Generator, clim: np.ndarray, n: int) -> np.ndarray:
@@ -240,7 +242,7 @@ def test_sharpness_figure_widths_are_temperature_scaled_over_sas_mean_width(era5
     samples, metrics = era5["samples"], era5["metrics"]
     drawn = {}
     monkeypatch.setattr(E, "draw_sharpness", lambda ax, widths, level: drawn.update(widths))
-    E.sharpness_figure(samples, metrics, 95, out_base=tmp_path / "sharp", title=CAPTION)
+    E.sharpness_figure(samples, metrics, 95, out_base=tmp_path / "sharp", marker=MARKER)
     sa, sw = load_npz(samples["sa"]), load_npz(samples["swag"])
     t = load_json(metrics["swag"])["temperature"]
     w_sa = np.subtract(*central_interval(sa["samples"], 0.95)[::-1]).ravel()
@@ -260,7 +262,7 @@ def test_bo_sensitivity_draws_the_second_search_range(era5, tmp_path, monkeypatc
     assert {r["domain"]["low"] for r in an["bo_second_range"]} == {2}
     figures = []
     monkeypatch.setattr(E, "save_figure", lambda fig, base: figures.append(fig) or [])
-    E.bo_sensitivity(era5["an"], out_base=tmp_path / "bo", title=CAPTION)
+    E.bo_sensitivity(era5["an"], out_base=tmp_path / "bo", marker=MARKER)
     top = figures[0].axes[0]
     dashed = [ln for ln in top.get_lines() if ln.get_linestyle() == "--"]
     assert len(dashed) == 3 and all("[2, 64]" in ln.get_label() for ln in dashed)
@@ -300,30 +302,64 @@ def test_every_figure_writes_png_and_pdf(era5, tmp_path):
     out = tmp_path
     m, sp, me, sm = era5["metrics"], era5["spatial"], era5["metas"], era5["samples"]
     calls = {
-        "pit": lambda b: E.pit_combined(m, out_base=b, title=CAPTION),
-        "cost": lambda b: E.cost_figure(me, out_base=b, title=CAPTION),
-        "sharp95": lambda b: E.sharpness_figure(sm, m, 0.95, out_base=b, title=CAPTION),
-        "sharp25": lambda b: E.sharpness_figure(sm, m, 25, out_base=b, title=CAPTION),
-        "sharp_levels": lambda b: E.sharpness_figure(sm, m, [25, 50, 75], out_base=b, title=CAPTION),
-        "latency": lambda b: E.latency_figure(era5["an"], out_base=b, title=CAPTION),
-        "bo": lambda b: E.bo_sensitivity(era5["an"], out_base=b, title=CAPTION),
-        "beta": lambda b: E.bo_beta_hist(era5["an"], out_base=b, title=CAPTION),
-        "nu": lambda b: E.nu_ablation(era5["an"], out_base=b, title=CAPTION),
-        "maps": lambda b: E.teaser_maps(sm["sa"], era5["pairs"], out_base=b, title=CAPTION, index=1),
-        "axes": lambda b: E.teaser_axes(m, sp, me, out_base=b, title=CAPTION),
+        "pit": lambda b: E.pit_combined(m, out_base=b, marker=MARKER),
+        "cost": lambda b: E.cost_figure(me, out_base=b, marker=MARKER),
+        "sharp95": lambda b: E.sharpness_figure(sm, m, 0.95, out_base=b, marker=MARKER),
+        "sharp25": lambda b: E.sharpness_figure(sm, m, 25, out_base=b, marker=MARKER),
+        "sharp_levels": lambda b: E.sharpness_figure(sm, m, [25, 50, 75], out_base=b, marker=MARKER),
+        "latency": lambda b: E.latency_figure(era5["an"], out_base=b, marker=MARKER),
+        "bo": lambda b: E.bo_sensitivity(era5["an"], out_base=b, marker=MARKER),
+        "beta": lambda b: E.bo_beta_hist(era5["an"], out_base=b, marker=MARKER),
+        "nu": lambda b: E.nu_ablation(era5["an"], out_base=b, marker=MARKER),
+        "maps": lambda b: E.teaser_maps(sm["sa"], era5["pairs"], out_base=b, marker=MARKER, index=1),
+        "axes": lambda b: E.teaser_axes(m, sp, me, out_base=b, marker=MARKER),
     }
     for name, call in calls.items():
         assert_figure_files(call(out / name), out / name)
 
 
+def _stand_in_lines(fig):
+    """Every line of text drawn on ``fig`` that speaks of the stand-in / caption."""
+    from matplotlib.text import Text
+
+    lines = [ln for t in fig.findobj(Text) for ln in t.get_text().splitlines()]
+    return [ln for ln in lines if any(w in ln.lower() for w in ("stand-in", "caption", "aquaplanet", "era5"))]
+
+
+def test_teaser_panels_carry_one_line_of_stand_in_text(era5, tmp_path, monkeypatch):
+    """The composed teaser's panels (a) and (b) of a stand-in run: the one-line marker each, none of the long caption
+    (which the rule puts in the report's caption and the .prov.json sidecar); composed, a single file."""
+    from stochattn import figures as F
+
+    figures, save = {}, E.save_figure
+
+    def keep(fig, base):
+        figures[Path(base).name] = fig
+        return save(fig, base)
+
+    monkeypatch.setattr(E, "save_figure", keep)
+    m, sp, me, sm = era5["metrics"], era5["spatial"], era5["metas"], era5["samples"]
+    maps = E.teaser_maps(sm["sa"], era5["pairs"], tmp_path / "maps", MARKER, index=1)[0]
+    axes = E.teaser_axes(m, sp, me, tmp_path / "axes", marker=MARKER)[0]
+    for name, fig in figures.items():
+        assert _stand_in_lines(fig) == [MARKER], name
+    teaser = tmp_path / "teaser"
+    assert_figure_files(F.compose_panels([[maps], [axes]], teaser, title="Useful uncertainty is multi-dimensional"),
+                        teaser)  # fmt: skip
+    # the paper's setting: no marker, nothing of the kind drawn
+    figures.clear()
+    E.teaser_axes(m, sp, me, tmp_path / "axes_paper")
+    assert _stand_in_lines(figures["axes_paper"]) == []
+
+
 def test_teaser_maps_refuses_samples_of_another_file(era5, tmp_path):
     with pytest.raises(ValueError, match="index 7"):
-        E.teaser_maps(era5["samples"]["sa"], era5["pairs"], tmp_path / "x", CAPTION, index=7)
+        E.teaser_maps(era5["samples"]["sa"], era5["pairs"], tmp_path / "x", MARKER, index=7)
     other = tmp_path / "pairs.npz"
     prep = load_npz(era5["pairs"])
     save_npz(other, **dict(prep, y_test=prep["y_test"][::-1].copy()))
     with pytest.raises(ValueError, match="not the truth"):
-        E.teaser_maps(era5["samples"]["sa"], other, tmp_path / "x", CAPTION, index=0)
+        E.teaser_maps(era5["samples"]["sa"], other, tmp_path / "x", MARKER, index=0)
 
 
 def test_tables_of_another_target_name_its_label_and_units(era5):

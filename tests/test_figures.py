@@ -296,3 +296,20 @@ def test_compose_panels_letters_each_panel_in_reading_order(tmp_path, monkeypatc
     assert a.y0 > b.y1 - 1e-6 and abs(b.y0 - c.y0) < 1e-6 and b.x1 <= c.x0 + 1e-6  # (a) on top, (b) left of (c)
     with pytest.raises(ValueError, match="no panel"):
         F.compose_panels([[]], out)
+
+
+def test_figure_marker_is_one_line_and_says_see_caption():
+    """A stand-in or reduced run's figure carries one line; the caption (report, .prov.json) holds the rest."""
+    assert F.figure_marker() == ""
+    assert F.figure_marker("aquaplanet", detail="Z500 24 h") == "STAND-IN: aquaplanet, Z500 24 h; see caption"
+    assert F.figure_marker("aquaplanet", reduced=True, detail="Z500 24 h") == (
+        "STAND-IN: aquaplanet, Z500 24 h, reduced; see caption")
+    assert F.figure_marker(reduced=True) == "REDUCED PROTOCOL; see caption"
+    fig = F.new_figure(3, 2)
+    F.draw_marker(fig, "")
+    assert fig._supxlabel is None  # nothing drawn without a marker
+    F.draw_marker(fig, F.figure_marker(reduced=True))
+    assert fig._supxlabel.get_text() == "REDUCED PROTOCOL; see caption"
+    for bad in ("two\nlines", "x" * (F.MARKER_MAX_CHARS + 1)):
+        with pytest.raises(ValueError, match="one line"):
+            F.draw_marker(fig, bad)

@@ -13,6 +13,8 @@ written by the caller.
     draw_pit_grid / draw_pit_overlay          PIT histograms: one panel per method / all methods as step lines
     draw_sharpness                            box plot of normalised widths (whiskers P5/P95, diamond = mean)
     format_seconds                            "12.3 s", "4.5 min", "1.2 h", "3.0 d"
+    figure_marker / draw_marker               the one line a figure of a stand-in or reduced run carries (the full
+                                              caption stays in the report's caption and the .prov.json sidecar)
 """
 
 from __future__ import annotations
@@ -51,6 +53,9 @@ __all__ = [
     "draw_pit_overlay",
     "draw_sharpness",
     "format_seconds",
+    "figure_marker",
+    "draw_marker",
+    "MARKER_MAX_CHARS",
     "compose_panels",
 ]
 
@@ -236,6 +241,40 @@ def format_seconds(s: float) -> str:
     if s >= 60:
         return f"{s / 60:.1f} min"
     return f"{s:.3g} s"
+
+
+MARKER_MAX_CHARS = 100
+"""The longest marker :func:`draw_marker` draws: it must stay one line in a panel of the teaser."""
+
+
+def figure_marker(standin: str = "", *, reduced: bool = False, detail: str = "") -> str:
+    """The one line a figure carries where its numbers are not the paper's setting; the caption says the rest.
+
+    ``figure_marker("aquaplanet", reduced=True, detail="Z500 24 h")`` -> ``"STAND-IN: aquaplanet, Z500 24 h,
+    reduced; see caption"``; ``reduced`` alone -> ``"REDUCED PROTOCOL, <detail>; see caption"``; neither -> ``""``.
+    """
+    if not standin and not reduced:
+        return ""
+    parts = [f"STAND-IN: {standin}" if standin else "REDUCED PROTOCOL", detail, "reduced" if standin and reduced else ""]
+    marker = ", ".join(p for p in parts if p) + "; see caption"
+    _check_marker(marker)
+    return marker
+
+
+def _check_marker(marker: Any) -> None:
+    if not isinstance(marker, str):
+        raise TypeError(f"marker must be a string, got {type(marker).__name__}")
+    if "\n" in marker or len(marker) > MARKER_MAX_CHARS:
+        raise ValueError(f"a figure marker is one line of at most {MARKER_MAX_CHARS} characters (the caption holds "
+                         f"the rest), got {marker!r}")
+
+
+def draw_marker(fig: Figure, marker: str) -> None:
+    """``marker`` (:func:`figure_marker`; one line) as a footnote at the bottom right of ``fig``, in small dark red;
+    nothing for ``""``."""
+    _check_marker(marker)
+    if marker:
+        fig.supxlabel(marker, x=0.995, ha="right", fontsize=7.5, color="#9b1c1c", fontstyle="italic")
 
 
 def compose_panels(

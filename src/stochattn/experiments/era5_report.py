@@ -21,7 +21,8 @@ The tables follow the shared layout (rows = one row label in the tidy ``dataset`
 columns = methods or SWAG operating points in the ``method`` slot), so the best cell of each metric is bold within
 its group, as the paper bolds the best method of each column.
 
-Figures (``f(..., out_base, title) -> [png, pdf]``; ``title`` is the workflow's caption, a wrapped suptitle):
+Figures (``f(..., out_base, marker) -> [png, pdf]``; ``marker`` the one line of :func:`stochattn.figures.figure_marker`
+where a stand-in or reduction applies, the full caption staying in the report and the ``.prov.json`` sidecar):
 
     pit_combined      Fig. climax_pit_combined: (a) native PIT per method, (b) baselines temperature-scaled, SA native
     cost_figure       Fig. climax_cost: adaptation wall clock per method (SA: its BO alone; log axis)
@@ -54,6 +55,7 @@ from stochattn.experiments.evaluate import REFERENCE
 from stochattn.figures import (
     PALETTE,
     PathLike,
+    draw_marker,
     draw_pit_grid,
     draw_sharpness,
     format_seconds,
@@ -459,11 +461,6 @@ ERA5_TABLE_SPECS = {spec.name: spec for spec in (CLIMAX_SUMMARY, CLIMAX_CRPS_DEC
 # --------------------------------------------------------------------------------------------------------------
 # figure helpers
 # --------------------------------------------------------------------------------------------------------------
-def _suptitle(fig: Any, title: str, fontsize: float = 8) -> None:
-    """The caption as a suptitle wrapped to the figure's width."""
-    fig.suptitle(textwrap.fill(title, max(40, int(fig.get_figwidth() * 96 / fontsize))), fontsize=fontsize)
-
-
 def _ordered_paths(paths: Mapping[str, PathLike], what: str) -> list[str]:
     if not isinstance(paths, Mapping) or not paths:
         raise TypeError(f"{what} must be a non-empty mapping method -> file")
@@ -481,7 +478,7 @@ def _log2_nu_axis(ax: Any, nus: Sequence[float]) -> None:
 # --------------------------------------------------------------------------------------------------------------
 # calibration, cost, sharpness
 # --------------------------------------------------------------------------------------------------------------
-def pit_combined(metrics: Mapping[str, PathLike], out_base: PathLike, title: str, bins: int = 10) -> list[Path]:
+def pit_combined(metrics: Mapping[str, PathLike], out_base: PathLike, marker: str = "", bins: int = 10) -> list[Path]:
     """Fig. climax_pit_combined: (a) native PIT histogram of every method, (b) every method but SA temperature-
     scaled (``pit_scaled`` of metrics.json), SA native; each panel titled with its W1 (of the values shown).
     ``metrics``: ``{method: metrics.json}``. Returns ``[png, pdf]``."""
@@ -499,11 +496,11 @@ def pit_combined(metrics: Mapping[str, PathLike], out_base: PathLike, title: str
                 ax.xaxis.set_tick_params(labelbottom=True)
                 ax.set_xlabel("PIT")
         sub.suptitle(head, fontsize=10)
-    _suptitle(fig, title)
+    draw_marker(fig, marker)
     return save_figure(fig, out_base)
 
 
-def cost_figure(metas: Mapping[str, PathLike], out_base: PathLike, title: str) -> list[Path]:
+def cost_figure(metas: Mapping[str, PathLike], out_base: PathLike, marker: str = "") -> list[Path]:
     """Fig. climax_cost, as the paper draws it: each method's adaptation seconds (train + calibrate; SA: its BO
     calibration of nu alone, on the shared adapted model), horizontal bars on a log axis with the ratio to SA's BO
     in the labels (:func:`stochattn.experiments.uci_figures.cost_figure`); totals in the table climax_cost.
@@ -512,9 +509,9 @@ def cost_figure(metas: Mapping[str, PathLike], out_base: PathLike, title: str) -
     ratios = tidy[tidy["metric"] == "adaptation_over_sa_calibration"].set_index("method")["value"]
     shown = ", ".join(f"{method_label(m, True)} {v:.3g}x" for m, v in ratios.items() if m != REFERENCE and
                       math.isfinite(v))  # fmt: skip
-    label = "ClimaX: adaptation (SA: BO only)\n" + textwrap.fill(f"vs SA's BO: {shown}. {title}", 55)
+    label = "ClimaX: adaptation (SA: BO only)\n" + textwrap.fill(f"vs SA's BO: {shown}", 55)
     tidy = tidy.assign(dataset=label)
-    return uci_figures.cost_figure(tidy, out_base, metric="seconds_adaptation", dataset=label)
+    return uci_figures.cost_figure(tidy, out_base, metric="seconds_adaptation", dataset=label, marker=marker)
 
 
 def sharpness_figure(
@@ -522,7 +519,7 @@ def sharpness_figure(
     metrics: Mapping[str, PathLike],
     level: float | Sequence[float],
     out_base: PathLike,
-    title: str,
+    marker: str = "",
 ) -> list[Path]:
     """Figs. climax_sharpness (``level`` 0.95) and sharp25 / sharp50 / sharp75, as the paper: the distribution
     over (forecast, cell) of each method's PI width divided by SA's MEAN width, baselines temperature-scaled on the
@@ -548,14 +545,14 @@ def sharpness_figure(
         if len(levels) > 1:
             head = f"({chr(ord('a') + i)}) PI-{pct}. " + head
         ax.set_title(textwrap.fill(head, 70), fontsize=8)
-    _suptitle(fig, title)
+    draw_marker(fig, marker)
     return save_figure(fig, out_base)
 
 
 # --------------------------------------------------------------------------------------------------------------
 # operating-point analyses (an.json)
 # --------------------------------------------------------------------------------------------------------------
-def latency_figure(analyses: PathLike, out_base: PathLike, title: str) -> list[Path]:
+def latency_figure(analyses: PathLike, out_base: PathLike, marker: str = "") -> list[Path]:
     """Fig. latency_appendix: median per-pass seconds of SA vs nu (log2 axis) from an.json ``latency``, the
     deterministic model as a dashed line, the BO-selected (calibration-first) nu marked with its overhead;
     the device, threads and batch in the axis title. Returns ``[png, pdf]``."""
@@ -581,7 +578,7 @@ def latency_figure(analyses: PathLike, out_base: PathLike, title: str) -> list[P
     threads = lat.get("threads", device.get("torch_threads", "?"))
     ax.set_title(f"{device.get('device', '?')}, {threads} threads, batch {lat['batch']} (median per pass)", fontsize=8)
     ax.legend(fontsize=7, frameon=False)
-    _suptitle(fig, title)
+    draw_marker(fig, marker)
     return save_figure(fig, out_base)
 
 
@@ -604,7 +601,7 @@ def _surrogate_curves(run: Mapping[str, Any], nu: np.ndarray) -> tuple[np.ndarra
     return normalised(a, ln_b, eps2), normalised(a.mean(), ln_b.mean(), eps2.mean())[0]
 
 
-def bo_sensitivity(analyses: PathLike, out_base: PathLike, title: str) -> list[Path]:
+def bo_sensitivity(analyses: PathLike, out_base: PathLike, marker: str = "") -> list[Path]:
     """Fig. bo_sensitivity: per BO seed of an.json ``bo_seeds`` (one colour each), the normalised surrogate loss
     f(nu) / f* (f = :func:`stochattn.calibrate.surrogate_objective`, f* its minimum over the domain) of every
     recorded posterior draw (light), of the draws' mean parameters (bold) and the chosen nu (dotted); the same
@@ -620,7 +617,7 @@ def bo_sensitivity(analyses: PathLike, out_base: PathLike, title: str) -> list[P
     nu = np.geomspace(low, high, 400)
     fig = new_figure(6.0, 5.2)
     ax, ax_h = fig.subplots(2, 1, sharex=True, height_ratios=[2.2, 1.0])
-    for group, ls, marker in ((runs, "-", "o"), (second, "--", "x")):
+    for group, ls, symbol in ((runs, "-", "o"), (second, "--", "x")):
         for i, run in enumerate(group):
             color = PALETTE[i % len(PALETTE)]
             draws, mean = _surrogate_curves(run, nu)
@@ -634,7 +631,7 @@ def bo_sensitivity(analyses: PathLike, out_base: PathLike, title: str) -> list[P
             hist = run["history"]
             loss = np.asarray([h["loss"] for h in hist], dtype=np.float64)
             ax_h.scatter([h["nu"] for h in hist], loss / loss.min(), color=color, s=18, alpha=0.8, zorder=3,
-                         marker=marker)  # fmt: skip
+                         marker=symbol)  # fmt: skip
     ax.set_xscale("log")
     if ax.get_ylim()[1] > 10:  # the loss varies over decades: log axis
         ax.set_yscale("log")
@@ -648,7 +645,7 @@ def bo_sensitivity(analyses: PathLike, out_base: PathLike, title: str) -> list[P
     ax_h.set_ylabel("observed $L_{SA}$ / min", fontsize=8)
     ax_h.set_xlabel(r"$\nu$")
     ax_h.set_xlim(low, high)
-    _suptitle(fig, title)
+    draw_marker(fig, marker)
     return save_figure(fig, out_base)
 
 
@@ -659,7 +656,7 @@ def beta_star(analyses: PathLike | Mapping[str, Any]) -> dict[str, np.ndarray]:
             for i, r in enumerate(runs)}  # fmt: skip
 
 
-def bo_beta_hist(analyses: PathLike, out_base: PathLike, title: str, bins: int = 40) -> list[Path]:
+def bo_beta_hist(analyses: PathLike, out_base: PathLike, marker: str = "", bins: int = 40) -> list[Path]:
     """Fig. bo_beta_hist: histogram of beta* = ln nu_cont over the posterior draws of every BO seed (stacked, one
     colour per seed; :func:`beta_star`), the pooled median dashed; the pooled central 95 % band and its width in
     the title. Returns ``[png, pdf]``."""
@@ -678,11 +675,11 @@ def bo_beta_hist(analyses: PathLike, out_base: PathLike, title: str, bins: int =
     ax.set_title(f"central 95% band [{lo:.3f}, {hi:.3f}], width {hi - lo:.3f} ({len(pooled)} draws, "
                  f"{len(betas)} seeds)", fontsize=8)  # fmt: skip
     ax.legend(fontsize=7, frameon=False)
-    _suptitle(fig, title)
+    draw_marker(fig, marker)
     return save_figure(fig, out_base)
 
 
-def nu_ablation(analyses: PathLike, out_base: PathLike, title: str, bins: int = 10) -> list[Path]:
+def nu_ablation(analyses: PathLike, out_base: PathLike, marker: str = "", bins: int = 10) -> list[Path]:
     """Fig. nu_ablation: top, mean CRPS and Energy Score (1/sqrt(d)) of SA's samples on the cal pairs vs nu (an.json
     ``score_sweep.grid``, log2 axis; a star at each score's arg-min), the score-oriented nu (arg-min CRPS) and the
     calibration-first nu marked;
@@ -709,7 +706,7 @@ def nu_ablation(analyses: PathLike, out_base: PathLike, title: str, bins: int = 
             for label, key in (("calibration-first", "calibration_first"), ("score-oriented", "score_oriented"))}
     draw_pit_grid(bottom, pits, bins)
     bottom.suptitle("Test PIT at the two operating points", fontsize=9)
-    _suptitle(fig, title)
+    draw_marker(fig, marker)
     return save_figure(fig, out_base)
 
 
@@ -724,12 +721,12 @@ def _edges(centres: np.ndarray, lo: float | None = None, hi: float | None = None
     return np.clip(edges, lo if lo is not None else -np.inf, hi if hi is not None else np.inf)
 
 
-def teaser_maps(samples: PathLike, prepared: PathLike, out_base: PathLike, title: str, index: int = 0,
+def teaser_maps(samples: PathLike, prepared: PathLike, out_base: PathLike, marker: str = "", index: int = 0,
                 target: str = "Z500", units: str = UNITS) -> list[Path]:  # fmt: skip
-    """Teaser panel (a): truth ``target`` (its label; colour bars in ``units``), the forecast (``point`` of ``samples``: SA's deterministic forecast) and the
-    bias (forecast - truth, diverging colours centred at 0) of test forecast ``index``, on the lat / lon grid of
-    ``prepared`` (pairs.npz; lat south to north, fields lat-major (32 * 64)); colour bars in m^2 s^-2; the
-    latitude-weighted RMSE of the forecast in the bias title. Returns ``[png, pdf]``."""
+    """Teaser panel (a): truth ``target`` (its label), the forecast (``point`` of ``samples``: SA's deterministic
+    forecast) and the bias (forecast - truth, diverging colours centred at 0) of test forecast ``index`` (the
+    suptitle), on the lat / lon grid of ``prepared`` (pairs.npz; lat south to north, fields lat-major (32 * 64));
+    colour bars in ``units``; the latitude-weighted RMSE of the forecast in the bias title. Returns ``[png, pdf]``."""
     run, prep = load_npz(samples), load_npz(prepared)
     lat, lon = np.asarray(prep["lat"], dtype=np.float64), np.asarray(prep["lon"], dtype=np.float64)
     n = run["y"].shape[0]
@@ -768,7 +765,8 @@ def teaser_maps(samples: PathLike, prepared: PathLike, out_base: PathLike, title
         ax.set_xlabel("longitude (°E)", fontsize=8)
         ax.set_aspect("equal")
     axes[0].set_ylabel("latitude (°N)", fontsize=8)
-    _suptitle(fig, f"Test forecast {index}. {title}")
+    fig.suptitle(f"Test forecast {index}", fontsize=9)
+    draw_marker(fig, marker)
     return save_figure(fig, out_base)
 
 
@@ -777,7 +775,7 @@ def teaser_axes(
     spatial: Mapping[str, PathLike],
     metas: Mapping[str, PathLike],
     out_base: PathLike,
-    title: str,
+    marker: str = "",
 ) -> list[Path]:
     """Teaser panel (b), measured: one small panel per axis, one bar per method - accuracy (ACC of the ensemble
     mean, spatial.json), calibration (native W1, metrics.json), sharpness (mean temperature-scaled PI-95 width /
@@ -818,7 +816,7 @@ def teaser_axes(
         ax.set_xticklabels([method_label(m, short=True) for m in methods], fontsize=7, rotation=45)
         ax.set_title(name, fontsize=8)
         ax.tick_params(axis="y", labelsize=7)
-    _suptitle(fig, title)
+    draw_marker(fig, marker)
     return save_figure(fig, out_base)
 
 

@@ -367,18 +367,20 @@ def coverage_figure(
     window: int,
     columns: Sequence[str],
     title: str,
+    marker: str = "",
     matched: str | None = None,
     metrics: Mapping[str, str | os.PathLike] | None = None,
     context_shown: int = 192,
 ) -> list[Path]:
     """One panel per method (``runs``: method -> samples.npz) on one test series: the last ``context_shown``
     context steps, the truth, the point forecast and the central 95 % interval of the samples (interpolated
-    quantiles); the title gives the window's coverage (k / H) and the interval's mean width. ``matched``: None
+    quantiles); each panel's title gives the window's coverage (k / H) and the interval's mean width; ``title``
+    names the window, ``marker`` (:func:`stochattn.figures.figure_marker`) a stand-in / reduced run. ``matched``: None
     (native intervals); ``"window"``: every method but SA rescaled around its point forecast to SA's coverage on
     this window (:func:`window_match`, the paper's Fig. timesfm_scaled_appendix); ``"cal"``: by
     ``metrics[method]["matched"]["factor_95"]``, fitted on the cal windows to SA's cal coverage (never on this
     window). Returns the PNG and PDF paths."""
-    from stochattn.figures import method_color, new_figure, save_figure, subplot_grid
+    from stochattn.figures import draw_marker, method_color, new_figure, save_figure, subplot_grid
     from stochattn.scaling import apply_scale
 
     if matched not in (None, "window", "cal"):
@@ -414,4 +416,5 @@ def coverage_figure(
     for ax in axes[len(methods):]:
         ax.set_visible(False)
     fig.suptitle(textwrap.fill(title, 40 * ncols), fontsize=8)
+    draw_marker(fig, marker)
     return save_figure(fig, out_base)

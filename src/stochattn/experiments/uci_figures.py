@@ -29,6 +29,7 @@ from stochattn.extras import requires
 from stochattn.figures import (
     PALETTE,
     PathLike,
+    draw_marker,
     draw_pit_grid,
     draw_pit_overlay,
     draw_sharpness,
@@ -372,6 +373,7 @@ def cost_figure(
     *,
     metric: str = "seconds_total",
     dataset: str | None = None,
+    marker: str = "",
 ) -> list[Path]:
     """Horizontal bars of wall-clock seconds per method on a log axis (paper fig. ``climax_cost`` style).
 
@@ -381,6 +383,7 @@ def cost_figure(
         metric: which seconds to show (default ``seconds_total`` = train + calibrate + predict, mean over splits).
         dataset: one data set; ``None`` shows every data set in the table, one bar per (method, data set)
             grouped by method (with a legend) when there are several.
+        marker: the one line of :func:`stochattn.figures.figure_marker` (stand-in / reduced run); ``""``: none.
 
     Non-positive values cannot sit on a log axis: they are left out and marked "0 s". Each bar is labelled with
     its value. Returns ``[png, pdf]``.
@@ -426,6 +429,7 @@ def cost_figure(
     ax.set_title(f"{title}: {dataset_label(datasets[0])}" if nd == 1 else f"{title} (UCI)", fontsize=10)
     if nd > 1:
         ax.legend(fontsize=7, frameon=False, loc="lower right")
+    draw_marker(fig, marker)
     return save_figure(fig, out_base)
 
 
