@@ -255,7 +255,8 @@ def figure_marker(standin: str = "", *, reduced: bool = False, detail: str = "")
     """
     if not standin and not reduced:
         return ""
-    parts = [f"STAND-IN: {standin}" if standin else "REDUCED PROTOCOL", detail, "reduced" if standin and reduced else ""]
+    head = f"STAND-IN: {standin}" if standin else "REDUCED PROTOCOL"
+    parts = [head, detail, "reduced" if standin and reduced else ""]
     marker = ", ".join(p for p in parts if p) + "; see caption"
     _check_marker(marker)
     return marker
