@@ -145,7 +145,8 @@ def test_training_killed_at_its_time_limit_resumes_on_slurm(slurm, tmp_path):
     _short_partition()
     estimates = tmp_path / "runtime.yaml"  # the counted work: 2 minutes, twice the bound -> two attempts
     estimates.write_text(yaml.safe_dump({"train_backbone": {"yacht": 2}}))
-    cfg = tiny_config(tmp_path / "resume.yaml", train={"max_epochs": RESUME_EPOCHS, "patience": None},
+    long = {"max_epochs": RESUME_EPOCHS, "patience": None}  # yacht's own schedule too (dataset_overrides)
+    cfg = tiny_config(tmp_path / "resume.yaml", train=long, dataset_overrides={"yacht": {"train": long}},
                       cluster={"max_runtime_hours": 1 / 60}, runtime_estimates=str(estimates))  # fmt: skip
     target = "results/uci/yacht/split0/backbone/model.pt"
     reference = tmp_path / "local"
