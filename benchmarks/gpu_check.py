@@ -190,7 +190,14 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cuda":  # the fused Triton kernel against fused SDPA, and memory at long contexts
         from bench_triton_sa import fused_rows, memory_rows
 
-        parts.append(lambda: fused_rows(device, args.repeats) + memory_rows(device))
+        def fused() -> list[dict]:  # never compiled on a GPU before this check: a failure is a row, not the end
+            try:
+                return fused_rows(device, args.repeats) + memory_rows(device)
+            except Exception as err:  # noqa: BLE001 (reported in the table)
+                return [{"check": "fused SA kernel (benchmarks/bench_triton_sa.py)", "ok": False,
+                         "value": f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"}]
+
+        parts.append(fused)
     if not args.skip_dag:
         parts.append(tiny_dags)
     rows = []
