@@ -145,12 +145,18 @@ def uniform_floor(name: str, det_seconds: float, rows_per_pass: int, n_k: int, r
           f"{t * 1e3:.1f} ms = {t / det_seconds:.2f} of the deterministic pass")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def cpu_args(description: str) -> argparse.Namespace:
+    """The CPU benchmarks' command line (``--threads``, default 2; ``--quick``: fewer repeats), torch's threads set."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="fewer repeats")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    return args
+
+
+def main() -> None:
+    args = cpu_args(__doc__)
     repeats = 5 if args.quick else 11
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, numba threading layer after first call below")
 

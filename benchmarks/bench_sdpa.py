@@ -16,7 +16,6 @@ of the same model timed back to back (benchmarks/bench_attention.py's ``paired_r
 
 from __future__ import annotations
 
-import argparse
 
 import torch
 from torch import Tensor, nn
@@ -60,11 +59,9 @@ class SDPALayer(nn.Module):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--quick", action="store_true", help="fewer repeats")
-    args = parser.parse_args()
-    torch.set_num_threads(args.threads)
+    from bench_attention import cpu_args  # benchmarks/ is this script's folder, on sys.path
+
+    args = cpu_args(__doc__)
     repeats = 3 if args.quick else 7
     torch.manual_seed(0)
     layer = nn.TransformerEncoderLayer(256, 8, dim_feedforward=1024, dropout=0.0, batch_first=True)
