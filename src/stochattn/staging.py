@@ -28,7 +28,7 @@ import threading
 import urllib.error
 import urllib.request
 import zipfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -586,13 +586,6 @@ def stage(
         raise DownloadError(f"{len(failed)} of {len(todo)} files failed (the others are in place; run again to "
                             "resume):\n" + "\n".join(f"  {f['path']}: {f['error']}" for f in failed))  # fmt: skip
     return summary
-
-
-def iter_store_files(store: Path) -> Iterable[Path]:
-    """Every file in the store (the record and ``.part`` files excluded)."""
-    for path in sorted(store.rglob("*")):
-        if path.is_file() and path.name != VERIFIED and not path.name.endswith(".part"):
-            yield path
 
 
 def main(argv: Sequence[str] | None = None) -> int:
