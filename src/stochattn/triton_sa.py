@@ -5,12 +5,15 @@ independently per query row, as :func:`stochattn.attention.scaled_dot_product_at
 blocks as fused attention does and never stores the L x S probability matrix (kernels: :mod:`.triton_sa_kernels`).
 
 Algorithm (one for every nu): pass 1 is the online softmax (row max m, normaliser Z); pass 2 re-streams the keys,
-carries the row's cumulative sum C_j of e_j = exp(s_j - m) across blocks and counts, for each key, how many of the
-row's nu points u_t Z (u_t i.i.d. U[0, 1), counter-based Philox) fall in [C_{j-1}, C_j). The counts of nu i.i.d.
-uniforms in a partition of [0, Z) into intervals of lengths Z p_j are Multinomial(nu, p) exactly, whatever nu is,
-and masked keys (e_j = 0, an empty interval) are never counted. Pass 2 costs O(nu) comparisons per (row, key) on
-top of fused attention's work, so the kernel is cheapest at small nu; a per-block binomial split (O(1) per key
-whatever nu is) would be the large-nu regime and is not implemented.
+carries the row's cumulative sum C_j of e_j = exp(s_j - m) across blocks and places the row's nu points, drawn as
+sorted uniforms (normalised exponential spacings from counter-based Philox numbers) and generated in increasing
+order, on the keys whose intervals [C_{j-1}, C_j) hold them. The counts of nu i.i.d. uniforms in a partition of
+[0, Z) into intervals of lengths Z p_j are Multinomial(nu, p) exactly, whatever nu is, and masked keys (e_j = 0,
+an empty interval) are never counted. Because the points arrive sorted, a key block only sees the points that fall
+in it: sampling costs O(nu BLOCK_N + S NU_BLOCK) comparisons per row on top of fused attention's work, against
+O(nu S) for comparing every draw with every key (this module's first version); the work no longer grows with
+nu x S, so one algorithm serves small and large nu. A one-pass variant (nu weighted-reservoir draws carried
+through the online softmax) would save pass 1's Q K^T but costs nu random numbers per (row, key).
 
 NOTE[DIFF]: the cumulative sum is a float32 scan and may end slightly below Z; a point beyond its end (probability
 at most ~S * 2^-24 per draw) goes to the row's last key with positive probability, as the ``categorical`` sampler
@@ -140,10 +143,9 @@ def sa_attention_fused(
     tensors under TRITON_INTERPRET=1). nu: a positive int, or an integer tensor of H values (per head; 0 keeps that
     head deterministic). attn_mask: boolean (True = attend) or additive float, broadcastable to (B, H, L, S);
     is_causal: top-left aligned lower-triangular mask (not with attn_mask), as ``F.scaled_dot_product_attention``.
-    A row with no attendable key returns zeros. seed (0 <= seed < 2^63) and offset (>= 0): draw t of row
-    r = (b H + h) L + i uses Philox counter ``offset + r * max(nu) + t``, so the same (seed, offset) reproduces the
-    output and calls sharing a seed are independent when their counter ranges do not overlap.
-    """
+    A row with no attendable key returns zeros. seed (0 <= seed < 2^63) and offset (>= 0): row r = (b H + h) L + i
+    uses the Philox counters ``offset + r * (max(nu) + 1) + t``, t = 0..nu, so the same (seed, offset) reproduces the
+    output and calls sharing a seed are independent when their counter ranges do not overlap."""
     ok, why = available(q.device)
     if not ok:
         raise FusedUnavailableError(why)

@@ -5,16 +5,22 @@ nothing of size L x S is stored. Row statistics (max ``m``, normaliser ``Z``) li
 
 * :func:`_stats_kernel` (pass 1): online softmax, ``m = max_j s_j`` and ``Z = sum_j exp(s_j - m)`` per row.
 * :func:`_sample_kernel` (pass 2): re-streams the key blocks with ``e_j = exp(s_j - m)`` (unnormalised), carries
-  the row's cumulative sum across blocks, and counts how many of the row's ``nu`` draws ``x_t = u_t Z``
-  (``u_t`` i.i.d. U[0, 1) from ``tl.rand``) fall in each key's interval ``[C_{j-1}, C_j)``: the counts of ``nu``
-  i.i.d. uniforms in a partition into intervals of lengths ``p_j`` are exactly ``Multinomial(nu, p)``. The counts
-  (BLOCK_M, BLOCK_N) multiply the value block on the tensor cores (``tl.dot``), as P V does in fused attention.
-  A head with ``nu = 0`` is deterministic (weights ``e_j / Z``), the convention of :mod:`stochattn.attention`.
+  the row's cumulative sum across blocks, and walks the row's ``nu`` draws in increasing order: the sorted uniforms
+  ``x_k = Z (E_0 + ... + E_k) / (E_0 + ... + E_nu)`` (``E_t = -log u_t`` i.i.d. standard exponentials from
+  ``tl.rand``; normalised exponential spacings are the order statistics of ``nu`` i.i.d. U[0, 1), Renyi). A key
+  block takes the row's next points below its top, NU_BLOCK at a time, each to the key whose interval
+  ``[C_{j-1}, C_j)`` holds it: the counts of ``nu`` i.i.d. uniforms in a partition into intervals of lengths
+  ``p_j`` are exactly ``Multinomial(nu, p)``. Each point is generated and placed once (plus at most NU_BLOCK
+  re-generated per key block), so the sampling costs O(nu BLOCK_N + S NU_BLOCK) per row instead of the O(nu S) of
+  comparing every draw with every key. The counts (BLOCK_M, BLOCK_N) multiply the value block on the tensor cores
+  (``tl.dot``), as P V does in fused attention. A head with ``nu = 0`` is deterministic (weights ``e_j / Z``), the
+  convention of :mod:`stochattn.attention`.
 
 UPCAST (the interpreter): 16-bit operands are converted to fp32 before every ``tl.dot``; Triton 3.9's interpreter
 returns wrong products for bf16 operands.
 
-Draw ``t`` of row ``r`` (r = (b H + h) L + i) uses the Philox counter ``offset + r * nu_max + t``.
+Spacing ``t`` (0 <= t <= nu) of row ``r`` (r = (b H + h) L + i) uses the Philox counter
+``offset + r * (nu_max + 1) + t``.
 """
 
 from __future__ import annotations
@@ -95,25 +101,32 @@ def _stats_kernel(Q, K, Mask, M_out, Z_out, H, L, S, E, scale,
 
 
 @triton.jit
-def _draws(seed, offset, rows, t0, nu_max, nu, z, NU_BLOCK: tl.constexpr):
-    """Draws t0..t0+NU_BLOCK of each row as points x = u Z (BLOCK_M, NU_BLOCK); -1 for slots t >= nu (unused)."""
-    t = t0 + tl.arange(0, NU_BLOCK)
-    u = tl.rand(seed, offset + rows[:, None] * nu_max + t[None, :])
-    return tl.where(t[None, :] < nu, u * z[:, None], -1.0)
+def _spacings(seed, offset, rows, t, nu_max):
+    """Standard exponentials E_t = -log u_t (BLOCK_M, T) of each row's draws t (Philox counters
+    ``offset + r * (nu_max + 1) + t``); u is floored at 1e-30 so that a zero uniform gives a finite spacing."""
+    u = tl.rand(seed, offset + rows[:, None] * (nu_max + 1) + t)
+    return -tl.log(tl.maximum(u, 1e-30))
 
 
 @triton.jit
-def _count_in_block(x, hi, positive, lo, top, BLOCK_N: tl.constexpr):
-    """Counts (BLOCK_M, BLOCK_N) of the points x (BLOCK_M, T) falling in this block's key intervals.
+def _spacing_total(seed, offset, rows, nu_max, nu, NU_BLOCK: tl.constexpr):
+    """(BLOCK_M,) sum of the row's nu + 1 spacings E_0..E_nu: the normaliser of its sorted uniforms."""
+    total = tl.zeros(rows.shape, tl.float32)
+    for t0 in range(0, nu + 1, NU_BLOCK):
+        t = t0 + tl.arange(0, NU_BLOCK)[None, :]
+        total += tl.sum(tl.where(t <= nu, _spacings(seed, offset, rows, t, nu_max), 0.0), 1)
+    return total
 
-    hi: the running cumulative sum at each key; lo / top (BLOCK_M,): the cumulative sum before the block and the
-    largest one at a positive key of it. A point in [lo, top) goes to the first positive key with hi > x: exactly
-    one key per point (whatever the rounding of the scan), never a key with e = 0.
-    """
+
+@triton.jit
+def _count_below_top(x, hi, positive, top, BLOCK_N: tl.constexpr):
+    """Counts (BLOCK_M, BLOCK_N) of the points x (BLOCK_M, T) below ``top`` at the keys they fall on: a point goes to
+    the first positive key with hi > x (hi: the running cumulative sum at each key; top (BLOCK_M,): its largest
+    value at a positive key of the block), exactly one key per point, never a key with e = 0."""
     j = tl.arange(0, BLOCK_N)
     above = (hi[:, None, :] > x[:, :, None]) & positive[:, None, :]
     first = tl.min(tl.where(above, j[None, None, :], BLOCK_N), 2)
-    first = tl.where((x >= lo[:, None]) & (x < top[:, None]), first, BLOCK_N)
+    first = tl.where(x < top[:, None], first, BLOCK_N)
     return tl.sum((first[:, :, None] == j[None, None, :]).to(tl.float32), 1)
 
 
@@ -124,8 +137,8 @@ def _sample_kernel(Q, K, V, Mask, M_in, Z_in, Nu, Out, seed, offset, nu_max, H, 
                    MASK_KIND: tl.constexpr, IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr, NU_BLOCK: tl.constexpr, PRECISION: tl.constexpr,
                    UPCAST: tl.constexpr, WEIGHTS_IN_V_DTYPE: tl.constexpr):  # fmt: skip
-    """Pass 2: out = (W / nu) V with W ~ Multinomial(nu_h, softmax row) per row, by counting the row's draws in
-    the key intervals of its cumulative sum (carried across blocks). Draws beyond the final cumulative sum (float
+    """Pass 2: out = (W / nu) V with W ~ Multinomial(nu_h, softmax row) per row, by placing the row's sorted draws
+    in the key intervals of its cumulative sum (carried across blocks). Draws beyond the final cumulative sum (float
     rounding: it may end slightly below Z) go to the row's last positive key."""
     pid_m, pid_bh = tl.program_id(0), tl.program_id(1)
     b, h = pid_bh // H, pid_bh % H
@@ -142,6 +155,12 @@ def _sample_kernel(Q, K, V, Mask, M_in, Z_in, Nu, Out, seed, offset, nu_max, H, 
     nu = tl.load(Nu + h)
     carry = tl.zeros((BLOCK_M,), tl.float32)
     last = tl.full((BLOCK_M,), -1, tl.int32)
+    # the row's sorted points: x_k = Z (E_0 + ... + E_k) / (E_0 + ... + E_nu), k < nu, consumed in order
+    taken = tl.zeros((BLOCK_M,), tl.int32)
+    prefix = tl.zeros((BLOCK_M,), tl.float32)
+    to_row = tl.zeros((BLOCK_M,), tl.float32)
+    if nu > 0:
+        to_row = z / _spacing_total(seed, offset, rows, nu_max, nu, NU_BLOCK)
     acc = tl.zeros((BLOCK_M, BLOCK_EV), tl.float32)
     for n0 in range(0, _key_end(pid_m, S, IS_CAUSAL, BLOCK_M), BLOCK_N):
         s, offs_n = _block_scores(q, K, Mask, offs_m, n0, L, S, E, scale, sk_s, sk_e, sm_l, sm_s,
@@ -154,9 +173,16 @@ def _sample_kernel(Q, K, V, Mask, M_in, Z_in, Nu, Out, seed, offset, nu_max, H, 
             hi = carry[:, None] + tl.cumsum(e, 1)
             top = tl.maximum(carry, tl.max(tl.where(positive, hi, 0.0), 1))
             w = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-            for t0 in range(0, nu, NU_BLOCK):
-                w += _count_in_block(_draws(seed, offset, rows, t0, nu_max, nu, z, NU_BLOCK), hi, positive, carry,
-                                     top, BLOCK_N)  # fmt: skip
+            more = 1
+            while more > 0:  # the row's next NU_BLOCK sorted points, until a point of every row reaches the top
+                t = taken[:, None] + tl.arange(0, NU_BLOCK)[None, :]
+                cum = prefix[:, None] + tl.cumsum(_spacings(seed, offset, rows, t, nu_max), 1)
+                x = tl.where(t < nu, cum * to_row[:, None], float("inf"))
+                w += _count_below_top(x, hi, positive, top, BLOCK_N)
+                took = tl.sum((x < top[:, None]).to(tl.int32), 1)  # sorted: the first `took` points
+                prefix = tl.maximum(prefix, tl.max(tl.where(x < top[:, None], cum, 0.0), 1))
+                taken += took
+                more = tl.max((took == NU_BLOCK).to(tl.int32), 0)
             last = tl.maximum(last, tl.max(tl.where(positive, offs_n[None, :], -1), 1))
             carry = top
         v = tl.load(V + offs_n[:, None] * sv_s + offs_ev[None, :] * sv_e,
@@ -165,12 +191,8 @@ def _sample_kernel(Q, K, V, Mask, M_in, Z_in, Nu, Out, seed, offset, nu_max, H, 
             acc += tl.dot(w.to(v.dtype), v)
         else:
             acc += tl.dot(w, v.to(tl.float32), input_precision="ieee")
-    if nu > 0:
-        left = tl.zeros((BLOCK_M,), tl.float32)
-        for t0 in range(0, nu, NU_BLOCK):
-            x = _draws(seed, offset, rows, t0, nu_max, nu, z, NU_BLOCK)
-            left += tl.sum((x >= carry[:, None]).to(tl.float32), 1)
-        left = tl.where(last >= 0, left, 0.0)
+    if nu > 0:  # points beyond the scan's end (float rounding): the row's last positive key
+        left = tl.where(last >= 0, nu - taken, 0).to(tl.float32)
         v_last = tl.load(V + tl.maximum(last, 0)[:, None] * sv_s + offs_ev[None, :] * sv_e,
                          mask=(last[:, None] >= 0) & (offs_ev[None, :] < EV), other=0.0)  # fmt: skip
         acc = (acc + left[:, None] * v_last.to(tl.float32)) / nu
