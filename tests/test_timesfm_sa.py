@@ -13,6 +13,7 @@ from timesfm.timesfm_2p5.timesfm_2p5_torch import TimesFM_2p5_200M_torch_module
 from timesfm.torch import transformer as tfm_transformer
 
 from stochattn import patch
+from stochattn.attention import masked_attention_probs
 from stochattn.backbones import timesfm as T
 from stochattn.io import sha256_file
 from stochattn.patch import StochasticAttention, attention_modules
@@ -218,6 +219,9 @@ def test_adapter_recomputes_the_modules_attention(monkeypatch, attention_fn):
     ref_fwd = forward_outputs(model, x, mask)
     ref_pf = T.point_forecast(model, x, mask, horizon=192)
     monkeypatch.setattr(patch.SAState, "attend", lambda state, probs, value: probs @ value)
+    # timesfm's SDPA function goes through state.sdpa: the masked softmax at its mask and scale, times V
+    monkeypatch.setattr(patch.SAState, "sdpa", lambda state, q, k, v, mask, causal, scale, gqa, nu:
+                        masked_attention_probs(q, k, mask, causal, scale) @ v)  # fmt: skip
     with StochasticAttention(model, nu=1):
         got_fwd = forward_outputs(model, x, mask)
         got_pf = T.point_forecast(model, x, mask, horizon=192)

@@ -245,3 +245,46 @@ def test_stochastic_attention_runs_the_fused_kernel_on_the_sdpa_path():
         assert (o[..., :, None, :] == v[..., None, :, :]).all(-1).any(-1).all()
     with pytest.raises(triton_sa.FusedUnavailableError, match="dropout"):
         scaled_dot_product_attention(q, k, v, dropout_p=0.1, nu=2, fused=True)
+
+
+@pytest.mark.parametrize("backbone", ["timesfm", "climax"])
+def test_foundation_model_adapters_take_the_fused_kernel(backbone, monkeypatch):
+    """The TimesFM (its SDPA attention function, left-padding mask) and ClimaX (ViT blocks) adapters run SA through
+    the SDPA path: with fused=True every attention call of the blocks is the kernel's (per-head nu included), the
+    forecast is finite, and at nu=512 it lies near the deterministic one (SA's spread shrinks as 1/sqrt(nu))."""
+    from stochattn.patch import StochasticAttention
+
+    calls = []
+    kernel = triton_sa.sa_attention_fused
+    monkeypatch.setattr(triton_sa, "sa_attention_fused", lambda *a, **kw: calls.append(a[3]) or kernel(*a, **kw))
+    g = torch.Generator().manual_seed(0)
+    if backbone == "timesfm":
+        from stochattn.backbones.timesfm import build_timesfm, point_forecast
+
+        model = build_timesfm(num_layers=2, model_dims=32, num_heads=2, seed=0)
+        ctx = torch.randn(2, 64, generator=g).cumsum(1)
+        mask = torch.zeros_like(ctx, dtype=torch.bool)
+        mask[0, :20] = True  # left padding: fully masked query rows in the first patch
+
+        def call():
+            return point_forecast(model, ctx, mask, horizon=16)
+
+        per_head = {"*": [2, None]}
+    else:
+        from stochattn.backbones.climax import build_climax, climax_sa_nu
+
+        model = build_climax(img_size=(8, 16), embed_dim=32, depth=2, num_heads=2, seed=0).eval()
+        x = torch.randn(1, 3, 8, 16, generator=g)
+
+        def call():
+            return model.forward_encoder(x, 0.72)
+
+        per_head = climax_sa_nu([2, None], ("blocks",))
+    with torch.no_grad():
+        det = call()
+        for nu in (3, per_head, 512):
+            calls.clear()
+            with StochasticAttention(model, nu, fused=True, generator=torch.Generator().manual_seed(1)):
+                out = call()
+            assert len(calls) >= 2 and torch.isfinite(out).all(), (nu, len(calls))  # two blocks, each at least once
+        assert (out - det).abs().max() < 0.1 * det.abs().max()

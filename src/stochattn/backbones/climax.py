@@ -224,11 +224,15 @@ class ClimaXAttention(nn.Module):
         self.proj = nn.Linear(dim, dim)
         self.proj_drop = nn.Dropout(proj_drop)
 
-    def probs_and_values(self, x: Tensor) -> Tuple[Tensor, Tensor]:
-        """x (B, N, C) -> attention probabilities (B, H, N, N) and values (B, H, N, C / H)."""
+    def heads(self, x: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """x (B, N, C) -> queries, keys, values (B, H, N, C / H) each."""
         b, n, c = x.shape
         qkv = self.qkv(x).reshape(b, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv.unbind(0)  # (B, H, N, Dh) each
+        return qkv.unbind(0)
+
+    def probs_and_values(self, x: Tensor) -> Tuple[Tensor, Tensor]:
+        """x (B, N, C) -> attention probabilities (B, H, N, N) and values (B, H, N, C / H)."""
+        q, k, v = self.heads(x)
         probs = ((q @ k.transpose(-2, -1)) * self.scale).softmax(dim=-1)
         return probs, v
 
@@ -244,16 +248,17 @@ class ClimaXAttention(nn.Module):
 
 @register_attention(ClimaXAttention, n_heads=lambda m: m.num_heads)
 def _climax_attention_forward(module: ClimaXAttention, state: SAState, original, x: Tensor) -> Tensor:
-    # Same computation as ClimaXAttention.forward (same helper for the probabilities and the output projection)
-    # with SA on the softmax probabilities. With state.nu None, state.attend is ``probs @ v``, the very product of
-    # the deterministic forward (attn_drop is the identity in eval mode), so the output is bit-identical; the
-    # patched forward never even calls this adapter at nu=None (stochattn.patch calls the original then).
-    probs, v = module.probs_and_values(x)
-    if module.training and module.attn_drop.p > 0.0:
-        heads = module.attn_drop(state.weights(probs)) @ v
-    else:
-        heads = state.attend(probs, v)
-    return module.output(heads)
+    # Same computation as ClimaXAttention.forward (same helpers for the heads and the output projection) with SA on
+    # the softmax probabilities. In eval mode (attn_drop the identity) it is SDPA's attention at the module's scale,
+    # so it goes through state.sdpa: the fused kernel where it can run (CUDA), else the explicit path, whose
+    # probabilities ``softmax((q k^T) scale)`` are the very tensor of probs_and_values (bit for bit). The patched
+    # forward never calls this adapter at nu=None (stochattn.patch calls the original then); called directly, it
+    # returns the deterministic forward's own product, bit for bit.
+    if state.nu is None or (module.training and module.attn_drop.p > 0.0):
+        probs, v = module.probs_and_values(x)
+        return module.output(module.attn_drop(state.weights(probs)) @ v)
+    q, k, v = module.heads(x)
+    return module.output(state.sdpa(q, k, v, None, False, module.scale, False, state.nu))
 
 
 class ClimaXMlp(nn.Module):

@@ -347,14 +347,12 @@ _ATTENTION_FNS = {
 }
 
 
-def _probs(query: Tensor, key: Tensor, mask: Optional[Tensor], kind: str) -> Tensor:
-    """Attention probabilities (B, H, L, S) of timesfm's attention function ``kind``; query, key (B, L|S, H, D)."""
-    q, k = query.permute(0, 2, 1, 3), key.permute(0, 2, 1, 3)
-    if kind == "sdpa":
-        # -inf masking and NaN -> 0 for fully masked rows: zero weights, as SDPA's zero output. NaN must never
-        # reach V: the padded rows' outputs are keys/values of the next layer, and 0 * NaN is NaN.
-        return masked_attention_probs(q, k, mask, scale=1.0)
-    logits = q @ k.transpose(-2, -1)
+def _explicit_probs(query: Tensor, key: Tensor, mask: Optional[Tensor]) -> Tensor:
+    """Probabilities (B, H, L, S) of timesfm's explicit attention function; query, key (B, L|S, H, D). (Its SDPA
+    function goes through :func:`stochattn.attention.scaled_dot_product_attention`: -inf masking and NaN -> 0 for a
+    fully masked row, i.e. zero weights, as SDPA's zero output; NaN must never reach V: the padded rows' outputs are
+    keys / values of the next layer, and 0 * NaN is NaN.)"""
+    logits = query.permute(0, 2, 1, 3) @ key.permute(0, 2, 3, 1)
     if mask is not None:
         logits = torch.where(mask, logits, -torch.finfo(logits.dtype).max / 2)
     return torch.softmax(logits, dim=-1)
@@ -365,7 +363,8 @@ def _timesfm_attention_forward(module, state: SAState, original, *args, **kwargs
     # Hooked at the smallest piece: timesfm's forward runs unchanged (QKV projection, RoPE with the padding-aware
     # positions, query/key RMSNorm, PerDimScale, decode-cache writes, mask construction, output projection); only
     # the attention function it calls - the one timesfm itself makes swappable (``attention_fn``) - is replaced,
-    # for the duration of this call, by the explicit masked softmax followed by SA. So the adapter is exact by
+    # for the duration of this call, by the masked softmax followed by SA (stochattn.attention's SDPA for timesfm's
+    # SDPA function: the fused kernel on CUDA, the explicit path elsewhere). So the adapter is exact by
     # construction and cannot drift from timesfm's forward. (Not safe for concurrent calls of one module from
     # several threads, and a torch.compile'd forward would not see the swap: use torch_compile=False.)
     fn = module.attention_fn
@@ -377,8 +376,11 @@ def _timesfm_attention_forward(module, state: SAState, original, *args, **kwargs
         )
 
     def stochastic_attention_fn(query: Tensor, key: Tensor, value: Tensor, mask: Optional[Tensor] = None) -> Tensor:
-        probs = _probs(query, key, mask, kind)  # (B, H, L, S)
-        return state.attend(probs, value.permute(0, 2, 1, 3)).permute(0, 2, 1, 3)  # (B, L, H, D)
+        value = value.permute(0, 2, 1, 3)
+        if kind == "sdpa":  # SDPA's semantics: the fused kernel where it can run, else the explicit path
+            q, k = query.permute(0, 2, 1, 3), key.permute(0, 2, 1, 3)
+            return state.sdpa(q, k, value, mask, False, 1.0, False, state.nu).permute(0, 2, 1, 3)  # (B, L, H, D)
+        return state.attend(_explicit_probs(query, key, mask), value).permute(0, 2, 1, 3)
 
     module.attention_fn = stochastic_attention_fn
     try:
