@@ -288,3 +288,30 @@ def test_foundation_model_adapters_take_the_fused_kernel(backbone, monkeypatch):
                 out = call()
             assert len(calls) >= 2 and torch.isfinite(out).all(), (nu, len(calls))  # two blocks, each at least once
         assert (out - det).abs().max() < 0.1 * det.abs().max()
+
+
+def test_a_kernel_that_fails_to_compile_falls_back_once_with_a_warning(monkeypatch):
+    """fused=None: a compile failure (Triton's CompilationError) is reported once in a RuntimeWarning and the call
+    returns None (the caller's explicit path); later calls do not try the kernel again. fused=True raises it;
+    a bad argument (ValueError) is never taken for a kernel failure."""
+    from triton.compiler.errors import CompilationError
+
+    from stochattn import attention
+
+    calls = []
+
+    def broken(*a, **kw):
+        calls.append(1)
+        raise CompilationError("kernel.py", None, "ptxas fatal: unsupported (simulated)")
+
+    monkeypatch.setattr(triton_sa, "sa_attention_fused", broken)
+    monkeypatch.setattr(attention, "_fused_failure", None)
+    q = torch.randn(1, 1, 4, 8)
+    args = (q, q, q, None, 0.0, False, None, 2, None)
+    with pytest.raises(CompilationError):
+        attention._fused(*args, force=True)
+    assert attention._fused_failure is None
+    with pytest.warns(RuntimeWarning, match="fused SA kernel failed.*CompilationError"):
+        assert attention._fused(*args, force=False) is None
+    assert attention._fused(*args, force=False) is None and len(calls) == 2  # not tried again
+    assert not triton_sa.is_kernel_failure(ValueError("bad nu")) and triton_sa.is_kernel_failure(RuntimeError("ptxas"))

@@ -35,6 +35,7 @@ marks rows that stay deterministic; this is how a per-head ``None`` is encoded b
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Literal, Optional, Union
 
 import numpy as np
@@ -320,12 +321,22 @@ def masked_attention_probs(
     return probs
 
 
+#: Why the fused kernel failed to compile or launch on this machine (then ``fused=None`` keeps the explicit path).
+_fused_failure: Optional[str] = None
+
+
 def _fused(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor], dropout_p: float, is_causal: bool,
            scale: Optional[float], nu: Union[int, Tensor], generator: Optional[torch.Generator],
            force: bool) -> Optional[Tensor]:  # fmt: skip
     """SA through :func:`stochattn.triton_sa.sa_attention_fused` where it can run; None where it cannot (raises
-    instead with ``force``). A per-head ``nu`` of shape (H, 1) or (H,) becomes the kernel's (H,)."""
+    instead with ``force``). A per-head ``nu`` of shape (H, 1) or (H,) becomes the kernel's (H,). Without
+    ``force``, a kernel that fails to compile or launch (Triton's compilation or resource errors, a RuntimeError of
+    the backend) is reported once in a RuntimeWarning and not tried again in this process."""
+    global _fused_failure
     from stochattn import triton_sa
+
+    if _fused_failure is not None and not force:
+        return None
 
     heads = query.shape[1] if query.dim() == 4 else None
     if isinstance(nu, Tensor) and heads is not None and nu.numel() in (1, heads) and nu.dim() <= 2 and (
@@ -346,8 +357,17 @@ def _fused(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor
         return None
     device = generator.device if generator is not None else torch.device("cpu")
     seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=device).item())
-    return triton_sa.sa_attention_fused(query, key, value, nu, attn_mask=attn_mask, is_causal=is_causal, scale=scale,
-                                        seed=seed)  # fmt: skip
+    try:
+        return triton_sa.sa_attention_fused(query, key, value, nu, attn_mask=attn_mask, is_causal=is_causal,
+                                            scale=scale, seed=seed)  # fmt: skip
+    except Exception as err:
+        if force or not triton_sa.is_kernel_failure(err):
+            raise
+        _fused_failure = f"{type(err).__name__}: {str(err).strip().splitlines()[0] if str(err).strip() else ''}"
+        warnings.warn(f"the fused SA kernel failed on this machine ({_fused_failure}); stochastic attention keeps "
+                      "the explicit path (same law) from now on; fused=True raises instead", RuntimeWarning,
+                      stacklevel=3)  # fmt: skip
+        return None
 
 
 def scaled_dot_product_attention(

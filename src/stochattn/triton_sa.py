@@ -46,6 +46,16 @@ class FusedUnavailableError(RuntimeError):
     """The fused kernel cannot run here (no triton, no CUDA); use the explicit path."""
 
 
+def is_kernel_failure(err: BaseException) -> bool:
+    """Whether ``err`` is the kernel failing to compile or launch here (Triton's own errors: compilation, out of
+    resources; or a RuntimeError of the backend, e.g. ptxas), as opposed to a bad argument (ValueError, TypeError)."""
+    try:
+        from triton.errors import TritonError
+    except ImportError:
+        TritonError = RuntimeError
+    return isinstance(err, (TritonError, RuntimeError)) and not isinstance(err, FusedUnavailableError)
+
+
 def _kernels():
     """The kernel module, or the reason it cannot be imported."""
     try:
