@@ -120,14 +120,20 @@ def _mask_operand(attn_mask: Optional[Tensor], shape: tuple, like: Tensor) -> tu
     return kind, mask, mask.stride()
 
 
-def _blocks(interpreting: bool, nu_max: int) -> dict:
-    """Tile sizes: (BLOCK_M, BLOCK_N) 32 x 32 and 8 draws at a time on the GPU (the draw-counting tile is
-    BLOCK_M x NU_BLOCK x BLOCK_N). In the interpreter, whose cost is per operation, 128 rows x 16 keys x 32 draws:
-    few programs, and short key blocks keep small test rows on several blocks (the carried sum is exercised)."""
+def _blocks(interpreting: bool, nu_max: int) -> tuple[dict, dict]:
+    """(tile sizes, launch options per kernel). On the GPU (BLOCK_M, BLOCK_N) 32 x 32 and 8 draws at a time (the
+    draw-placing tile is BLOCK_M x NU_BLOCK x BLOCK_N); pass 1 in 4 warps, pass 2 in 8. Compiled for sm_90
+    (``benchmarks/triton_compile_check.py``) pass 2 spills at most 136 B per thread (4 warps: up to 744 B at head
+    dim 80) and pass 1 nothing (8 warps: 2.7 kB at head dim 80 in fp32): a choice from the compiled code, not yet
+    timed on a GPU. In the interpreter, whose cost is per operation, 128
+    rows x 16 keys x 32 draws: few programs, and short key blocks keep small test rows on several blocks (the
+    carried sum is exercised)."""
     if interpreting:
-        return {"BLOCK_M": 128, "BLOCK_N": 16, "NU_BLOCK": min(32, _next_power_of_2(nu_max))}
+        return {"BLOCK_M": 128, "BLOCK_N": 16, "NU_BLOCK": min(32, _next_power_of_2(nu_max))}, {"stats": {},
+                                                                                               "sample": {}}
     nu_block = min(8, _next_power_of_2(nu_max))
-    return {"BLOCK_M": 32, "BLOCK_N": 32, "NU_BLOCK": nu_block, "num_warps": 4}
+    return {"BLOCK_M": 32, "BLOCK_N": 32, "NU_BLOCK": nu_block}, {"stats": {"num_warps": 4},
+                                                                   "sample": {"num_warps": 8}}
 
 
 def _next_power_of_2(n: int) -> int:
@@ -178,17 +184,19 @@ def sa_attention_fused(
     nu_max = max(1, int(nu_h.max()))
     kind, mask, sm = _mask_operand(attn_mask, (B, H, L, S), q)
     interpreting = _interpreting(kernels)
-    cfg = _blocks(interpreting, nu_max)
+    tiles, launch = _blocks(interpreting, nu_max)
     meta = {"MASK_KIND": kind, "IS_CAUSAL": bool(is_causal), "BLOCK_E": max(16, _next_power_of_2(E)),
-            "PRECISION": "ieee" if q.dtype == torch.float32 else "tf32", "UPCAST": interpreting, **cfg}  # fmt: skip
-    grid = (-(-L // cfg["BLOCK_M"]), B * H)
+            "PRECISION": "ieee" if q.dtype == torch.float32 else "tf32", "UPCAST": interpreting,
+            "BLOCK_M": tiles["BLOCK_M"], "BLOCK_N": tiles["BLOCK_N"]}  # fmt: skip
+    grid = (-(-L // tiles["BLOCK_M"]), B * H)
     row_m = torch.empty(B * H * L, dtype=torch.float32, device=q.device)
     row_z = torch.empty_like(row_m)
-    kernels._stats_kernel[grid](q, k, mask, row_m, row_z, H, L, S, E, scale, *q.stride(), *k.stride(), *sm, **meta)
+    kernels._stats_kernel[grid](q, k, mask, row_m, row_z, H, L, S, E, scale, *q.stride(), *k.stride(), *sm, **meta,
+                                **launch["stats"])  # fmt: skip
     out = torch.empty(B, H, L, Ev, dtype=v.dtype, device=q.device)
     in_v_dtype = v.dtype != torch.float32 and nu_max <= _EXACT_COUNT[v.dtype] and not interpreting
     kernels._sample_kernel[grid](q, k, v, mask, row_m, row_z, nu_h, out, int(seed), int(offset), nu_max, H, L, S,
                                  E, Ev, scale, *q.stride(), *k.stride(), *v.stride(), *sm, *out.stride(),
-                                 BLOCK_EV=max(16, _next_power_of_2(Ev)), WEIGHTS_IN_V_DTYPE=in_v_dtype,
-                                 **meta)  # fmt: skip
+                                 BLOCK_EV=max(16, _next_power_of_2(Ev)), NU_BLOCK=tiles["NU_BLOCK"],
+                                 WEIGHTS_IN_V_DTYPE=in_v_dtype, **meta, **launch["sample"])  # fmt: skip
     return out
