@@ -334,3 +334,28 @@ def test_kernels_compile_for_a_cuda_gpu_without_one(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     rows = [ln for ln in run.stdout.splitlines() if ln.startswith("sm_90 bf16 E=80")]
     assert len(rows) == 8 and all("  ok  " in ln and "registers" in ln for ln in rows), run.stdout
+
+
+def test_every_launch_keyword_is_a_kernel_parameter_or_a_launch_option(monkeypatch):
+    """The compiled launcher refuses a keyword that is neither a parameter of the kernel nor a launch option
+    (``KeyError: Keyword argument ... was specified but unrecognised``); the interpreter accepts it silently. The
+    first version passed pass 2's NU_BLOCK to pass 1 and would have failed on its first GPU call."""
+    kernels, _ = triton_sa._kernels()
+    launch_options = {"num_warps", "num_stages", "num_ctas", "maxnreg"}
+    seen = {}
+    for name in ("_stats_kernel", "_sample_kernel"):
+        kernel = getattr(kernels, name)
+
+        class Recorder:
+            def __getitem__(self, grid, _kernel=kernel, _name=name):
+                def launch(*args, **kwargs):
+                    seen[_name] = set(kwargs) - set(_kernel.arg_names) - launch_options
+                    return _kernel[grid](*args, **kwargs)
+
+                return launch
+
+        monkeypatch.setattr(kernels, name, Recorder())
+    monkeypatch.setattr(triton_sa, "_interpreting", lambda _kernels: True)  # the recorders hide the interpreter
+    q, k = _qk(L0=4, H=2, seed=13)
+    triton_sa.sa_attention_fused(q, k, k, torch.tensor([3, 0]), attn_mask=torch.ones(4, S, dtype=torch.bool), seed=1)
+    assert seen == {"_stats_kernel": set(), "_sample_kernel": set()}, seen
