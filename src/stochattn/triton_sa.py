@@ -125,15 +125,13 @@ def _blocks(interpreting: bool, nu_max: int) -> tuple[dict, dict]:
     draw-placing tile is BLOCK_M x NU_BLOCK x BLOCK_N); pass 1 in 4 warps, pass 2 in 8. Compiled for sm_90
     (``benchmarks/triton_compile_check.py``) pass 2 spills at most 136 B per thread (4 warps: up to 744 B at head
     dim 80) and pass 1 nothing (8 warps: 2.7 kB at head dim 80 in fp32): a choice from the compiled code, not yet
-    timed on a GPU. In the interpreter, whose cost is per operation, 128
-    rows x 16 keys x 32 draws: few programs, and short key blocks keep small test rows on several blocks (the
-    carried sum is exercised)."""
+    timed on a GPU. In the interpreter, whose cost is per operation, 128 rows x 16 keys x 32 draws: few programs,
+    and short key blocks keep small test rows on several blocks (the carried sum is exercised)."""
     if interpreting:
-        return {"BLOCK_M": 128, "BLOCK_N": 16, "NU_BLOCK": min(32, _next_power_of_2(nu_max))}, {"stats": {},
-                                                                                               "sample": {}}
-    nu_block = min(8, _next_power_of_2(nu_max))
-    return {"BLOCK_M": 32, "BLOCK_N": 32, "NU_BLOCK": nu_block}, {"stats": {"num_warps": 4},
-                                                                   "sample": {"num_warps": 8}}
+        tiles = {"BLOCK_M": 128, "BLOCK_N": 16, "NU_BLOCK": min(32, _next_power_of_2(nu_max))}
+        return tiles, {"stats": {}, "sample": {}}
+    tiles = {"BLOCK_M": 32, "BLOCK_N": 32, "NU_BLOCK": min(8, _next_power_of_2(nu_max))}
+    return tiles, {"stats": {"num_warps": 4}, "sample": {"num_warps": 8}}
 
 
 def _next_power_of_2(n: int) -> int:
