@@ -53,6 +53,15 @@ include: "rules/paper.smk"
 include: "rules/rehearsal_assets.smk"
 
 
+# A run that succeeded has accepted every output it wrote: the training checkpoints beside them (each training keeps
+# its final state until then, so that a job killed in its teardown does not train again) are deleted; those of jobs
+# without their output yet stay, to be resumed. Spawned jobs (--no-hooks) never run this.
+onsuccess:
+    from stochattn.provenance import remove_finished_resumes
+
+    remove_finished_resumes("results")
+
+
 # Target rules and the fetch rule (which needs the network on a cluster's login node) run locally (localrule).
 rule all:
     """Every table and figure of the UCI slice, the teaser's toy panel and (ett.enabled, era5.enabled) the ETT and ERA5

@@ -128,3 +128,26 @@ def test_write_provenance_atomic(tmp_path):
         write_provenance(tmp_path / "other.csv", {**rec, "bad": object()})
     assert not (tmp_path / "other.csv.prov.json").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_remove_finished_resumes_deletes_only_checkpoints_whose_output_exists(tmp_path):
+    """The onsuccess hook's clean-up: a job's training checkpoints (resume_checkpoint, and the numbered files of
+    fits inside training.resumable) go once its first output exists; a job without its output keeps them."""
+    from types import SimpleNamespace
+
+    from stochattn.provenance import remove_finished_resumes, resume_checkpoint
+
+    done, pending = tmp_path / "a" / "model.pt", tmp_path / "b" / "state.pt"
+    files = []
+    for out in (done, pending):
+        out.parent.mkdir()
+        ckpt = resume_checkpoint(SimpleNamespace(params={"seed": 1}, output=[str(out)]))
+        files += [ckpt, ckpt.with_name(f"{ckpt.stem}.0{ckpt.suffix}"), ckpt.with_name(f"{ckpt.stem}.11{ckpt.suffix}")]
+    other = tmp_path / "a" / ".model.pt.notes.pt"  # not a checkpoint name
+    for f in (*files, other):
+        f.write_bytes(b"x")
+    done.write_bytes(b"model")
+    removed = remove_finished_resumes(tmp_path)
+    assert sorted(removed) == sorted(files[:3])
+    assert all(not f.exists() for f in files[:3]) and all(f.exists() for f in (*files[3:], other, done))
+    assert remove_finished_resumes(tmp_path / "missing") == []

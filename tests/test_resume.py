@@ -82,6 +82,12 @@ def same(a, b):
     return a == b
 
 
+def assert_completed(ckpt):
+    """A fit that returned leaves its final state in its checkpoint, marked completed (the workflow deletes it once
+    the job's outputs are accepted)."""
+    assert ckpt.exists() and torch.load(ckpt, weights_only=True)["completed"] is True
+
+
 @pytest.fixture
 def reference():
     step = Step()
@@ -108,7 +114,7 @@ def test_resume_from_a_signal_mid_epoch_is_bit_identical(reference, tmp_path, si
     model, result = fit(resumed, ckpt)
     assert resumed.calls == ref_calls - signal_at  # continued, not restarted
     assert_identical(ref_model, ref_result, model, result)
-    assert not ckpt.exists()  # removed on completion
+    assert_completed(ckpt)
 
 
 @pytest.mark.parametrize("epochs_done", [1, 6])
@@ -122,7 +128,27 @@ def test_resume_after_a_kill_is_bit_identical(reference, tmp_path, epochs_done):
     model, result = fit(resumed, ckpt)
     assert resumed.calls == ref_calls - epochs_done * STEPS
     assert_identical(ref_model, ref_result, model, result)
-    assert not ckpt.exists()
+    assert_completed(ckpt)
+
+
+def test_a_completed_fit_rerun_returns_its_final_state_without_training(reference, tmp_path, caplog):
+    """A job killed after its fit ended (SLURM's time limit in Snakemake's teardown) is retried: the same call meets
+    the completed checkpoint and returns the same model, optimizer and result without one optimisation step."""
+    ref_model, ref_result, ref_calls = reference
+    ckpt = tmp_path / "fit.ckpt"
+    first = Step()
+    _, first_result = fit(first, ckpt)
+    assert first.calls == ref_calls
+    caplog.set_level(logging.INFO, logger="stochattn.training")
+    again = Step()
+    model, result = fit(again, ckpt)
+    assert again.calls == 0
+    assert_identical(ref_model, ref_result, model, result)
+    assert result.seconds == first_result.seconds  # the training's own time, not the rerun's
+    assert any(m.startswith(f"training already completed in {ckpt}: best epoch {ref_result.best_epoch} of "
+                            f"{ref_result.epochs_run}") for m in caplog.messages)  # fmt: skip
+    with pytest.raises(ValueError, match="written by a different training"):  # another training never reuses it
+        fit(Step(), ckpt, lr=0.05)
 
 
 def test_ivon_resumes_bit_identical(tmp_path):
@@ -164,7 +190,8 @@ def test_checkpoint_refuses_an_epoch_hook(tmp_path):
 
 
 def test_a_diverged_fit_removes_its_checkpoint(tmp_path):
-    """FloatingPointError is a final outcome (a rerun would end the same way): no checkpoint is left behind."""
+    """FloatingPointError is a final outcome (a rerun would end the same way): no checkpoint is left behind. A NaN
+    loss with a best epoch to fall back on returns, and keeps its completed state like any fit that returns."""
     ckpt, seen = tmp_path / "fit.ckpt", []
 
     def nan_in_epoch_3(model, optimizer, x, y, loss):
@@ -173,8 +200,10 @@ def test_a_diverged_fit_removes_its_checkpoint(tmp_path):
         return out * float("nan") if len(seen) > 2 * STEPS else out
 
     with pytest.warns(UserWarning, match="training loss became nan in epoch 3"):
-        fit(Step(inner=nan_in_epoch_3), ckpt)  # falls back on the best epoch: returns
-    assert seen[2 * STEPS] and not ckpt.exists()  # saved after epoch 2, removed at the end
+        fit(Step(inner=nan_in_epoch_3), ckpt)  # falls back on the best epoch: returns, its state kept as completed
+    assert seen[2 * STEPS]  # saved after epoch 2
+    assert_completed(ckpt)
+    ckpt.unlink()
     seen.clear()
     with pytest.raises(FloatingPointError):
         fit(Step(inner=nan_in_epoch_3), ckpt, restore_best=False)
@@ -269,7 +298,7 @@ def test_uci_backbone_resumes(tmp_path, monkeypatch):
     assert all(torch.equal(ref_state[k], state[k]) for k in ref_state)
     assert (meta["best_epoch"], meta["epochs_run"], meta["val_rmse_standardised"]) == (
         ref_meta["best_epoch"], ref_meta["epochs_run"], ref_meta["val_rmse_standardised"])  # fmt: skip
-    assert not ckpt.exists()
+    assert_completed(ckpt)
 
 
 def test_fit_adapter_resumes(tmp_path, monkeypatch):
@@ -289,7 +318,7 @@ def test_fit_adapter_resumes(tmp_path, monkeypatch):
         run(Step(signal_at=12), ckpt)
     net, rec = run(Step(), ckpt)
     assert rec == ref and all(torch.equal(a, b) for a, b in zip(ref_net.parameters(), net.parameters()))
-    assert not ckpt.exists()
+    assert_completed(ckpt)
 
 
 class Reached(Exception):
@@ -324,49 +353,26 @@ def test_ett_and_era5_adapt_pass_the_checkpoint_on(tmp_path, monkeypatch):
 
 def test_resumable_block_checkpoints_each_fit_inside_it_in_order(tmp_path):
     """stochattn.training.resumable: fits deep inside a job (a grid candidate's) checkpoint to numbered files in
-    call order; a second fit interrupted mid-epoch resumes from its own file on the rerun, after the first (whose
-    file was removed when it completed) runs again, and both end bit-identical to uninterrupted fits."""
+    call order; a second fit interrupted mid-epoch resumes from its own file on the rerun, after the first returns
+    its completed state without training, and both end bit-identical to uninterrupted fits."""
     from stochattn.training import resumable
 
-    def job(second_step):
+    def job(first_step, second_step):
         with resumable(tmp_path / "job.pt"):
-            first = fit(Step(), model=tiny(), max_epochs=3)
+            first = fit(first_step, model=tiny(), max_epochs=3)
             second = fit(second_step, model=tiny(d_block=16))
         return first, second
 
-    (ref_a, res_a), (ref_b, res_b) = job(Step())
-    assert not list(tmp_path.iterdir()), "completed fits remove their checkpoints"
+    (ref_a, res_a), (ref_b, res_b) = job(Step(), Step())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["job.0.pt", "job.1.pt"]
+    for path in tmp_path.iterdir():  # what the workflow does once the job's outputs are accepted
+        assert_completed(path)
+        path.unlink()
     with pytest.raises(TrainingInterrupted) as info:
-        job(Step(signal_at=STEPS * 3 + 2))
+        job(Step(), Step(signal_at=STEPS * 3 + 2))
     assert info.value.checkpoint == tmp_path / "job.1.pt" and info.value.epoch == 4
-    (a, ra), (b, rb) = job(Step())
+    first, second = Step(), Step()
+    (a, ra), (b, rb) = job(first, second)
+    assert first.calls == 0 and second.calls > 0
     assert_identical(ref_a, res_a, a, ra)
     assert_identical(ref_b, res_b, b, rb)
-    assert not list(tmp_path.iterdir())
-    # outside the block, and for a fit with its own hook, nothing is checkpointed
-    fit(Step(), model=tiny(), max_epochs=2)
-    assert not list(tmp_path.iterdir())
-
-
-def test_checkpoint_leaves_out_frozen_parameters_and_resumes_identically(tmp_path):
-    """A fit of the trainable part only (adapters on a frozen backbone): the checkpoint holds the trainable
-    parameters and buffers, not the frozen weights (which the fingerprint checks), and the resume is bit-identical."""
-
-    def frozen_model():
-        model = tiny()
-        for name, p in model.named_parameters():
-            p.requires_grad_(".output." in name)
-        return model
-
-    trainable = [n for n, p in frozen_model().named_parameters() if p.requires_grad]
-    assert trainable and len(trainable) < len(list(frozen_model().parameters()))
-    ref, ref_result = fit(Step(), model=frozen_model())
-    ckpt = tmp_path / "fit.pt"
-    with pytest.raises(TrainingInterrupted):
-        fit(Step(signal_at=STEPS * 2 + 3), ckpt, model=frozen_model())
-    saved = torch.load(ckpt, weights_only=True)
-    frozen = {n for n, p in frozen_model().named_parameters() if not p.requires_grad}
-    assert not frozen & set(saved["model"]) and set(trainable) <= set(saved["model"])
-    assert saved["best_state"] and not frozen & set(saved["best_state"][0])
-    model, result = fit(Step(), ckpt, model=frozen_model())
-    assert_identical(ref, ref_result, model, result)

@@ -131,8 +131,8 @@ def test_gpu_request_without_cuda_fails_clearly(tiny_chain, tmp_path):
 
 # the tiny backbone trains for ~95 s on one idle thread (4000 epochs: 75 s): longer than the queue's 1-minute limit,
 # short enough that the second attempt usually ends inside it. A job that ends its work just after its limit (SLURM
-# checks limits every ~30 s) is still marked TIMEOUT and trains again: retries leave room for that and for a loaded
-# machine.
+# checks limits every ~30 s) is still marked TIMEOUT; its retry finds the training's completed state and only writes
+# the outputs: retries leave room for that and for a loaded machine.
 RESUME_EPOCHS = 5000
 
 
@@ -189,7 +189,7 @@ def test_training_killed_at_its_time_limit_resumes_on_slurm(slurm, tmp_path):
     for key in ("best_epoch", "epochs", "best_val_rmse", "val_rmse"):
         if key in ma:
             assert ma[key] == mb[key], key
-    assert not list((work / target).parent.glob(".*resume*")), "the checkpoint is removed when the training completes"
+    assert not list((work / target).parent.glob(".*resume*")), "the checkpoint is removed when the run succeeds"
 
 
 def test_preflight_names_the_jobs_a_short_partition_cannot_run(slurm, tmp_path):

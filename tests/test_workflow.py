@@ -400,6 +400,8 @@ def test_tiny_run_outputs_follow_the_contract(tiny_run):
         assert meta["calibration"] == "results/uci/yacht/split0/sa/calibration.json"
     assert (run / "sa" / "calibration.json").is_file()
     assert (run / "backbone" / "model.pt").is_file()
+    # each training keeps its completed state until the run succeeds; then the onsuccess hook deletes it
+    assert not list((work / "results").rglob(".*.resume-*.pt"))
 
     for name in TABLES:
         csv = work / "results" / "tables" / f"{name}.csv"

@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping
@@ -32,6 +33,7 @@ __all__ = [
     "device_info",
     "provenance_record",
     "provenance_path",
+    "remove_finished_resumes",
     "write_provenance",
     "code_closure",
     "code_version",
@@ -546,10 +548,32 @@ def resume_checkpoint(sm: Any) -> Path:
     """The training checkpoint of a workflow job (``sm``: its snakemake object): a hidden file beside its first
     output, named by a hash of the job's params (settings, seed, code version), so that a rerun after a kill resumes
     from it (:func:`stochattn.training.fit_regressor`) and a job with other settings never meets it. Snakemake does
-    not delete it when the job fails; the training deletes it when it completes."""
+    not delete it when the job fails, and a completed training leaves its final state there, so that a job killed
+    after its training ended (in the teardown at its time limit) does not train again on its retry; the workflow
+    deletes the file once the job's outputs are accepted (:func:`remove_finished_resumes`). Fits inside
+    :func:`stochattn.training.resumable` use ``<stem>.<i>.pt`` beside it."""
     digest = hashlib.sha256(json.dumps(to_jsonable(dict(sm.params.items())), sort_keys=True).encode()).hexdigest()
     out = Path(sm.output[0])
     return out.with_name(f".{out.name}.resume-{digest[:12]}.pt")
+
+
+_RESUME_FILE = re.compile(r"^\.(?P<output>.+)\.resume-[0-9a-f]{12}(\.\d+)?\.pt$")
+
+
+def remove_finished_resumes(root: str | os.PathLike) -> list[Path]:
+    """Delete the training checkpoints (:func:`resume_checkpoint`) under ``root`` whose job output exists: called
+    when a workflow run succeeds (Snakefile ``onsuccess``), where every existing output has been accepted. The
+    checkpoints of jobs that have not written their output yet (interrupted, or not part of this run) stay, to be
+    resumed. Returns the deleted paths."""
+    root, removed = Path(root), []
+    if not root.is_dir():
+        return removed
+    for path in sorted(root.rglob(".*.resume-*.pt")):
+        match = _RESUME_FILE.match(path.name)
+        if match and (path.parent / match["output"]).exists():
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
 
 
 # PyTorch's wheel index whose CUDA build still has kernels for the older architectures (Volta, sm_70: only the

@@ -12,7 +12,7 @@ the ``seed`` argument, so a CPU run is bit-for-bit repeatable; the global torch 
 
 With ``checkpoint=<file>`` a fit saves its full state after every epoch (and on SIGUSR1 / SIGTERM, mid-epoch, before
 raising :class:`TrainingInterrupted`), and a rerun with the same arguments continues from there and ends exactly
-where an uninterrupted run ends.
+where an uninterrupted run ends; a completed fit's final state stays there until the caller deletes it.
 """
 
 from __future__ import annotations
@@ -431,17 +431,15 @@ class _Checkpoint:
 
 
 @contextlib.contextmanager
-def _removed_when_final(ckpt: _Checkpoint | None) -> Iterator[None]:
-    """Delete the checkpoint file when the block ends normally or with FloatingPointError (a final outcome: a rerun
-    would end the same way); keep it when the block is interrupted or fails otherwise."""
+def _removed_if_diverged(ckpt: _Checkpoint | None) -> Iterator[None]:
+    """Delete the checkpoint file when the block fails with FloatingPointError (a final outcome: a rerun would end
+    the same way); keep it when the block ends otherwise (see :func:`fit_regressor`'s ``checkpoint``)."""
     try:
         yield
     except FloatingPointError:
         if ckpt is not None:
             ckpt.remove()
         raise
-    if ckpt is not None:
-        ckpt.remove()
 
 
 def _generators(model: nn.Module) -> dict[str, torch.Generator]:
@@ -523,9 +521,13 @@ def fit_regressor(
             or SIGTERM (handled while the fit runs in the main thread) save it after the current optimisation step
             and raise :class:`TrainingInterrupted`. An existing file from the same training (same arguments, model
             layout and initial weights, data) is resumed from, and the result is bit-identical to an uninterrupted
-            run on CPU; a file from another training is a ValueError. A finished fit (returned, or diverged with
-            FloatingPointError) deletes the file. Not saved: state a ``step_fn`` keeps elsewhere; not allowed with
-            ``on_epoch_end`` (a hook's state, e.g. SWAG's moments, could not be resumed).
+            run on CPU; a file from another training is a ValueError. A fit that returns leaves its final state
+            there, marked completed, and the same call rerun returns it without training (a job killed after its
+            fit ended, in Snakemake's teardown at the time limit, does not train again on its retry): whoever
+            accepts the job's outputs deletes the file (the workflow: :func:`stochattn.provenance.
+            remove_finished_resumes` when a run succeeds). A fit that diverges (FloatingPointError) deletes it. Not
+            saved: state a ``step_fn`` keeps elsewhere; not allowed with ``on_epoch_end`` (a hook's state, e.g.
+            SWAG's moments, could not be resumed).
 
     Returns:
         :class:`FitResult`; the model (and optimizer) hold the state of ``best_epoch`` (of the last epoch if
@@ -602,6 +604,17 @@ def fit_regressor(
     def completed(part: dict) -> dict:
         return {**{k: v.detach().clone() for k, v in model.state_dict().items() if k in frozen}, **part}
 
+    if saved is not None and saved.get("completed"):
+        # the job ran this fit to its end before it was killed (e.g. in Snakemake's teardown after its time limit)
+        model.load_state_dict(completed(saved["model"]))
+        opt.load_state_dict(saved["optimizer"])
+        if saved["optimizer_steps"] is not None:
+            opt.current_step = saved["optimizer_steps"]
+        for name, g in _generators(model).items():
+            g.set_state(saved["rng"]["modules"][name])
+        logger.info(f"training already completed in {ckpt.path}: best epoch {saved['result']['best_epoch']} of "
+                    f"{saved['result']['epochs_run']}, nothing to train")  # fmt: skip
+        return FitResult(**saved["result"], optimizer=opt)
     if saved is not None:
         model.load_state_dict(completed(saved["model"]))
         opt.load_state_dict(saved["optimizer"])
@@ -630,7 +643,7 @@ def fit_regressor(
             "seconds": time.perf_counter() - t0,
         }  # fmt: skip
 
-    with seeded(int(seed), dev), _stop_requests(ckpt is not None) as stop, _removed_when_final(ckpt):
+    with seeded(int(seed), dev), _stop_requests(ckpt is not None) as stop, _removed_if_diverged(ckpt):
         if saved is not None:
             _set_rng_state(saved["rng"], dev, model)
         epochs = range(first_epoch, max_epochs + 1)
@@ -691,12 +704,10 @@ def fit_regressor(
             if restore_best and best_epoch != history["epoch"][-1]:
                 model.load_state_dict(best_state[0])
                 opt.load_state_dict(best_state[1])
-    return FitResult(
-        best_epoch=best_epoch,
-        best_val_rmse=best_rmse,
-        epochs_run=len(history["epoch"]),
-        stopped_early=stopped_early,
-        seconds=time.perf_counter() - t0,
-        history=history,
-        optimizer=opt,
-    )
+        result = {"best_epoch": best_epoch, "best_val_rmse": best_rmse, "epochs_run": len(history["epoch"]),
+                  "stopped_early": stopped_early, "seconds": time.perf_counter() - t0, "history": history}
+        if ckpt is not None:  # kept until the job's outputs are accepted (stochattn.provenance.remove_finished_resumes)
+            ckpt.save({"completed": True, "result": result, "model": changing(model.state_dict()),
+                       "optimizer": opt.state_dict(), "optimizer_steps": getattr(opt, "current_step", None),
+                       "rng": _rng_state(dev, model)})  # fmt: skip
+    return FitResult(**result, optimizer=opt)

@@ -128,7 +128,7 @@ def train_backbone(
 
     ``provenance``: recorded as meta.json's ``provenance`` (stochattn.provenance.stage_provenance: input hashes,
     code version). ``checkpoint``: a file that makes the training resumable (:func:`stochattn.training.fit_regressor`;
-    a rerun after a kill continues from it, and it is deleted when the training completes)."""
+    a rerun after a kill continues from it; a completed training's final state stays there for the caller to delete)."""
     data = load_prepared(prepared_path)
     dev = resolve_device(device)
     net = _build(data, model, seed)
