@@ -144,10 +144,15 @@ def test_remove_finished_resumes_deletes_only_checkpoints_whose_output_exists(tm
         ckpt = resume_checkpoint(SimpleNamespace(params={"seed": 1}, output=[str(out)]))
         files += [ckpt, ckpt.with_name(f"{ckpt.stem}.0{ckpt.suffix}"), ckpt.with_name(f"{ckpt.stem}.11{ckpt.suffix}")]
     other = tmp_path / "a" / ".model.pt.notes.pt"  # not a checkpoint name
-    for f in (*files, other):
+    staged = tmp_path / "data" / "2024"  # a directory output (the walk does not enter it)
+    staged.mkdir(parents=True)
+    (staged.parent / ".snakemake_timestamp").write_bytes(b"")
+    (staged / "x.nc").write_bytes(b"x")
+    inside = staged / f".x.nc.resume-{'0' * 12}.pt"
+    for f in (*files, other, inside):
         f.write_bytes(b"x")
     done.write_bytes(b"model")
     removed = remove_finished_resumes(tmp_path)
     assert sorted(removed) == sorted(files[:3])
-    assert all(not f.exists() for f in files[:3]) and all(f.exists() for f in (*files[3:], other, done))
+    assert all(not f.exists() for f in files[:3]) and all(f.exists() for f in (*files[3:], other, done, inside))
     assert remove_finished_resumes(tmp_path / "missing") == []

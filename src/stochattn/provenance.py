@@ -564,15 +564,16 @@ def remove_finished_resumes(root: str | os.PathLike) -> list[Path]:
     """Delete the training checkpoints (:func:`resume_checkpoint`) under ``root`` whose job output exists: called
     when a workflow run succeeds (Snakefile ``onsuccess``), where every existing output has been accepted. The
     checkpoints of jobs that have not written their output yet (interrupted, or not part of this run) stay, to be
-    resumed. Returns the deleted paths."""
-    root, removed = Path(root), []
-    if not root.is_dir():
-        return removed
-    for path in sorted(root.rglob(".*.resume-*.pt")):
-        match = _RESUME_FILE.match(path.name)
-        if match and (path.parent / match["output"]).exists():
-            path.unlink(missing_ok=True)
-            removed.append(path)
+    resumed. The walk skips directory outputs (Snakemake marks them with ``.snakemake_timestamp``; a checkpoint sits
+    beside a job's output, never inside it), such as the staged ERA5 data. Returns the deleted paths."""
+    removed = []
+    for folder, subdirs, names in os.walk(root):
+        subdirs[:] = sorted(d for d in subdirs if not (Path(folder) / d / ".snakemake_timestamp").exists())
+        for name in sorted(names):
+            match = _RESUME_FILE.match(name)
+            if match and (Path(folder) / match["output"]).exists():
+                (Path(folder) / name).unlink(missing_ok=True)
+                removed.append(Path(folder) / name)
     return removed
 
 
