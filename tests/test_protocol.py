@@ -62,7 +62,8 @@ def test_quick_config_names_its_reductions(tmp_path):
     assert "model: n_blocks=1, d_block=64" in note and "train: lr=0.001" in note
     assert "dataset_overrides.naval.train: lr=0.003" in note  # per-data-set choices are project choices too
     # every value of a method that runs is named with its value, whatever keys the method has
-    group = note.split("method_params.multiswag: ")[1].split(";")[0]
+    # the global entry (the per-data-set ones, e.g. dataset_overrides.yacht.method_params.multiswag, come first)
+    group = note.split("; method_params.multiswag: ")[1].split(";")[0]
     for key, value in cfg["method_params"]["multiswag"].items():
         if key != "components":  # stated by the paper: under "Reduced"
             assert f"{key}={fmt(value)}" in group
