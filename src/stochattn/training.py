@@ -604,22 +604,23 @@ def fit_regressor(
     def completed(part: dict) -> dict:
         return {**{k: v.detach().clone() for k, v in model.state_dict().items() if k in frozen}, **part}
 
-    if saved is not None and saved.get("completed"):
-        # the job ran this fit to its end before it was killed (e.g. in Snakemake's teardown after its time limit)
+    def restore(saved: dict) -> None:
+        """The saved model and optimizer (and ivon.IVON's step counter, kept outside its state_dict)."""
         model.load_state_dict(completed(saved["model"]))
         opt.load_state_dict(saved["optimizer"])
         if saved["optimizer_steps"] is not None:
             opt.current_step = saved["optimizer_steps"]
+
+    if saved is not None and saved.get("completed"):
+        # the job ran this fit to its end before it was killed (e.g. in Snakemake's teardown after its time limit)
+        restore(saved)
         for name, g in _generators(model).items():
             g.set_state(saved["rng"]["modules"][name])
         logger.info(f"training already completed in {ckpt.path}: best epoch {saved['result']['best_epoch']} of "
                     f"{saved['result']['epochs_run']}, nothing to train")  # fmt: skip
         return FitResult(**saved["result"], optimizer=opt)
     if saved is not None:
-        model.load_state_dict(completed(saved["model"]))
-        opt.load_state_dict(saved["optimizer"])
-        if saved["optimizer_steps"] is not None:
-            opt.current_step = saved["optimizer_steps"]
+        restore(saved)
         shuffle_gen.set_state(saved["shuffle_rng"])
         history, best_rmse, best_epoch, best_state = (saved[k] for k in ("history", "best_rmse", "best_epoch",
                                                                           "best_state"))  # fmt: skip
@@ -707,7 +708,5 @@ def fit_regressor(
         result = {"best_epoch": best_epoch, "best_val_rmse": best_rmse, "epochs_run": len(history["epoch"]),
                   "stopped_early": stopped_early, "seconds": time.perf_counter() - t0, "history": history}
         if ckpt is not None:  # kept until the job's outputs are accepted (stochattn.provenance.remove_finished_resumes)
-            ckpt.save({"completed": True, "result": result, "model": changing(model.state_dict()),
-                       "optimizer": opt.state_dict(), "optimizer_steps": getattr(opt, "current_step", None),
-                       "rng": _rng_state(dev, model)})  # fmt: skip
+            ckpt.save({**state(len(history["epoch"]), None), "completed": True, "result": result})
     return FitResult(**result, optimizer=opt)
