@@ -41,6 +41,7 @@ lock:
 		{ echo "envs/cpu.lock: no CPU torch wheel at $(TORCH_CPU_WHEELS)" >&2; exit 1; }
 	cp envs/cpu.lock envs/cuda.lock  # the CUDA lock starts from the CPU lock's versions and keeps them where it can
 	$(LOCK_COMPILE) --extra timm -o envs/cuda.lock
+	$(PYTHON) envs/conda_env.py  # envs/stochattn.yaml's pip section: envs/cuda.lock inline
 
 # --max-jobs-per-timespan: Snakemake (9.x) re-schedules ever more often as jobs finish (about n times a second after n
 # jobs: docs/measurements.md, "Snakemake's scheduler"); 10 s makes those rounds 10x rarer. Jobs still start as soon as

@@ -4,6 +4,7 @@
 import functools
 import hashlib
 import math
+import os
 from pathlib import Path
 
 import yaml
@@ -18,8 +19,14 @@ from stochattn.provenance import code_version
 from stochattn.resources import gpu_minutes, load_dataset_estimates, load_step_costs
 from stochattn.selection import grid_entries
 
-# Every rule's software, used with `--sdm conda` (the local `make` setup runs in the virtual environment instead).
+# Every rule's software, used with `--sdm conda` (the local `make` setup runs in the virtual environment instead);
+# envs/stochattn.yaml's header gives both routes on a cluster: --sdm conda, or activate the environment and then run.
 CONDA_ENV = str(Path(workflow.basedir) / "envs" / "stochattn.yaml")
+# Snakemake runs envs/stochattn.post-deploy.sh (it installs this repository into the new environment) from a copy
+# under .snakemake/conda/: this is how it finds the repository. Set, not defaulted: the package installed must be
+# the one of the workflow that runs. (update(), not os.environ[...] =: `snakemake --lint` takes that form for a read
+# of a variable that an envvars directive should assert.)
+os.environ.update(STOCHATTN_REPO=workflow.basedir)
 
 # ---------------------------------------------------------------------------------------------------------------
 # names
