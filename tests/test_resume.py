@@ -376,3 +376,269 @@ def test_resumable_block_checkpoints_each_fit_inside_it_in_order(tmp_path):
     assert first.calls == 0 and second.calls > 0
     assert_identical(ref_a, res_a, a, ra)
     assert_identical(ref_b, res_b, b, rb)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# stop requests in the validation and at the epoch's end; hooks with state (SWAG's phase); IVON
+# ----------------------------------------------------------------------------------------------------------------
+VAL_BATCHES = 4  # validation batches per epoch: 100 rows in batches of 25
+
+
+def signal_in_eval(model, at, signum=signal.SIGUSR1):
+    """Send ``signum`` to this process during the model's ``at``-th eval-mode forward pass (1-based)."""
+    calls = []
+
+    def hook(module, args, out):
+        if not module.training:
+            calls.append(1)
+            if len(calls) == at:
+                os.kill(os.getpid(), signum)
+
+    model.register_forward_hook(hook)
+    return calls
+
+
+class Epochs:
+    """An ``on_epoch_end`` hook with state (:class:`stochattn.training.HookState`): the epochs it saw."""
+
+    settings = "epochs"
+
+    def __init__(self):
+        self.seen = []
+
+    def __call__(self, epoch, model):
+        self.seen.append(epoch)
+
+    def state_dict(self):
+        return {"seen": list(self.seen)}
+
+    def load_state_dict(self, state):
+        self.seen = list(state["seen"])
+
+
+@pytest.mark.parametrize("at", [VAL_BATCHES + 2, 5 * VAL_BATCHES + 1], ids=["epoch2-batch2", "epoch6-batch1"])
+def test_a_signal_during_validation_is_honoured_and_resumed_without_training_again(reference, tmp_path, at):
+    """SIGUSR1 in the validation: the fit stops before the next validation batch (not at the next training step),
+    and the rerun neither trains that epoch again nor calls on_epoch_end twice; it ends bit-identical."""
+    ref_model, ref_result, ref_calls = reference
+    ckpt, hooks, ref_hooks = tmp_path / "fit.ckpt", Epochs(), Epochs()
+    fit(Step(), model=tiny(), eval_batch_size=25, on_epoch_end=ref_hooks)  # without a checkpoint: no hook state
+    model, step = tiny(), Step()
+    signal_in_eval(model, at)
+    with pytest.raises(TrainingInterrupted) as info:
+        fit(step, ckpt, model=model, eval_batch_size=25, on_epoch_end=hooks, hook_state=hooks)
+    epoch, validated = divmod(at - 1, VAL_BATCHES)
+    assert (info.value.epoch, info.value.step, info.value.validated) == (epoch + 1, STEPS, validated + 1)
+    assert step.calls == (epoch + 1) * STEPS  # stopped inside the validation, before any further training step
+    assert "in the validation of epoch" in str(info.value)
+    resumed, hooks = Step(), Epochs()
+    model = tiny()
+    evals = signal_in_eval(model, 0)  # counts the eval passes only
+    model, result = fit(resumed, ckpt, model=model, eval_batch_size=25, on_epoch_end=hooks, hook_state=hooks)
+    assert resumed.calls == ref_calls - (epoch + 1) * STEPS  # the interrupted epoch's training is not redone
+    assert len(evals) == ref_result.epochs_run * VAL_BATCHES - at  # nor its validation's batches done
+    assert hooks.seen == ref_hooks.seen == list(range(1, ref_result.epochs_run + 1))  # each epoch's hook once
+    assert_identical(ref_model, ref_result, model, result)
+
+
+def test_a_signal_in_the_last_validation_batch_stops_at_the_epoch_end(reference, tmp_path):
+    ref_model, ref_result, ref_calls = reference
+    ckpt, model = tmp_path / "fit.ckpt", tiny()
+    signal_in_eval(model, 2 * VAL_BATCHES)
+    with pytest.raises(TrainingInterrupted) as info:
+        fit(Step(), ckpt, model=model, eval_batch_size=25)
+    assert (info.value.epoch, info.value.step) == (3, 0)  # after epoch 2, saved at its end
+    resumed = Step()
+    model, result = fit(resumed, ckpt, eval_batch_size=25)
+    assert resumed.calls == ref_calls - 2 * STEPS
+    assert_identical(ref_model, ref_result, model, result)
+
+
+def test_an_epoch_hook_with_state_is_checkpointed_even_in_a_resumable_block(tmp_path):
+    """on_epoch_end without hook_state is refused with a checkpoint and left out of resumable blocks; with it, the
+    hook's state is saved, also in the completed state a rerun returns."""
+    from stochattn.training import resumable
+
+    with pytest.raises(ValueError, match="hook_state"):
+        fit(Step(), tmp_path / "fit.ckpt", on_epoch_end=lambda epoch, model: None)
+    with resumable(tmp_path / "job.pt"):
+        fit(Step(), max_epochs=2, on_epoch_end=lambda epoch, model: None)
+    assert not list(tmp_path.iterdir())
+    hooks = Epochs()
+    with resumable(tmp_path / "job.pt"):
+        fit(Step(), max_epochs=2, on_epoch_end=hooks, hook_state=hooks)
+    assert_completed(tmp_path / "job.0.pt") and hooks.seen == [1, 2]
+    again, hooks = Step(), Epochs()
+    with resumable(tmp_path / "job.pt"):
+        fit(again, max_epochs=2, on_epoch_end=hooks, hook_state=hooks)
+    assert again.calls == 0 and hooks.seen == [1, 2]  # restored from the completed state
+
+
+class Other(Epochs):
+    settings = "other"
+
+
+def test_a_checkpoint_of_other_hook_settings_is_refused(tmp_path):
+    ckpt, hooks = tmp_path / "fit.ckpt", Epochs()
+    with pytest.raises(TrainingInterrupted):
+        fit(Step(signal_at=10), ckpt, on_epoch_end=hooks, hook_state=hooks)
+    with pytest.raises(ValueError, match="mismatch in hooks"):
+        fit(Step(), ckpt, on_epoch_end=hooks, hook_state=Other())
+
+
+# SWAG: 200 rows in batches of 32 (7 steps per epoch), 1 annealing epoch of AdamW (SWALR), 3 collection epochs of 3
+# snapshots each (steps 2, 4 and 7 of an epoch)
+SWAG_SETTINGS = dict(lr=1e-3, epochs=3, seed=1, max_rank=4, optimizer="adamw", anneal_epochs=1, start_lr=1e-2,
+                     collect_per_epoch=3, batch_size=32, progress=False)  # fmt: skip
+
+
+def fit_swag_run(monkeypatch, step, checkpoint=None, validation=False, model=None):
+    from stochattn.baselines.swag import fit_swag
+
+    monkeypatch.setattr("stochattn.baselines.swag.standard_step", step)
+    xt, yt, xv, yv = data()
+    model = tiny() if model is None else model
+    val = dict(x_val=xv, y_val=yv) if validation else {}
+    swag = fit_swag(model, xt, yt, checkpoint=checkpoint, **val, **SWAG_SETTINGS)
+    return model, swag
+
+
+def assert_same_posterior(ref, other):
+    (ref_model, ref_swag), (model, swag) = ref, other
+    assert same(ref_swag.state_dict(), swag.state_dict())  # mean, second moment, deviations, count
+    assert same(ref_swag.trajectory, swag.trajectory)
+    assert all(torch.equal(a, b) for a, b in zip(ref_model.state_dict().values(), model.state_dict().values()))
+
+
+@pytest.mark.parametrize("signal_at", [3, STEPS + 4, 2 * STEPS, 3 * STEPS + 6],
+                         ids=["annealing", "epoch2-snapshot", "epoch2-last-step", "epoch4-step6"])  # fmt: skip
+def test_a_swag_phase_signalled_mid_epoch_resumes_to_the_same_posterior(monkeypatch, tmp_path, signal_at):
+    ref = fit_swag_run(monkeypatch, Step())
+    assert ref[1].n_collected == 9 and ref[1].rank == 4
+    ckpt = tmp_path / "swag.ckpt"
+    with pytest.raises(TrainingInterrupted) as info:
+        fit_swag_run(monkeypatch, Step(signal_at=signal_at), ckpt)
+    assert info.value.epoch == (signal_at - 1) // STEPS + 1
+    resumed = Step()
+    assert_same_posterior(ref, fit_swag_run(monkeypatch, resumed, ckpt))
+    assert resumed.calls == 4 * STEPS - signal_at
+    assert_completed(ckpt)
+    again = Step()
+    assert_same_posterior(ref, fit_swag_run(monkeypatch, again, ckpt))  # the completed phase: nothing trained
+    assert again.calls == 0
+
+
+@pytest.mark.parametrize("validation", [False, True], ids=["no-validation", "validation"])
+def test_a_swag_phase_signalled_at_an_epoch_end_resumes_to_the_same_posterior(monkeypatch, tmp_path, validation):
+    """A signal in the epoch-end hook (the annealing's scheduler step at the end of epoch 2) is seen before the
+    validation's first batch, or, without validation data, as soon as the epoch is saved; the rerun does not step
+    the schedule again (the trajectory's rates would differ)."""
+    from torch.optim.swa_utils import SWALR
+
+    ref = fit_swag_run(monkeypatch, Step())
+    if validation:
+        assert_same_posterior(ref, fit_swag_run(monkeypatch, Step(), validation=True))  # it only fills the history
+    ckpt, calls, scheduler_step = tmp_path / "swag.ckpt", [], SWALR.step
+
+    def signalling(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:  # its constructor's step, the end of epochs 1 and 2
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return scheduler_step(self, *args, **kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(SWALR, "step", signalling)
+        with pytest.raises(TrainingInterrupted) as info:
+            fit_swag_run(monkeypatch, Step(), ckpt, validation=validation)
+    where = (info.value.epoch, info.value.step, info.value.validated)
+    assert where == ((2, STEPS, 0) if validation else (3, 0, None))
+    resumed = Step()
+    assert_same_posterior(ref, fit_swag_run(monkeypatch, resumed, ckpt, validation=validation))
+    assert resumed.calls == 2 * STEPS
+
+
+def test_ivon_signalled_in_its_validation_resumes_bit_identical(tmp_path):
+    """IVON (its weight noise from the global RNG, its Hessian estimate in the optimizer) stopped in a validation:
+    before its next batch, or at the epoch's end after the last one (fit_ivon: one validation batch per epoch)."""
+    from stochattn.baselines.ivon import fit_ivon
+
+    settings = dict(optimizer=lambda m: make_ivon(m, lr=0.1, ess=200.0, hess_init=1.0), max_epochs=4, patience=None,
+                    eval_batch_size=25)  # fmt: skip
+    ref_model, ref_result = fit(Step(inner=ivon_step(1)), **settings)
+    model, ckpt = tiny(), tmp_path / "fit.ckpt"
+    signal_in_eval(model, VAL_BATCHES + 3)
+    with pytest.raises(TrainingInterrupted) as info:
+        fit(Step(inner=ivon_step(1)), ckpt, model=model, **settings)
+    assert (info.value.epoch, info.value.validated) == (2, 3)
+    assert_identical(ref_model, ref_result, *fit(Step(inner=ivon_step(1)), ckpt, **settings))
+
+    def run(checkpoint=None, at=None):
+        model = tiny()
+        if at is not None:
+            signal_in_eval(model, at)
+        result = fit_ivon(model, *data(), lr=0.1, seed=0, ess=200.0, batch_size=32, max_epochs=4, patience=None,
+                          progress=False, checkpoint=checkpoint)  # fmt: skip
+        return model, result
+
+    ref_model, ref_result = run()
+    ckpt = tmp_path / "ivon.ckpt"
+    with pytest.raises(TrainingInterrupted) as info:
+        run(ckpt, at=2)  # epoch 2's validation (one batch): seen at the end of epoch 2
+    assert (info.value.epoch, info.value.step, info.value.validated) == (3, 0, None)
+    assert_identical(ref_model, ref_result, *run(ckpt))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# a damaged checkpoint and the temporary files of a save cut short
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("keep", [0, 100, 0.5, -10], ids=["empty", "head", "half", "tail-cut"])
+def test_a_truncated_checkpoint_is_set_aside_and_the_fit_starts_afresh(reference, tmp_path, keep):
+    ref_model, ref_result, ref_calls = reference
+    ckpt = tmp_path / "fit.ckpt"
+    with pytest.raises(TrainingInterrupted):
+        fit(Step(signal_at=10), ckpt)
+    whole = ckpt.read_bytes()
+    cut = whole[: int(len(whole) * keep) if isinstance(keep, float) else keep]
+    ckpt.write_bytes(cut)
+    step = Step()
+    with pytest.warns(UserWarning, match=rf"checkpoint {ckpt}: unreadable \(.*\); set aside as fit\.ckpt\.corrupt"):
+        model, result = fit(step, ckpt)
+    assert step.calls == ref_calls  # from the start
+    assert_identical(ref_model, ref_result, model, result)
+    assert (tmp_path / "fit.ckpt.corrupt").read_bytes() == cut
+    assert_completed(ckpt)
+
+
+def test_an_unreadable_checkpoint_for_another_reason_is_kept_and_named(tmp_path, monkeypatch):
+    ckpt = tmp_path / "fit.ckpt"
+    with pytest.raises(TrainingInterrupted):
+        fit(Step(signal_at=10), ckpt)
+
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(torch, "load", denied)
+    with pytest.raises(PermissionError) as info:
+        fit(Step(), ckpt)
+    assert f"reading the checkpoint {ckpt}" in info.value.__notes__ and ckpt.exists()
+
+
+def test_the_temporary_files_of_a_save_cut_short_are_removed_at_the_next_start(reference, tmp_path):
+    """A kill in the middle of a checkpoint's save leaves stochattn.io.atomic_path's temporary file; the next start
+    of the same training removes it (not those of other files)."""
+    from stochattn.io import atomic_path
+
+    ref_model, ref_result, _ = reference
+    ckpt = tmp_path / "fit.ckpt"
+    with pytest.raises(TrainingInterrupted):
+        fit(Step(signal_at=10), ckpt)
+    cut_short = atomic_path(ckpt)  # entered and never left: what a SIGKILL during the save leaves
+    leftover = cut_short.__enter__()
+    leftover.write_bytes(b"half a checkpoint")
+    another = atomic_path(tmp_path / "other.ckpt")  # another file's save, in flight
+    other = another.__enter__()
+    assert leftover.exists() and other.exists()
+    assert_identical(ref_model, ref_result, *fit(Step(), ckpt))
+    assert not leftover.exists() and other.exists()

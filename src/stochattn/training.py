@@ -10,9 +10,11 @@ A model here maps ``x: (B, n_features) -> (B,)`` (a trailing singleton output di
 Everything random inside :func:`fit_regressor` (mini-batch order, dropout masks, IVON's weight noise) is driven by
 the ``seed`` argument, so a CPU run is bit-for-bit repeatable; the global torch RNG of the caller is left untouched.
 
-With ``checkpoint=<file>`` a fit saves its full state after every epoch (and on SIGUSR1 / SIGTERM, mid-epoch, before
-raising :class:`TrainingInterrupted`), and a rerun with the same arguments continues from there and ends exactly
-where an uninterrupted run ends; a completed fit's final state stays there until the caller deletes it.
+With ``checkpoint=<file>`` a fit saves its full state after every epoch (and on SIGUSR1 / SIGTERM, between two
+training steps or two validation batches, before raising :class:`TrainingInterrupted`), and a rerun with the same
+arguments continues from there and ends exactly where an uninterrupted run ends (bit for bit on the CPU); a completed
+fit's final state stays there until the caller deletes it. Hooks that keep state (SWAG's moments) pass it as
+``hook_state`` (:class:`HookState`) and are resumed with the rest.
 """
 
 from __future__ import annotations
@@ -20,9 +22,13 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import copy
+import errno
 import hashlib
 import logging
 import math
+import os
+import pickle
+import re
 import signal
 import threading
 import time
@@ -41,6 +47,7 @@ from .progress import progress as show_progress
 
 __all__ = [
     "FitResult",
+    "HookState",
     "LossFn",
     "StepFn",
     "TrainingInterrupted",
@@ -76,6 +83,17 @@ class StepFn(Protocol):
     def __call__(
         self, model: nn.Module, optimizer: torch.optim.Optimizer, x: Tensor, y: Tensor, loss_fn: LossFn
     ) -> Tensor: ...
+
+
+class HookState(Protocol):
+    """The state of a fit's hooks (``step_fn``, ``on_epoch_end``) that a checkpoint must hold to resume them, e.g.
+    SWAG's moments: ``state_dict()`` is saved with every checkpoint of :func:`fit_regressor` and
+    ``load_state_dict(state)`` puts it back on resume. An optional attribute ``settings`` (compared by its
+    ``repr``) joins the checkpoint's fingerprint, so that a file written with other hook settings is refused."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -137,12 +155,22 @@ def derive_seed(generator: torch.Generator | int) -> int:
 def seeded(seed: int, device: torch.device | None = None) -> Iterator[None]:
     """Seed torch's global RNG (CPU, plus ``device`` if it is CUDA) inside the block, restoring it afterwards.
 
-    Used where a library draws from the global RNG and takes no generator (``nn.Dropout``, ``ivon.IVON``).
+    Used where a library draws from the global RNG and takes no generator (``nn.Dropout``, ``ivon.IVON``). On a
+    CUDA ``device`` cuDNN is also held to deterministic algorithms (``cudnn.deterministic``, no ``benchmark``
+    autotuning) inside the block; the other kernels are not (``torch.use_deterministic_algorithms`` would refuse
+    some operations and slow others), so CUDA runs agree in law, not necessarily bit for bit.
     """
     devices = [device] if device is not None and device.type == "cuda" else []
+    cudnn = torch.backends.cudnn
+    flags = cudnn.deterministic, cudnn.benchmark
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(int(seed))
-        yield
+        try:
+            if devices:
+                cudnn.deterministic, cudnn.benchmark = True, False
+            yield
+        finally:
+            cudnn.deterministic, cudnn.benchmark = flags
 
 
 @contextlib.contextmanager
@@ -203,14 +231,25 @@ def predict(
     if batch_size < 1:
         raise ValueError(f"batch_size: must be >= 1, got {batch_size}")
     x = as_tensor(x, "x", 2)
-    dev = model_device(model) if device is None else resolve_device(device)
-    model.to(dev)
-    outs = []
+    model.to(model_device(model) if device is None else resolve_device(device))
+    outs: list[Tensor] = []
+    _predict_batches(model, x, batch_size, outs)
+    return torch.cat(outs) if outs else torch.empty(0)
+
+
+@torch.no_grad()
+def _predict_batches(model: nn.Module, x: Tensor, batch_size: int, outs: list[Tensor], stop: Sequence = ()) -> bool:
+    """Append the eval-mode predictions (float32, CPU) of ``x``'s batches to ``outs``, from batch ``len(outs)`` on
+    (a validation resumed after the batches it had done); return False, the rest left undone, as soon as ``stop``
+    is non-empty before a batch (a stop request, :func:`_stop_requests`)."""
+    dev = model_device(model)
     with eval_mode(model):
-        for xb in x.split(batch_size):
+        for xb in x.split(batch_size)[len(outs) :]:
+            if stop:
+                return False
             xb = xb.to(dev)
             outs.append(regression_output(model(xb), len(xb), None).float().cpu())
-    return torch.cat(outs) if outs else torch.empty(0)
+    return True
 
 
 def _target_ndim(y: Any) -> int:
@@ -333,10 +372,10 @@ _RESUMABLE: "contextvars.ContextVar[list | None]" = contextvars.ContextVar("stoc
 
 @contextlib.contextmanager
 def resumable(path: str | Path) -> Iterator[None]:
-    """Within the block, every :func:`fit_regressor` call made without ``checkpoint`` and without ``on_epoch_end``
-    checkpoints to ``<path stem>.<i><suffix>`` (``i``: the call's order in the block, so a rerun of the same code
-    meets each fit's own file): for a job whose trainings happen deep inside a method (a grid candidate's IVON,
-    HSA or Contextual Dropout fit) that a rerun after a kill should resume."""
+    """Within the block, every :func:`fit_regressor` call made without ``checkpoint`` (and, with ``on_epoch_end``,
+    with ``hook_state``) checkpoints to ``<path stem>.<i><suffix>`` (``i``: the call's order in the block, so a
+    rerun of the same code meets each fit's own file): for a job whose trainings happen deep inside a method (a grid
+    candidate's IVON, HSA or Contextual Dropout fit, a SWAG phase) that a rerun after a kill should resume."""
     token = _RESUMABLE.set([Path(path), 0])
     try:
         yield
@@ -357,10 +396,13 @@ class TrainingInterrupted(Exception):
     """A checkpointed :func:`fit_regressor` received SIGUSR1 or SIGTERM: its state is saved in ``checkpoint`` and
     the same call, rerun, continues from there (the job should exit non-zero so that it is resubmitted)."""
 
-    def __init__(self, checkpoint: Path, signum: int, epoch: int, step: int):
+    def __init__(self, checkpoint: Path, signum: int, epoch: int, step: int, validated: int | None = None):
         self.checkpoint, self.signum, self.epoch, self.step = checkpoint, signum, epoch, step
+        self.validated = validated  # validation batches done, when the signal came during the validation
         name = signal.Signals(signum).name
-        super().__init__(f"received {name} at epoch {epoch} step {step}: state saved to {checkpoint}")
+        where = f"at epoch {epoch} step {step}" if validated is None else (
+            f"in the validation of epoch {epoch} after {validated} batches")  # fmt: skip
+        super().__init__(f"received {name} {where}: state saved to {checkpoint}")
 
 
 @contextlib.contextmanager
@@ -405,11 +447,32 @@ class _Checkpoint:
         self.path, self.fingerprint = Path(path), fingerprint
 
     def load(self) -> dict[str, Any] | None:
-        """The saved state, or ``None`` without a file; ValueError if the file belongs to another training."""
+        """The saved state, or ``None`` without a file; ValueError if the file belongs to another training.
+
+        First the temporary files that a kill during a save left beside it are deleted
+        (:func:`stochattn.io.atomic_path` writes ``.<name>.<12 hex digits>.tmp``). A file that cannot be read (cut
+        short, garbled) is set aside as ``<name>.corrupt`` with a warning, and the training starts afresh."""
+        stale = re.compile(rf"\.{re.escape(self.path.name)}\.[0-9a-f]{{12}}\.tmp")
+        if self.path.parent.is_dir():
+            for leftover in sorted(self.path.parent.iterdir()):
+                if stale.fullmatch(leftover.name):
+                    leftover.unlink(missing_ok=True)
+                    logger.info(f"removed {leftover}, the temporary file of a save of {self.path} that was cut short")
         if not self.path.exists():
             return None
-        # weights_only=True: the file holds tensors and plain Python values only
-        state = torch.load(self.path, map_location="cpu", weights_only=True)
+        try:  # weights_only=True: the file holds tensors and plain Python values only
+            state = torch.load(self.path, map_location="cpu", weights_only=True)
+        except (EOFError, RuntimeError, OSError, pickle.UnpicklingError, UnicodeDecodeError) as err:
+            # what torch.load raises on a file cut short or garbled; any other OSError (permissions, I/O) is no
+            # verdict on the file: raised, naming it
+            if isinstance(err, OSError) and err.errno != errno.EINVAL:
+                err.add_note(f"reading the checkpoint {self.path}")
+                raise
+            aside = self.path.with_name(self.path.name + ".corrupt")
+            os.replace(self.path, aside)
+            warnings.warn(f"checkpoint {self.path}: unreadable ({type(err).__name__}: {str(err)[:120]}); set aside as "
+                          f"{aside.name}, the training starts afresh")  # fmt: skip
+            return None
         saved = state.get("fingerprint", {})
         diff = [
             f"{k} (checkpoint {str(saved.get(k))[:80]!r}, this fit {str(v)[:80]!r})"
@@ -490,6 +553,7 @@ def fit_regressor(
     progress: bool = True,
     desc: str = "train",
     checkpoint: str | Path | None = None,
+    hook_state: HookState | None = None,
 ) -> FitResult:
     """Train ``model`` (``(B, F) -> (B,)``) in place by mini-batch optimisation with early stopping.
 
@@ -513,21 +577,25 @@ def fit_regressor(
             the lowest validation RMSE (the default); ``False`` keeps the last epoch's state.
         loss: ``loss(pred (B,), y (B,)) -> scalar``; mean squared error by default.
         step_fn: one optimisation step per mini-batch (see :class:`StepFn`); :func:`standard_step` by default.
-        on_epoch_end: ``hook(epoch, model)`` called after each epoch's training pass and before validation
-            (SWAG collects its moments here).
+        on_epoch_end: ``hook(epoch, model)`` called once after each epoch's training pass and before validation
+            (SWAG advances its clock here).
         device: where to train; ``None`` picks CUDA when available. The model is moved there.
         checkpoint: a file to make the fit resumable. After every epoch the full state (model, optimizer, the
-            RNGs, best-so-far record, history) is saved there atomically; SIGUSR1
-            or SIGTERM (handled while the fit runs in the main thread) save it after the current optimisation step
-            and raise :class:`TrainingInterrupted`. An existing file from the same training (same arguments, model
-            layout and initial weights, data) is resumed from, and the result is bit-identical to an uninterrupted
-            run on CPU; a file from another training is a ValueError. A fit that returns leaves its final state
-            there, marked completed, and the same call rerun returns it without training (a job killed after its
-            fit ended, in Snakemake's teardown at the time limit, does not train again on its retry): whoever
-            accepts the job's outputs deletes the file (the workflow: :func:`stochattn.provenance.
-            remove_finished_resumes` when a run succeeds). A fit that diverges (FloatingPointError) deletes it. Not
-            saved: state a ``step_fn`` keeps elsewhere; not allowed with ``on_epoch_end`` (a hook's state, e.g.
-            SWAG's moments, could not be resumed).
+            RNGs, best-so-far record, history, ``hook_state``) is saved there atomically; SIGUSR1 or SIGTERM
+            (handled while the fit runs in the main thread) save it after the current optimisation step or
+            validation batch (the validation's predictions so far included: the rerun neither trains that epoch
+            again nor calls ``on_epoch_end`` twice) and raise :class:`TrainingInterrupted`. An existing file from
+            the same training (same arguments, model layout and initial weights, data) is resumed from, and the
+            result is bit-identical to an uninterrupted run on CPU (on CUDA: see :func:`seeded`); a file from
+            another training is a ValueError. A fit that returns leaves its final state there, marked completed,
+            and the same call rerun returns it without training (a job killed after its fit ended, in Snakemake's
+            teardown at the time limit, does not train again on its retry): whoever accepts the job's outputs
+            deletes the file (the workflow: :func:`stochattn.provenance.remove_finished_resumes` when a run
+            succeeds). A fit that diverges (FloatingPointError) deletes it. An unreadable file is set aside
+            (``<name>.corrupt``, with a warning) and the fit starts afresh. Not saved: state the hooks keep
+            elsewhere than ``hook_state``; with ``on_epoch_end``, ``hook_state`` is required.
+        hook_state: the state of ``step_fn`` / ``on_epoch_end`` (:class:`HookState`), saved in every checkpoint and
+            restored on resume (also when a completed fit is returned from its file).
 
     Returns:
         :class:`FitResult`; the model (and optimizer) hold the state of ``best_epoch`` (of the last epoch if
@@ -539,6 +607,7 @@ def fit_regressor(
             (no validation data, ``restore_best=False``, or no finite validation RMSE yet), or if the
             validation RMSE is never finite.
         TrainingInterrupted: with ``checkpoint``, on SIGUSR1 / SIGTERM, after saving the state.
+        ValueError: ``checkpoint`` with ``on_epoch_end`` but no ``hook_state``.
     """
     if (x_val is None) != (y_val is None):
         raise ValueError("x_val, y_val: give both or neither")
@@ -550,9 +619,10 @@ def fit_regressor(
         raise ValueError(f"patience: must be >= 1 or None, got {patience}")
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed: expected an int, got {type(seed).__name__}")
-    if checkpoint is not None and on_epoch_end is not None:
-        raise ValueError("checkpoint: not supported with on_epoch_end (the hook's state would not be resumed)")
-    if checkpoint is None and on_epoch_end is None:
+    stateless_hook = on_epoch_end is not None and hook_state is None
+    if checkpoint is not None and stateless_hook:
+        raise ValueError("checkpoint: with on_epoch_end, give hook_state (the hook's state, to save and resume it)")
+    if checkpoint is None and not stateless_hook:
         checkpoint = _ambient_checkpoint()  # inside resumable(...)
     x_tr = as_tensor(x_train, "x_train", 2)
     y_tr = as_tensor(y_train, "y_train", _target_ndim(y_train))
@@ -585,6 +655,7 @@ def fit_regressor(
             "trainable": repr([n for n, p in model.named_parameters() if p.requires_grad]),
             "initial_weights": _digest(model.state_dict().values()),
             "data_shapes": repr([tuple(t.shape) for t in data]), "data": _digest(data),
+            "hooks": None if hook_state is None else f"{_name(hook_state)} {getattr(hook_state, 'settings', None)!r}",
         })  # fmt: skip
     x_tr, y_tr = x_tr.to(dev), y_tr.to(dev)
     shuffle_gen = torch.Generator().manual_seed(int(seed))  # CPU generator: same order on every device
@@ -605,11 +676,13 @@ def fit_regressor(
         return {**{k: v.detach().clone() for k, v in model.state_dict().items() if k in frozen}, **part}
 
     def restore(saved: dict) -> None:
-        """The saved model and optimizer (and ivon.IVON's step counter, kept outside its state_dict)."""
+        """The saved model, optimizer (and ivon.IVON's step counter, kept outside its state_dict) and hook state."""
         model.load_state_dict(completed(saved["model"]))
         opt.load_state_dict(saved["optimizer"])
         if saved["optimizer_steps"] is not None:
             opt.current_step = saved["optimizer_steps"]
+        if hook_state is not None:
+            hook_state.load_state_dict(saved["hooks"])
 
     if saved is not None and saved.get("completed"):
         # the job ran this fit to its end before it was killed (e.g. in Snakemake's teardown after its time limit)
@@ -627,7 +700,9 @@ def fit_regressor(
         if best_state:  # a snapshot (model, optimizer) whose model part was saved without the frozen parameters
             best_state = (completed(best_state[0]), best_state[1])
         first_epoch, partial, seconds_before = saved["epoch"] + 1, saved["partial"], saved["seconds"]
-        where = f"epoch {saved['epoch']}" if partial is None else f"epoch {first_epoch} step {partial['step']}"
+        where = (f"epoch {saved['epoch']}" if partial is None else f"epoch {first_epoch} step {partial['step']}"
+                 if "validation" not in partial else
+                 f"epoch {first_epoch}'s training and {len(partial['validation'])} validation batches")  # fmt: skip
         logger.info(f"resuming from {ckpt.path}: after {where} of max {max_epochs} (best epoch {best_epoch}, val RMSE"
                     f" {best_rmse:.6g})")  # fmt: skip
     t0 = time.perf_counter() - seconds_before
@@ -641,8 +716,17 @@ def fit_regressor(
             "shuffle_rng": shuffle_gen.get_state(), "rng": _rng_state(dev, model), "history": history,
             "best_rmse": best_rmse, "best_epoch": best_epoch,
             "best_state": (changing(best_state[0]), best_state[1]) if best_state else best_state,
-            "seconds": time.perf_counter() - t0,
+            "hooks": None if hook_state is None else hook_state.state_dict(), "seconds": time.perf_counter() - t0,
         }  # fmt: skip
+
+    def interrupt(epoch: int, partial: dict | None, step: int, validated: int | None = None) -> None:
+        """Save ``state(epoch - 1, partial)`` (unless ``partial`` is None: the end of ``epoch - 1``, saved already)
+        and raise :class:`TrainingInterrupted` for the stop request."""
+        if partial is not None:
+            ckpt.save(state(epoch - 1, partial))
+        interrupted = TrainingInterrupted(ckpt.path, stop[0], epoch, step, validated)
+        logger.warning(str(interrupted))
+        raise interrupted
 
     with seeded(int(seed), dev), _stop_requests(ckpt is not None) as stop, _removed_if_diverged(ckpt):
         if saved is not None:
@@ -651,12 +735,14 @@ def fit_regressor(
         bar = show_progress(epochs, desc=desc, unit="epoch", disable=not progress)
         for epoch in bar:
             model.train()
+            validation: list[Tensor] | None = None  # the validation's predictions so far (None: not started)
             if partial is None:
                 perm = torch.randperm(len(x_tr), generator=shuffle_gen)
                 done, total, count = 0, torch.zeros((), device=dev, dtype=torch.float64), 0
             else:  # resume inside the epoch: its batch order, the steps done, the loss summed so far
                 perm, done, count = partial["perm"], partial["step"], partial["count"]
                 total = partial["total"].to(dev)
+                validation = partial.get("validation")  # interrupted in the validation: trained and hooked already
                 partial = None
             batches = perm.to(dev).split(batch_size)
             for i in range(done, len(batches)):
@@ -665,14 +751,17 @@ def fit_regressor(
                 total += batch_loss.detach().double() * len(idx)
                 count += len(idx)
                 if stop:
-                    ckpt.save(state(epoch - 1, {"perm": perm, "step": i + 1, "total": total.cpu(), "count": count}))
-                    interrupted = TrainingInterrupted(ckpt.path, stop[0], epoch, i + 1)
-                    logger.warning(str(interrupted))
-                    raise interrupted
+                    interrupt(epoch, {"perm": perm, "step": i + 1, "total": total.cpu(), "count": count}, i + 1)
             train_loss = float(total) / count
-            if on_epoch_end is not None:
+            if on_epoch_end is not None and validation is None:
                 on_epoch_end(epoch, model)
-            val_rmse = _rmse(predict(model, x_va, eval_batch_size), y_va) if has_val else math.nan
+            val_rmse = math.nan
+            if has_val:
+                validation = [] if validation is None else validation
+                if not _predict_batches(model, x_va, eval_batch_size, validation, stop):
+                    interrupt(epoch, {"perm": perm, "step": len(batches), "total": total.cpu(), "count": count,
+                                      "validation": validation}, len(batches), len(validation))  # fmt: skip
+                val_rmse = _rmse(torch.cat(validation), y_va)
             history["epoch"].append(epoch)
             history["train_loss"].append(train_loss)
             history["val_rmse"].append(val_rmse)
@@ -698,6 +787,8 @@ def fit_regressor(
                 best_epoch = epoch
             if ckpt is not None and epoch < max_epochs:
                 ckpt.save(state(epoch, None))
+                if stop:  # came after the last check (in on_epoch_end without validation data, or in the save)
+                    interrupt(epoch + 1, None, 0)
         bar.close()
         if has_val:
             if best_state is None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from pathlib import Path
 from typing import Iterator
 
 import numpy as np
@@ -137,6 +138,7 @@ def fit_ivon(
     loss: LossFn = F.mse_loss,
     device: str | torch.device | None = None,
     progress: bool = True,
+    checkpoint: str | Path | None = None,
 ) -> FitResult:
     """Train ``model`` from its current (fresh) weights with IVON through :func:`stochattn.training.fit_regressor`.
 
@@ -145,6 +147,9 @@ def fit_ivon(
     criterion as the other methods' backbones; the model and the optimizer (its Hessian estimate, i.e. the
     posterior variance) are both restored to the best epoch. ``result.optimizer`` is the fitted ``ivon.IVON``
     to pass to :func:`ivon_samples`.
+
+    ``checkpoint`` (or a :func:`stochattn.training.resumable` block) makes the fit resumable: the Hessian estimate
+    and step counter are saved with the weights, and IVON's weight noise comes from the saved global RNG state.
 
     With the default MSE loss the implied likelihood is Gaussian with variance 1/2 in the target's units
     (MSE = 2 x NLL up to a constant); standardise targets so this is on a sensible scale.
@@ -174,6 +179,7 @@ def fit_ivon(
         device=device,
         progress=progress,
         desc="ivon",
+        checkpoint=checkpoint,
     )
 
 

@@ -20,7 +20,8 @@ reference code's ``bn_update``); a model with BatchNorm would need that step, wh
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from pathlib import Path
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -139,6 +140,8 @@ class SWAG:
             self.mean = torch.zeros_like(theta64)
             self.sq_mean = torch.zeros_like(theta64)
             self._dev = torch.zeros(self.max_rank, theta.numel(), dtype=theta.dtype, device=theta.device)
+        elif self.mean.device != theta.device:  # moments loaded on the CPU (a resumed phase), the model elsewhere
+            self.mean, self.sq_mean, self._dev = (t.to(theta.device) for t in (self.mean, self.sq_mean, self._dev))
         n = self.n_collected
         self.mean.mul_(n / (n + 1)).add_(theta64 / (n + 1))
         self.sq_mean.mul_(n / (n + 1)).add_(theta64**2 / (n + 1))
@@ -220,17 +223,23 @@ class SWAG:
     def from_state_dict(cls, state: dict) -> "SWAG":
         """Inverse of :meth:`state_dict`."""
         swag = cls(state["max_rank"], state["param_names"], state["var_clamp"])
-        swag.n_collected = int(state["n_collected"])
-        swag.mean, swag.sq_mean = state["mean"], state["sq_mean"]
-        if state["shapes"] is not None:
-            swag._shapes = [torch.Size(s) for s in state["shapes"]]
-        dev = state["deviations"]
-        if dev is not None:
-            swag._dev = torch.zeros(swag.max_rank, dev.shape[1], dtype=dev.dtype, device=dev.device)
-            swag._dev[: len(dev)] = dev
-            swag._dev_count = len(dev)
-            swag._dev_next = len(dev) % swag.max_rank
+        swag.load_state_dict(state)
         return swag
+
+    def load_state_dict(self, state: dict) -> None:
+        """Make this posterior the one of :meth:`state_dict` (in place); collecting continues from there exactly."""
+        self.max_rank, self.param_names = int(state["max_rank"]), state["param_names"]
+        self.var_clamp = float(state["var_clamp"])
+        self.n_collected = int(state["n_collected"])
+        self.mean, self.sq_mean = state["mean"], state["sq_mean"]
+        self._shapes = None if state["shapes"] is None else [torch.Size(s) for s in state["shapes"]]
+        dev = state["deviations"]
+        self._dev, self._dev_count, self._dev_next = None, 0, 0
+        if dev is not None:  # oldest first: the ring buffer restarts at slot 0 with the same columns in order
+            self._dev = torch.zeros(self.max_rank, dev.shape[1], dtype=dev.dtype, device=dev.device)
+            self._dev[: len(dev)] = dev
+            self._dev_count = len(dev)
+            self._dev_next = len(dev) % self.max_rank
 
 
 def fit_swag(
@@ -256,6 +265,7 @@ def fit_swag(
     loss: LossFn = F.mse_loss,
     device: str | torch.device | None = None,
     progress: bool = True,
+    checkpoint: str | Path | None = None,
 ) -> SWAG:
     """Run the SWAG phase from the model's current (pre-trained) weights and return the fitted posterior.
 
@@ -277,7 +287,9 @@ def fit_swag(
     parameters (e.g. LoRA). ``x_val, y_val`` only fill the training history (no early stopping: the trajectory
     must be a fixed-rate chain). The model is trained in place and holds the last iterate on return; use
     :meth:`SWAG.load_mean` for the SWA solution. The returned posterior's ``trajectory`` records the optimiser,
-    the learning rate of every epoch and the step of every snapshot.
+    the learning rate of every epoch and the step of every snapshot. ``checkpoint`` (or a
+    :func:`stochattn.training.resumable` block) makes the phase resumable: the moments, deviations, trajectory and
+    clock are saved with the weights and optimizer, and a rerun ends with the same posterior, bit for bit on the CPU.
     """
     for name, value, low in (("epochs", epochs, 1), ("collect_every", collect_every, 1),
                              ("collect_per_epoch", collect_per_epoch, 1), ("anneal_epochs", anneal_epochs, 0)):  # fmt: skip
@@ -304,6 +316,8 @@ def fit_swag(
     swag = SWAG(max_rank=max_rank, param_names=param_names)
     trajectory: dict = {"optimizer": optimizer, "lr_per_epoch": [], "snapshot_steps": []}
     clock = {"epoch": 1, "step": 0, "scheduler": None}
+    settings = {"epochs": epochs, "anneal_epochs": anneal_epochs, "collect_every": collect_every,
+                "collect_per_epoch": collect_per_epoch, "max_rank": max_rank, "param_names": list(param_names)}  # fmt: skip
 
     def make_optimizer(m: nn.Module) -> torch.optim.Optimizer:
         groups = parameter_groups(m, weight_decay, param_names)
@@ -353,9 +367,32 @@ def fit_swag(
         progress=progress,
         desc="swag",
         restore_best=False,
+        checkpoint=checkpoint,
+        hook_state=_PhaseState(swag, trajectory, clock, settings),
     )
     swag.trajectory = trajectory
     return swag
+
+
+class _PhaseState:
+    """What :func:`fit_swag`'s hooks keep (:class:`stochattn.training.HookState`, saved in the phase's checkpoints):
+    the posterior, the trajectory and the clock (epoch, step in it, the annealing scheduler); ``settings`` (the
+    collection schedule) is part of the checkpoint's fingerprint."""
+
+    def __init__(self, swag: SWAG, trajectory: dict, clock: dict, settings: dict):
+        self.swag, self.trajectory, self.clock, self.settings = swag, trajectory, clock, settings
+
+    def state_dict(self) -> dict[str, Any]:
+        scheduler = self.clock["scheduler"]
+        return {"swag": self.swag.state_dict(), "trajectory": self.trajectory, "epoch": self.clock["epoch"],
+                "step": self.clock["step"], "scheduler": None if scheduler is None else scheduler.state_dict()}  # fmt: skip
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.swag.load_state_dict(state["swag"])
+        self.trajectory.update(state["trajectory"])
+        self.clock["epoch"], self.clock["step"] = state["epoch"], state["step"]
+        if self.clock["scheduler"] is not None:
+            self.clock["scheduler"].load_state_dict(state["scheduler"])
 
 
 @torch.no_grad()
