@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import copy
 import itertools
-import json
 import time
 from pathlib import Path
 
@@ -28,6 +27,7 @@ import yaml
 
 from stochattn.backbones.ft_transformer import build_ft_transformer
 from stochattn.data.uci import load_prepared
+from stochattn.io import RECORD_KEY, save_json, save_model
 from stochattn.training import fit_regressor, predict
 
 
@@ -60,11 +60,11 @@ def curve(path: str, model: dict, lr: float, batch: int, max_epochs: int, weight
     def keep(p: int) -> None:
         out = save / f"p{p}"
         out.mkdir(parents=True, exist_ok=True)
-        torch.save({"state_dict": best["state"], "model": dict(model)}, out / "model.pt")
+        recorded = save_model(out / "model.pt", {"state_dict": best["state"], "model": dict(model)})
         meta = {"model": dict(model), "train": {"lr": lr, "batch_size": batch, "patience": p, "weight_decay":
                 weight_decay, "max_epochs": max_epochs}, "best_epoch": best["epoch"] + 1, "seed": seed,
-                "seconds": time.perf_counter() - t0}  # fmt: skip
-        (out / "meta.json").write_text(json.dumps(meta))
+                "seconds": time.perf_counter() - t0, RECORD_KEY: recorded}  # fmt: skip
+        save_json(out / "meta.json", meta)  # its SHA-256 record: load_backbone checks it
 
     def on_epoch_end(epoch, m):
         m.eval()

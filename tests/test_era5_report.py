@@ -16,7 +16,7 @@ from stochattn.calibrate import EvalResult, IntegerDomain, bo_calibrate
 from stochattn.experiments import era5_report as E
 from stochattn.experiments.era5 import spatial_metrics
 from stochattn.experiments.evaluate import evaluate_split
-from stochattn.io import load_json, load_npz, save_json, save_npz
+from stochattn.io import load_json, load_npz, save_json, save_npz, sha256_record
 from stochattn.metrics import central_interval
 from stochattn.scaling import apply_scale
 from test_figures import assert_figure_files  # PNG + PDF written, non-empty, something drawn
@@ -70,7 +70,8 @@ def era5(tmp_path_factory):
                  sigma_y=np.float64(y_std))  # fmt: skip
         seconds = {"train": 10.0 * i, "calibrate": 2.0 if method == "sa" else 0.0, "predict": 1.0 + i,
                    "backbone_train": 5.0 if method in ("sa", "swag") else 0.0}  # fmt: skip
-        save_json(run_dir / "meta.json", {"method": method, "seconds": seconds, "nu": 4 if method == "sa" else None})
+        save_json(run_dir / "meta.json", {"method": method, "seconds": seconds, "nu": 4 if method == "sa" else None,
+                                          "sha256": sha256_record(run_dir / "samples.npz")})
         samples[method], metas[method] = run_dir / "samples.npz", run_dir / "meta.json"
     metrics = {m: samples[m].with_name("metrics.json") for m in SPREADS}
     evaluate_split(samples, metrics, seed=0)

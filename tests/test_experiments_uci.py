@@ -6,7 +6,7 @@ import pytest
 from stochattn.data.uci import load_prepared
 from stochattn.experiments import uci
 from stochattn.experiments.evaluate import evaluate
-from stochattn.io import load_json, load_npz, save_json, save_npz
+from stochattn.io import load_json, load_npz, save_json, save_npz, sha256_record
 
 MODEL = dict(n_blocks=1, d_block=16, attention_n_heads=2)
 TRAIN = dict(max_epochs=3, patience=2, lr=1e-3, batch_size=64)
@@ -167,6 +167,8 @@ def test_evaluate_refuses_nan_predictions(workdir, tmp_path):
     run = load_npz(tmp_path / "samples.npz")
     run["samples"][0, 0] = np.nan
     save_npz(tmp_path / "samples.npz", **run)
+    meta = load_json(tmp_path / "meta.json")  # as a run that drew a NaN would have recorded it
+    save_json(tmp_path / "meta.json", dict(meta, sha256=sha256_record(tmp_path / "samples.npz")))
     with pytest.raises(ValueError, match="NaN or inf in 'samples'"):
         evaluate(tmp_path / "samples.npz", tmp_path / "metrics.json", seed=0)
     assert not (tmp_path / "metrics.json").exists()
@@ -209,7 +211,8 @@ def _synthetic_split(root, spreads, n=50, n_cal=80, s=19, seed=0):
         save_npz(root / method / "samples.npz", y=y, point=mu, samples=mu + spread * rng.normal(0, 1, (s, n)),
                  cal_y=y_cal, cal_point=mu_cal, cal_samples=mu_cal + spread * rng.normal(0, 1, (s, n_cal)),
                  sigma_y=np.float64(3.0))
-        save_json(root / method / "meta.json", {"method": method, "seconds": {}, "nu": None})
+        save_json(root / method / "meta.json", {"method": method, "seconds": {}, "nu": None,
+                                                "sha256": sha256_record(root / method / "samples.npz")})
     return {m: root / m / "samples.npz" for m in spreads}
 
 
@@ -244,6 +247,7 @@ def test_evaluate_fits_every_factor_on_calibration_arrays_only(tmp_path, monkeyp
         d = load_npz(p)
         d["y"], d["samples"], d["point"] = d["y"] + 5.0, d["samples"][:, ::-1] * 3.0, d["point"] - 1.0
         save_npz(p, **d)
+        save_json(p.with_name("meta.json"), dict(load_json(p.with_name("meta.json")), sha256=sha256_record(p)))
     again = ev.evaluate(paths["swag"], tmp_path / "m2.json", seed=0, reference_path=paths["sa"])
     assert again["temperature"] == out["temperature"]
     for key in ("25", "50", "75", "95"):

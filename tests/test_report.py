@@ -16,7 +16,7 @@ from stochattn import metrics as M
 from stochattn import report as R
 from stochattn.experiments import uci_tables as U
 from stochattn.experiments.evaluate import evaluate
-from stochattn.io import load_json, load_npz, save_json, save_npz
+from stochattn.io import load_json, load_npz, save_json, save_npz, sha256_record
 
 LEVELS = (0.25, 0.5, 0.75, 0.95)
 SECONDS = {  # (train, calibrate, predict) per method, fixed so the cost table has closed-form values
@@ -81,7 +81,8 @@ def make_fake_uci(
                 train, calibrate, predict = SECONDS.get(method, (1.0, 1.0, 1.0))
                 save_json(run_dir / "meta.json", {"method": method, "nu": NUS.get(method),
                                                   "seconds": {"train": train, "calibrate": calibrate,
-                                                              "predict": predict}})
+                                                              "predict": predict},
+                                                  "sha256": sha256_record(run_dir / "samples.npz")})
             for method in methods:
                 run_dir = split_dir / method
                 ref = split_dir / "sa" / "samples.npz" if "sa" in methods and method != "sa" else None

@@ -14,7 +14,9 @@ A node's record is its ``<file>.prov.json`` (a folder's: ``<folder>.prov.json`` 
 of a JSON file, or, for an array or model file, that of the JSON beside it. Checks per node:
 
 * its SHA-256 against the one its consumer recorded, and against the one its producing rule recorded (a record's
-  ``outputs``; for a folder every file's, naming the changed file; a pinned checkpoint SHA-256 as well);
+  ``outputs``; for a folder every file's, naming the changed file; a pinned checkpoint SHA-256 as well); a model
+  file (``.pt``) must carry its SHA-256 in the JSON beside it (:func:`stochattn.io.save_model`), the check its
+  loaders make (:func:`stochattn.io.load_model`), as must a run's samples and calibration where recorded;
 * its code version (:func:`stochattn.provenance.code_version` of the entries it recorded), recomputed from the
   current library; run nodes' config values against the config subset the table/figure records;
 * fetched data without a record of its own against the registered SHA-256 of its source: UCI folders against
@@ -35,7 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from stochattn.io import load_json, save_json, sha256_file, to_jsonable
+from stochattn.io import (RECORD_KEY, UnreadableFileError, load_json, record_of, recorded_problem, save_json,
+                          sha256_file, to_jsonable)  # fmt: skip
 from stochattn.protocol import dataset_section
 from stochattn.provenance import code_version, file_record, folder_files, provenance_path
 
@@ -86,18 +89,27 @@ def _record_of(path: Path) -> tuple[dict | None, Path | None]:
         params = rec.get("params") or {}
         return {**rec, "seed": params.get("seed")}, path
     if path.suffix in (".npz", ".pt") or path.name == "calibration.json":
-        own = path.with_suffix(".json")  # e.g. a MultiSWAG component: components/<c>.pt beside <c>.json
-        meta = own if path.suffix != ".json" and own.is_file() else path.with_name("meta.json")
+        meta = record_of(path)  # e.g. a MultiSWAG component: components/<c>.pt beside <c>.json; else meta.json
         holder = load_json(meta) if meta.is_file() else {}
-        written = (holder.get("provenance") or {}).get("outputs", []) if isinstance(holder, dict) else []
+        holder = holder if isinstance(holder, dict) else {}
+        written = (holder.get("provenance") or {}).get("outputs", [])
+        # a model file must carry its SHA-256 in its record; other files are checked against it when it holds one
+        recorded = path.suffix == ".pt" or path.name in (holder.get(RECORD_KEY) or {})
         return ({"rule": None, "inputs": [file_record(meta)] if meta.is_file() else [], "code": None, "params": {},
-                 "seed": None, "via": "meta.json", "outputs": written}, meta)  # fmt: skip
+                 "seed": None, "via": "meta.json", "outputs": written, "recorded": recorded}, meta)  # fmt: skip
     return None, None
 
 
-def _check_written(node: Node, path: Path, rec: dict, digest) -> None:
-    """``path`` against what its producing rule recorded: the SHA-256 in the record's ``outputs``, every file of a
-    folder (``files``), and a pinned SHA-256 (a checkpoint's ``expected_sha256``)."""
+def _check_written(node: Node, path: Path, rec: dict, digest, workdir: Path) -> None:
+    """``path`` against what its producing rule recorded: the SHA-256 its writer put in the record JSON beside it
+    (a model file, a run's samples and calibration: :func:`stochattn.io.recorded_problem`, the check its readers
+    make), the SHA-256 in the record's ``outputs``, every file of a folder (``files``), and a pinned SHA-256 (a
+    checkpoint's ``expected_sha256``)."""
+    if rec.get("recorded"):
+        problem = recorded_problem(path)
+        if problem is not None:
+            node.problems.append(problem.replace(f"{workdir}{os.sep}", ""))
+            return
     for item in rec.get("outputs") or []:
         if os.path.normpath(item.get("path", "")) == node.path and "sha256" in item and digest() != item["sha256"]:
             node.problems.append("modified since its rule wrote it (SHA-256 differs from its own record)")
@@ -186,12 +198,16 @@ def _walk(path: Path, workdir: Path, expected_sha: str | None, config: dict, mem
         node.rule, node.code, node.seed = memo[rel].rule, memo[rel].code, memo[rel].seed
         return node
     memo[rel] = node
-    rec, holder = _record_of(path)
+    try:
+        rec, holder = _record_of(path)
+    except UnreadableFileError as err:  # a damaged record: named, the walk goes on
+        node.problems.append(str(err).replace(f"{workdir}{os.sep}", ""))
+        return node
     if rec is None:
         if not _check_fetched(node, path):
             node.problems.append("no provenance record" + (f" in {os.path.relpath(holder, workdir)}" if holder else ""))
         return node
-    _check_written(node, path, rec, digest)
+    _check_written(node, path, rec, digest, workdir)
     node.rule, node.seed = rec.get("rule"), rec.get("seed")
     params = rec.get("params") or {}
     node.config = {k: v for k, v in params.items() if k in ("method", "num_samples", "seed", "max_train")}

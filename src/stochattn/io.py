@@ -13,8 +13,10 @@ import datetime as _dt
 import hashlib
 import json
 import os
+import pickle
 import secrets
 import zipfile
+import zlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -28,11 +30,30 @@ __all__ = [
     "save_json",
     "load_json",
     "save_torch",
+    "load_torch",
+    "save_model",
+    "load_model",
+    "sha256_record",
+    "record_of",
+    "recorded_problem",
+    "verified",
+    "UnreadableFileError",
+    "RECORD_KEY",
     "to_jsonable",
     "sha256_file",
 ]
 
 PathLike = str | os.PathLike
+
+RECORD_KEY = "sha256"
+"""Key of a record JSON (a meta.json, a ``<stem>.json``) that holds ``{file name: SHA-256}`` of the files its writer
+wrote beside it (:func:`sha256_record`), checked by every reader of those files (:func:`verified`) and by
+``stochattn audit``."""
+
+
+class UnreadableFileError(ValueError):
+    """A file that cannot be used as what its writer wrote: truncated or corrupt, or changed since its writer recorded
+    its SHA-256 (:func:`verified`). The message names the file; the original error is chained."""
 
 
 @contextlib.contextmanager
@@ -100,10 +121,38 @@ def save_npz(path: PathLike, **arrays: Any) -> Path:
     return target
 
 
+# what numpy, json and torch raise for a truncated or damaged file (torch: RuntimeError from its zip reader,
+# UnpicklingError from its weights-only unpickler)
+_READ_ERRORS = (OSError, ValueError, EOFError, RuntimeError, KeyError, zipfile.BadZipFile, zlib.error,
+                pickle.UnpicklingError)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else repr(err)
+
+
+@contextlib.contextmanager
+def _naming(path: PathLike, what: str) -> Iterator[None]:
+    """Re-raise a reader's error (but a missing file, whose error names it already) as :class:`UnreadableFileError`
+    naming ``path`` (``what``: the format expected), the original chained."""
+    try:
+        yield
+    except (FileNotFoundError, IsADirectoryError, UnreadableFileError):
+        raise
+    except _READ_ERRORS as err:
+        raise UnreadableFileError(
+            f"{os.fspath(path)}: not a readable {what} ({type(err).__name__}: {_first_line(err)}); truncated or "
+            "corrupt? Delete it and rerun the job that writes it"
+        ) from err
+
+
 def load_npz(path: PathLike) -> dict[str, np.ndarray]:
-    """Read every array of an ``.npz`` file into a dict (no pickles)."""
-    with np.load(Path(path), allow_pickle=False) as data:
-        return {name: data[name] for name in data.files}
+    """Read every array of an ``.npz`` file into a dict (no pickles). A truncated or corrupt file raises
+    :class:`UnreadableFileError` naming it."""
+    with _naming(path, ".npz file"):
+        with np.load(Path(path), allow_pickle=False) as data:
+            return {name: data[name] for name in data.files}
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -156,7 +205,12 @@ def save_json(path: PathLike, obj: Any, *, indent: int = 2) -> Path:
 
 
 def save_torch(path: PathLike, obj: Any) -> Path:
-    """``torch.save(obj)`` to ``path``, atomically and fsynced (e.g. a training checkpoint that a kill may hit)."""
+    """``torch.save(obj)`` to ``path``, atomically and fsynced (e.g. a training checkpoint that a kill may hit).
+
+    Byte-reproducible: the same object gives the same bytes whatever the target's name. ``torch.save`` given a *path*
+    names the zip archive's folder after the file (here the random temporary name of :func:`atomic_path`), so two
+    identical runs differed in their bytes; given an open file it names the folder ``archive`` and stamps every
+    member with the same fixed date, which is what this writes."""
     import torch  # here, so that this module stays importable without torch
 
     target = Path(path)
@@ -168,10 +222,86 @@ def save_torch(path: PathLike, obj: Any) -> Path:
     return target
 
 
+def load_torch(path: PathLike) -> Any:
+    """``torch.load(path)`` on the CPU with ``weights_only=True`` (tensors and plain containers, no pickled code);
+    an unreadable file raises :class:`UnreadableFileError` naming it. Not checked against a record: a file that a
+    later job trusts is read by :func:`load_model`."""
+    import torch
+
+    with _naming(path, "torch file"):
+        return torch.load(Path(path), map_location="cpu", weights_only=True)
+
+
+def sha256_record(*paths: PathLike) -> dict[str, str]:
+    """``{file name: SHA-256}`` of files of one folder: the :data:`RECORD_KEY` entry of the record JSON its writer puts
+    beside them (:func:`record_of`), e.g. ``meta["sha256"] = sha256_record(samples_path)``."""
+    folders = {Path(p).parent.resolve() for p in paths}
+    if len(folders) > 1:
+        raise ValueError(f"sha256_record: the files of one record lie in one folder, got {[str(p) for p in paths]}")
+    return {Path(p).name: sha256_file(p) for p in paths}
+
+
+def save_model(path: PathLike, obj: Any) -> dict[str, str]:
+    """:func:`save_torch` (atomic, byte-reproducible) and its :func:`sha256_record`: the writer puts it under
+    :data:`RECORD_KEY` in the record JSON beside ``path`` (:func:`record_of`), which :func:`load_model` checks."""
+    save_torch(path, obj)
+    return sha256_record(path)
+
+
+def record_of(path: PathLike) -> Path:
+    """The record JSON of a file that a later job reads: ``<stem>.json`` beside it when that is another file and
+    exists (a MultiSWAG component ``3.pt`` -> ``3.json``, ``adapter.pt`` -> ``adapter.json``), else ``meta.json`` in
+    its folder (``backbone/model.pt``, a run's ``samples.npz`` and ``calibration.json``)."""
+    p = Path(path)
+    own = p.with_suffix(".json")
+    return own if own != p and own.is_file() else p.with_name("meta.json")
+
+
+def recorded_problem(path: PathLike) -> str | None:
+    """None when ``path``'s SHA-256 is the one its record JSON (:func:`record_of`) holds under :data:`RECORD_KEY`;
+    otherwise what is wrong, in a sentence naming ``path`` and the record (missing file, no record, no entry, or a
+    different hash: the file changed after its writer recorded it)."""
+    p, record = Path(path), record_of(path)
+    if not p.is_file():
+        return f"{os.fspath(path)}: missing"
+    if not record.is_file():
+        return f"{os.fspath(path)}: no record of its SHA-256 ({record} does not exist)"
+    try:
+        entry = load_json(record)
+    except UnreadableFileError as err:
+        return str(err)
+    recorded = (entry.get(RECORD_KEY) or {}).get(p.name) if isinstance(entry, dict) else None
+    if not isinstance(recorded, str):
+        return (f"{os.fspath(path)}: {record} records no SHA-256 of {p.name!r} (written by an older version of "
+                "stochattn?); rerun the job that writes it")
+    actual = sha256_file(p)
+    if actual != recorded.lower():
+        return (f"{os.fspath(path)}: modified since it was written (corrupted or replaced): SHA-256 "
+                f"{actual[:16]}... differs from {recorded[:16]}... recorded in {record}; delete it and rerun the job "
+                "that writes it")
+    return None
+
+
+def verified(path: PathLike) -> Path:
+    """``path`` once its SHA-256 matches its record (:func:`recorded_problem`), else :class:`UnreadableFileError`
+    naming it; e.g. ``load_npz(verified(samples_path))``."""
+    problem = recorded_problem(path)
+    if problem is not None:
+        raise UnreadableFileError(problem)
+    return Path(path)
+
+
+def load_model(path: PathLike) -> Any:
+    """A torch file that a later job trusts (a backbone, adapter, SWAG posterior, fitted candidate): checked against
+    the SHA-256 its writer recorded (:func:`verified`), then :func:`load_torch`. Errors name the file."""
+    return load_torch(verified(path))
+
+
 def load_json(path: PathLike) -> Any:
-    """Read a JSON file (UTF-8)."""
-    with open(Path(path), encoding="utf-8") as fh:
-        return json.load(fh)
+    """Read a JSON file (UTF-8); invalid JSON raises :class:`UnreadableFileError` naming the file."""
+    with _naming(path, "JSON file"):
+        with open(Path(path), encoding="utf-8") as fh:
+            return json.load(fh)
 
 
 def read_sha256_table(

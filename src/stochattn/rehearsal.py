@@ -439,10 +439,8 @@ def write_climax_checkpoint(path: PathLike, *, seed: int = 0, **arch_overrides: 
     ``hyper_parameters`` (with the architecture and seed). :func:`stochattn.backbones.climax.
     load_climax_checkpoint` loads it strictly into ``ClimaX(**arch)`` (with or without ``allow_pickle``).
     """
-    import torch
-
     from stochattn.backbones.climax import ClimaX
-    from stochattn.io import atomic_path
+    from stochattn.io import save_torch
     from stochattn.training import seeded
 
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
@@ -454,10 +452,7 @@ def write_climax_checkpoint(path: PathLike, *, seed: int = 0, **arch_overrides: 
                "net": {k: (list(v) if isinstance(v, tuple) else v) for k, v in arch.items()}}  # fmt: skip
     ckpt = lightning_checkpoint(climax_official_state_dict(model), hyper_parameters=hparams,
                                 rehearsal=REHEARSAL_WEIGHTS)  # fmt: skip
-    path = Path(path)
-    with atomic_path(path) as tmp:
-        torch.save(ckpt, tmp)
-    return path
+    return save_torch(path, ckpt)  # byte-reproducible: the same seed gives the same SHA-256
 
 
 # ------------------------------------------------------------------------------------------------------------------

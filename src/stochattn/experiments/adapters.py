@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 import numpy as np
 import torch
 
-from ..io import atomic_path
+from ..io import RECORD_KEY, load_model, save_model
 from ..training import fit_regressor, predict
 from . import methods
 
@@ -84,16 +84,20 @@ def fit_adapter(net: torch.nn.Module, data: Mapping[str, Any], train: Mapping[st
     }
 
 
-def save_adapter(net: torch.nn.Module, path: str | Path, **extra: Any) -> None:
-    """The trainable (adapter) tensors of ``net`` and ``extra`` -> ``path`` (torch file, atomic)."""
-    with atomic_path(path) as tmp:
-        torch.save({"adapter": {n: p.detach().cpu() for n, p in net.named_parameters() if p.requires_grad},
-                    **extra}, tmp)  # fmt: skip
+def _adapter_state(net: torch.nn.Module) -> Dict[str, torch.Tensor]:
+    return {n: p.detach().cpu() for n, p in net.named_parameters() if p.requires_grad}
+
+
+def save_adapter(net: torch.nn.Module, path: str | Path, **extra: Any) -> Dict[str, str]:
+    """The trainable (adapter) tensors of ``net`` and ``extra`` -> ``path`` (torch file, atomic); returns its SHA-256
+    record (:func:`stochattn.io.save_model`) for the ``<stem>.json`` the caller writes beside it."""
+    return save_model(path, {"adapter": _adapter_state(net), **extra})
 
 
 def load_adapter(net: torch.nn.Module, path: str | Path) -> torch.nn.Module:
-    """Load the adapter of :func:`save_adapter` into a fresh forecaster ``net``; eval mode."""
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    """Load the adapter of :func:`save_adapter` into a fresh forecaster ``net`` (checked against the SHA-256 in its
+    ``<stem>.json``); eval mode."""
+    ckpt = load_model(path)
     missing = set(ckpt["adapter"]) - {n for n, _ in net.named_parameters()}
     if missing:
         raise ValueError(f"{path}: adapter tensors {sorted(missing)[:3]} do not fit the backbone")
@@ -103,7 +107,7 @@ def load_adapter(net: torch.nn.Module, path: str | Path) -> torch.nn.Module:
 
 def adapter_checkpoint(path: str | Path) -> Dict[str, Any]:
     """The extra entries :func:`save_adapter` stored with the adapter (e.g. LoRA settings, horizon)."""
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    ckpt = load_model(path)
     return {k: v for k, v in ckpt.items() if k != "adapter"}
 
 
@@ -171,18 +175,17 @@ def train_multiswag_member(data, setup: AdapterSetup, cfg: Mapping[str, Any], co
     return member, swag, candidate, selection, time.perf_counter() - t0
 
 
-def save_multiswag_member(path: str | Path, net: torch.nn.Module, swag, candidate: Mapping[str, Any]) -> None:
-    """A member's adapter tensors, SWAG posterior and SWAG settings -> ``path`` (torch file, atomic)."""
-    with atomic_path(path) as tmp:
-        torch.save({"adapter": {n: p.detach().cpu() for n, p in net.named_parameters() if p.requires_grad},
-                    "swag": swag.state_dict(), "candidate": dict(candidate)}, tmp)  # fmt: skip
+def save_multiswag_member(path: str | Path, net: torch.nn.Module, swag, candidate: Mapping[str, Any]) -> Dict[str, str]:
+    """A member's adapter tensors, SWAG posterior and SWAG settings -> ``path`` (torch file, atomic); returns its
+    SHA-256 record (:func:`stochattn.io.save_model`)."""
+    return save_model(path, {"adapter": _adapter_state(net), "swag": swag.state_dict(), "candidate": dict(candidate)})
 
 
 def load_multiswag_member(setup: AdapterSetup, path: str | Path, seed: int):
     """``(net, swag, candidate)`` of a member written by :func:`save_multiswag_member` (``seed``: its own)."""
     from ..baselines.swag import SWAG
 
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    ckpt = load_model(path)
     net = load_adapter(setup.fresh(seed), path)
     return net, SWAG.from_state_dict(ckpt["swag"]), ckpt["candidate"]
 
@@ -265,9 +268,9 @@ def _write_member(out_path, net, swag, candidate, *, component, seed, selection,
     from ..io import save_json
     from ..provenance import device_info
 
-    save_multiswag_member(out_path, net, swag, candidate)
+    recorded = save_multiswag_member(out_path, net, swag, candidate)
     meta = {"method": "multiswag", "component": component, "seed": seed, "candidate": dict(candidate),
-            "seconds": seconds, "device": device_info(), "selection": selection}  # fmt: skip
+            "seconds": seconds, "device": device_info(), "selection": selection, RECORD_KEY: recorded}  # fmt: skip
     if provenance is not None:
         meta["provenance"] = dict(provenance)
     save_json(Path(out_path).with_suffix(".json"), meta)
@@ -389,10 +392,9 @@ def write_candidate(method: str, data: Mapping[str, Any], setup: AdapterSetup, c
         raise ValueError(f"{method}: candidate {index} of a grid of {len(search.grid)}")
     candidate = search.grid[index]
     out, entry = fit_candidate(method, candidate, search.fit, ValidationSplit.from_prepared(data))
-    with atomic_path(out_path) as tmp:
-        torch.save({"state": None if out is None else search.state(out.result)}, tmp)
+    recorded = save_model(out_path, {"state": None if out is None else search.state(out.result)})
     record = {"method": method, "index": index, "grid_size": len(search.grid), "candidate": candidate, "seed": seed,
-              **entry_record(entry), "extra": search.extra, "device": device_info()}  # fmt: skip
+              **entry_record(entry), "extra": search.extra, "device": device_info(), RECORD_KEY: recorded}  # fmt: skip
     if provenance is not None:
         record["provenance"] = dict(provenance)
     save_json(Path(out_path).with_suffix(".json"), record)
@@ -420,6 +422,6 @@ def choose_candidate(method: str, data: Mapping[str, Any], setup: AdapterSetup, 
     split = ValidationSplit.from_prepared(data)
     index, record = choose(method, search.grid, entries, split.mean_predictor_rmse(), reference=search.reference,
                            **methods.selection_options(data))  # fmt: skip
-    state = torch.load(paths[index], map_location="cpu", weights_only=True)["state"]
+    state = load_model(paths[index])["state"]
     sel = Selection(search.load(state, search.grid[index]), index, search.grid[index], record)
     return search.finish(sel, sum(e["seconds"] for e in entries))

@@ -35,7 +35,7 @@ import torch
 
 from .. import metrics
 from ..data import era5 as era5_data
-from ..io import atomic_path, load_json, load_npz, save_json, save_npz
+from ..io import RECORD_KEY, load_json, load_model, load_npz, save_json, save_model, save_npz, verified
 from ..provenance import device_info, package_versions, with_outputs
 from ..training import model_device, predict, resolve_device, seeded
 from . import adapters, methods
@@ -303,13 +303,13 @@ def pretrain_standin(
                     best_state = {k: v.detach().cpu().clone() for k, v in net.state_dict().items()}
     net.load_state_dict(best_state)
     seconds = time.perf_counter() - t0
-    with atomic_path(out_path) as tmp:
-        torch.save({"model": dict(model, variables=keys), "state_dict": net.state_dict()}, tmp)
+    recorded = save_model(out_path, {"model": dict(model, variables=keys),
+                                     "state_dict": {k: v.cpu() for k, v in net.state_dict().items()}})  # fmt: skip
     meta = {
         "model": dict(model), "pretrain": dict(pretrain), "variables": keys, "seed": seed, "best_step": best_step,
         "best_val_z500_rmse_72h": best, "history": history, "seconds": seconds,
         "parameters": int(sum(p.numel() for p in net.parameters())), "source": info, "device": device_info(),
-        "packages": package_versions(),
+        "packages": package_versions(), RECORD_KEY: recorded,
     }
     if provenance is not None:
         meta["provenance"] = with_outputs(provenance, out_path)
@@ -325,7 +325,7 @@ def load_backbone(path: str | Path, *, allow_pickle: bool = False):
 
     path = Path(path)
     if path.suffix == ".pt":
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        ckpt = load_model(path)  # checked against the SHA-256 in <stem>.json
         cfg = dict(ckpt["model"])
         net = build_standin(cfg, cfg.pop("variables"), seed=None)
         net.load_state_dict(ckpt["state_dict"])
@@ -398,8 +398,8 @@ def adapt(
     record = adapters.fit_adapter(net, data, train, seed=seed, progress=progress,
                                   desc=f"LoRA ClimaX {lead_hours:g} h {meta_prepared.get('target_label', 'Z500')}",
                                   checkpoint=checkpoint)  # fmt: skip
-    adapters.save_adapter(net, out_path, lora=dict(lora), variables=list(variables), lead_hours=lead_hours,
-                          target=target)
+    recorded = adapters.save_adapter(net, out_path, lora=dict(lora), variables=list(variables),
+                                     lead_hours=lead_hours, target=target)  # fmt: skip
     physical = lambda a: np.asarray(a, np.float64) * data["y_std"] + data["y_mean"]  # noqa: E731
     truth = physical(data["y_test"])
     backbone = lora_forecaster(backbone_path, variables, lead_hours, lora, seed, allow_pickle, target)  # B = 0
@@ -414,7 +414,7 @@ def adapt(
         "lora": dict(lora), "train": dict(train), "seed": seed, "variables": list(variables),
         "lead_hours": lead_hours, "target": target, **record, "test_skill": skill, "n_test": int(len(truth)),
         "persistence_over_climatology_rmse": skill["persistence"]["rmse"] / skill["climatology"]["rmse"],
-        "device": device_info(), "packages": package_versions(),
+        "device": device_info(), "packages": package_versions(), RECORD_KEY: recorded,
     }
     if provenance is not None:
         meta["provenance"] = with_outputs(provenance, out_path)
@@ -525,7 +525,7 @@ def spatial_metrics(samples_path: str | Path, prepared_path: str | Path, tempera
     """
     from .. import scaling
 
-    run, data = load_npz(samples_path), load_pairs(prepared_path)
+    run, data = load_npz(verified(samples_path)), load_pairs(prepared_path)  # samples: checked against meta.json
     y, point, samples = run["y"], run["point"], run["samples"]
     out: Dict[str, Any] = {}
     for name, pred in (("point", point), ("ensemble_mean", samples.mean(0))):
@@ -747,8 +747,8 @@ def sa_analyses(
     gen = torch.Generator().manual_seed(seed)
     out: Dict[str, Any] = {"sa_sites": list(sa_sites), "num_samples": num_samples}
     with SASampler(net, generator=gen, max_rows=sa_cfg.get("max_rows", "auto"), nu_template=ctx.nu_template) as sampler:
-        out["score_sweep"] = _score_sweep(sampler, data, x_cal, load_json(calibration_path), nu_grid, num_samples,
-                                          seed, progress)  # fmt: skip
+        out["score_sweep"] = _score_sweep(sampler, data, x_cal, load_json(verified(calibration_path)), nu_grid,
+                                          num_samples, seed, progress)  # fmt: skip
         # BO over several seeds, on the sa run's search range and (App. "BO sensitivity") on a second one
         for key, nu_range in bo_ranges(sa_cfg, second_range).items():
             seeds = show_progress(list(bo_seeds), desc=f"BO seeds {list(nu_range)}", disable=not progress)
@@ -768,8 +768,8 @@ def sa_analyses_sweep(prepared_path, backbone_path, adapter_path, calibration_pa
     gen = torch.Generator().manual_seed(seed)
     out: Dict[str, Any] = {"sa_sites": list(sa_sites), "num_samples": num_samples}
     with SASampler(net, generator=gen, max_rows=sa_cfg.get("max_rows", "auto"), nu_template=ctx.nu_template) as sampler:
-        out["score_sweep"] = _score_sweep(sampler, data, x_cal, load_json(calibration_path), nu_grid, num_samples,
-                                          seed, progress)  # fmt: skip
+        out["score_sweep"] = _score_sweep(sampler, data, x_cal, load_json(verified(calibration_path)), nu_grid,
+                                          num_samples, seed, progress)  # fmt: skip
         out["latency"] = _latency_record(sampler, x_cal, latency_nu, latency_batch, latency_repeats, progress)
     return _save_analyses(out_path, out, provenance)
 

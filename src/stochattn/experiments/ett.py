@@ -31,7 +31,7 @@ import torch
 
 from ..data import ett as ett_data
 from ..data.synthetic import synthetic_series
-from ..io import atomic_path, load_json, load_npz, save_json, save_npz, sha256_file
+from ..io import RECORD_KEY, load_json, load_model, load_npz, save_json, save_model, save_npz, sha256_file
 from ..provenance import device_info, package_versions, with_outputs
 from ..training import predict, resolve_device
 from . import adapters, methods
@@ -189,14 +189,14 @@ def pretrain_standin(
         steps=int(pretrain["steps"]), batch_size=int(pretrain["batch_size"]), lr=float(pretrain["lr"]), seed=seed,
         warmup=int(pretrain.get("warmup", 0)), eval_every=int(pretrain.get("eval_every", 100)), progress=progress,
     )
-    with atomic_path(out_path) as tmp:
-        torch.save({"state_dict": {k: v.cpu() for k, v in net.state_dict().items()}, "model": dict(model)}, tmp)
+    recorded = save_model(out_path, {"state_dict": {k: v.cpu() for k, v in net.state_dict().items()},
+                                     "model": dict(model)})  # fmt: skip
     meta = {
         "stand_in": True, "station": station, "sources": record, "model": dict(model), "pretrain": dict(pretrain),
         "n_windows": {"train": n_real, "synthetic": len(x_train) - n_real, "val": len(x_val)}, "best_step": result.best_step,
         "best_val_loss": result.best_val_loss, "history": result.history, "seconds": result.seconds, "seed": seed,
         "parameters": sum(p.numel() for p in net.parameters()), "device": device_info(),
-        "packages": package_versions(),
+        "packages": package_versions(), RECORD_KEY: recorded,
     }
     if provenance is not None:
         meta["provenance"] = with_outputs(provenance, out_path)
@@ -212,7 +212,7 @@ def load_backbone(path: str | Path) -> torch.nn.Module:
 
     path = Path(path)
     if path.suffix == ".pt":
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        ckpt = load_model(path)  # checked against the SHA-256 in <stem>.json
         net = build_standin(ckpt["model"])
         net.load_state_dict(ckpt["state_dict"])
         return net.eval()
@@ -275,7 +275,7 @@ def adapt(
     net = lora_forecaster(backbone_path, horizon, lora, seed)
     record = adapters.fit_adapter(net, data, train, seed=seed, progress=progress, desc=f"LoRA {dataset} H={horizon}",
                                   checkpoint=checkpoint)
-    adapters.save_adapter(net, out_path, lora=dict(lora), horizon=horizon)
+    recorded = adapters.save_adapter(net, out_path, lora=dict(lora), horizon=horizon)
     test_point = predict(net, data["x_test"], 256).numpy()
     season = 24 if ett_data.resolve_ett(dataset).step_minutes == 60 else 96
     with torch.no_grad():
@@ -287,7 +287,7 @@ def adapt(
         "test_mae": {"zero_shot_backbone": _mae(zero_test, data["y_test"]), "adapted": _mae(test_point, data["y_test"]),
                      **{k: _mae(v, data["y_test"]) for k, v in naive.items()}, "season": season,
                      "n_series": int(len(data["y_test"]))},  # fmt: skip
-        "device": device_info(), "packages": package_versions(),
+        "device": device_info(), "packages": package_versions(), RECORD_KEY: recorded,
     }
     if provenance is not None:
         meta["provenance"] = with_outputs(provenance, out_path)

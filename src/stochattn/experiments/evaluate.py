@@ -15,7 +15,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence
 import numpy as np
 
 from .. import metrics, scaling
-from ..io import load_json, load_npz, save_json
+from ..io import load_json, load_npz, save_json, verified
 
 REFERENCE = "sa"
 """The method every other one is matched to (SA at Algorithm 2's nu); reported native."""
@@ -112,7 +112,7 @@ def evaluate(
         reference_path: SA's samples.npz of the same split (ignored for SA itself).
         provenance: recorded as ``provenance`` (stochattn.provenance.stage_provenance).
     """
-    run = _flattened(load_npz(samples_path))
+    run = _flattened(load_npz(verified(samples_path)))  # checked against the SHA-256 in meta.json
     meta = load_json(Path(samples_path).with_name("meta.json"))
     method = meta["method"]
     for key in ("samples", "point", "cal_samples", "cal_point"):
@@ -129,7 +129,7 @@ def evaluate(
         scaled_samples = scaling.apply_scale(run["samples"], run["point"], temperature)
         scaled, pit_scaled = metrics.summarize(scaled_samples, run["point"], run["y"], seed, levels)
         if reference_path is not None:
-            ref = _flattened(load_npz(reference_path))
+            ref = _flattened(load_npz(verified(reference_path)))
             if ref["cal_y"].shape != run["cal_y"].shape or not np.array_equal(ref["cal_y"], run["cal_y"]):
                 raise ValueError(f"{reference_path} and {samples_path} have different calibration targets "
                                  f"(not the same split)")

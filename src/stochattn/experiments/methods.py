@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ..calibrate import IntegerDomain, SASampler, bo_calibrate, eval_stats, target_scale
-from ..io import save_json, save_npz
+from ..io import RECORD_KEY, save_json, save_npz, sha256_record
 from ..provenance import device_info, package_versions, with_outputs
 from ..selection import CandidateFit
 from ..training import fit_regressor, predict
@@ -529,8 +529,11 @@ def to_original(values: np.ndarray, data: Mapping[str, Any]) -> np.ndarray:
     return values * data["y_std"] + data["y_mean"]
 
 
-def write_run(method, out_dir, run, data, method_cfg, model, train, num_samples, seed, provenance) -> Dict[str, Any]:
-    """samples.npz (original units) and meta.json of one run."""
+def write_run(method, out_dir, run, data, method_cfg, model, train, num_samples, seed, provenance,
+              recorded: Sequence[str | Path] = ()) -> Dict[str, Any]:  # fmt: skip
+    """samples.npz (original units) and meta.json of one run; meta.json records the SHA-256 of samples.npz and of
+    ``recorded`` (files already written in ``out_dir``, e.g. SA's calibration.json), which their readers check
+    (:func:`stochattn.io.verified`)."""
     arrays = {k: np.asarray(run[k].detach().cpu().numpy() if torch.is_tensor(run[k]) else run[k], dtype=np.float64)
               for k in ("point", "samples", "cal_point", "cal_samples")}
     for name, values in arrays.items():
@@ -546,6 +549,7 @@ def write_run(method, out_dir, run, data, method_cfg, model, train, num_samples,
         "method": method, "hyperparameters": dict(method_cfg), "model": dict(model), "train": dict(train),
         "num_samples": num_samples, "seed": seed, "seconds": run["seconds"], "device": device_info(),
         "packages": package_versions(), **run.get("extra", {}),
+        RECORD_KEY: sha256_record(out_dir / "samples.npz", *recorded),
     }
     if provenance is not None:  # stochattn.provenance.stage_provenance: input hashes, code version
         meta["provenance"] = with_outputs(provenance, out_dir / "samples.npz")
@@ -562,13 +566,14 @@ def write_runs(method, out_dir, run, data, method_cfg, model, train, num_samples
         variant["seconds"]["backbone_train"] = run["seconds"]["backbone_train"]
         outputs[name] = (out_dir.with_name(name), variant)
     calibration = out_dir / "calibration.json" if "calibration" in run else None
+    if calibration is not None:  # first: the run's meta.json records its SHA-256
+        save_json(calibration, run["calibration"])
     out_meta: Dict[str, Any] = {}
     for name, (run_dir, one) in outputs.items():
         if calibration is not None:
             one.setdefault("extra", {})["calibration"] = str(calibration)
-        meta = write_run(name, run_dir, one, data, method_cfg, model, train, num_samples, seed, provenance)
+        recorded = [calibration] if calibration is not None and run_dir == out_dir else []
+        meta = write_run(name, run_dir, one, data, method_cfg, model, train, num_samples, seed, provenance, recorded)
         if name == method:
             out_meta = meta
-    if calibration is not None:
-        save_json(calibration, run["calibration"])
     return out_meta

@@ -30,7 +30,7 @@ import torch
 
 from ..backbones.ft_transformer import build_ft_transformer
 from ..data.uci import fetch_uci, load_prepared, load_uci_split, prepare_split, save_prepared  # noqa: F401
-from ..io import atomic_path, load_json, save_json, save_npz
+from ..io import RECORD_KEY, load_json, load_model, save_json, save_model, save_npz
 from ..provenance import device_info, package_versions
 from ..training import fit_regressor, predict, resolve_device
 from . import methods
@@ -133,13 +133,13 @@ def train_backbone(
     dev = resolve_device(device)
     net = _build(data, model, seed)
     fit = _fit(net, data, train, seed, dev, progress, "backbone", checkpoint)
-    with atomic_path(model_path) as tmp:
-        torch.save({"state_dict": {k: v.cpu() for k, v in net.state_dict().items()}, "model": dict(model)}, tmp)
+    recorded = save_model(model_path, {"state_dict": {k: v.cpu() for k, v in net.state_dict().items()},
+                                       "model": dict(model)})  # fmt: skip
     val_rmse = float(np.sqrt(np.mean((predict(net, data["x_val"]).numpy() - data["y_val"]) ** 2)))
     meta = {
         "model": dict(model), "train": dict(train), "seed": seed, "best_epoch": fit.best_epoch,
         "epochs_run": fit.epochs_run, "val_rmse_standardised": val_rmse, "seconds": fit.seconds,
-        "device": device_info(), "packages": package_versions(),
+        "device": device_info(), "packages": package_versions(), RECORD_KEY: recorded,
     }
     if provenance is not None:
         meta["provenance"] = dict(provenance)
@@ -148,7 +148,9 @@ def train_backbone(
 
 
 def load_backbone(prepared: Mapping[str, Any], model_path: str | Path, device=None) -> torch.nn.Module:
-    ckpt = torch.load(model_path, map_location="cpu", weights_only=True)
+    """The backbone of :func:`train_backbone`, checked against the SHA-256 in its meta.json (:func:`stochattn.io.
+    load_model`), in eval mode on ``device``."""
+    ckpt = load_model(model_path)
     net = build_ft_transformer(prepared["x_train"].shape[1], **ckpt["model"])
     net.load_state_dict(ckpt["state_dict"])
     return net.to(resolve_device(device)).eval()
@@ -259,13 +261,13 @@ def _write_component(out_path, member, swag, candidate, *, component, seed, mode
                      seconds, provenance) -> Dict[str, Any]:  # fmt: skip
     """One MultiSWAG component's file (torch: network state, SWAG posterior, SWAG settings) and its record
     ``<stem>.json``; returns the record."""
-    with atomic_path(out_path) as tmp:
-        torch.save({"state_dict": {k: v.cpu() for k, v in member.state_dict().items()}, "model": dict(model),
-                    "swag": swag.state_dict(), "candidate": dict(candidate)}, tmp)  # fmt: skip
+    recorded = save_model(out_path, {"state_dict": {k: v.cpu() for k, v in member.state_dict().items()},
+                                     "model": dict(model), "swag": swag.state_dict(), "candidate": dict(candidate)})
     meta = {
         "method": "multiswag", "component": component, "seed": seed, "model": dict(model),
         "train": dict(train), "hyperparameters": dict(method_cfg), "candidate": dict(candidate),
         "selection": selection, "seconds": seconds, "device": device_info(), "packages": package_versions(),
+        RECORD_KEY: recorded,
     }
     if provenance is not None:
         meta["provenance"] = dict(provenance)
@@ -277,7 +279,7 @@ def _load_component(data: Mapping[str, Any], path: str | Path):
     """(network, SWAG posterior, SWAG settings) of a component written by :func:`train_multiswag_component`."""
     from ..baselines.swag import SWAG
 
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    ckpt = load_model(path)
     net = build_ft_transformer(data["x_train"].shape[1], **ckpt["model"])
     net.load_state_dict(ckpt["state_dict"])
     return net.eval(), SWAG.from_state_dict(ckpt["swag"]), ckpt["candidate"]
