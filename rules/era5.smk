@@ -48,7 +48,9 @@ else:
 
     rule era5_fetch:
         """The WeatherBench 5.625 deg files of ClimaX's variables and years (mirrors first, else downloaded); their
-        SHA-256 as fetched in the provenance beside the folder (WeatherBench publishes none)."""
+        SHA-256 as fetched in the provenance beside the folder (WeatherBench publishes none). A job, not a local
+        rule: from a staged store (`stochattn download`) it links ~129 GB and hashes every file, hours that belong on
+        a compute node rather than the login node; under a cluster executor it never downloads."""
         input:
             rehearsal_input("weatherbench"),
         output:
@@ -56,7 +58,6 @@ else:
             prov=f"{ERA5_DIR}/data/finetune.prov.json",
         log:
             "logs/era5/fetch.log",
-        localrule: True
         conda:
             CONDA_ENV
         threads: 1

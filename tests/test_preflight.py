@@ -1,13 +1,20 @@
-"""stochattn.preflight without a cluster: SLURM's time and Gres formats, the dry run's job blocks, local rules, and
-the checks of a job against a partition (the real-SLURM run is in test_slurm.py)."""
+"""stochattn.preflight without a cluster: SLURM's time and Gres formats, the plan from Snakemake's DAG, the checks of
+a job against a partition, of the account and of the torch build against the GPU nodes, and the whole screen against
+fake SLURM commands (the real-SLURM run is in test_slurm.py)."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from stochattn.preflight import (LOCAL, Job, Partition, _gres_gpus, dry_run_jobs, local_rules, parse_slurm_time,
+from stochattn.cuda_builds import TorchBuild, capability_of, node_problems
+from stochattn.preflight import (LOCAL, Job, Partition, _gres_gpus, _reason_groups, check_account, parse_slurm_time,
                                  unschedulable)  # fmt: skip
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,26 +33,10 @@ def test_gres_gpus(gres, expected):
     assert _gres_gpus(gres) == expected
 
 
-DRY_RUN = """
-rule train_backbone:
-    input: results/uci/yacht/split0/prepared.npz
-    jobid: 12
-    wildcards: experiment=uci, dataset=yacht, split=0
-    threads: 4
-    resources: tmpdir=/tmp, mem_mb=2596, mem=2.6 GB, runtime=44, gpu=1
-
-rule fetch_uci:
-    output: results/data/uci/yacht
-    jobid: 3
-    wildcards: dataset=yacht
-    resources: tmpdir=/tmp, mem_mb=1000, runtime=30
-"""
-
-
-def test_dry_run_blocks_and_checks_against_a_partition():
-    jobs = dry_run_jobs(DRY_RUN)
-    assert [(j.rule, j.threads, j.gpus, j.runtime, j.mem_mb) for j in jobs] == [
-        ("train_backbone", 4, 1, 44, 2596), ("fetch_uci", 1, 0, 30, 1000)]  # fmt: skip
+def test_a_job_is_checked_against_its_partition():
+    jobs = [Job("train_backbone", "experiment=uci, dataset=yacht, split=0", 4, {"mem_mb": 2596, "runtime": 44,
+                                                                                "gpu": 1}),
+            Job("fetch_uci", "dataset=yacht", 1, {"mem_mb": 1000, "runtime": 30})]  # fmt: skip
     assert jobs[0].label() == "train_backbone(experiment=uci, dataset=yacht, split=0)"
     gpu = Partition("gpu", 40, 1, ("v100",), 2000, 8, "UP")
     bad = unschedulable(jobs, {0: "gpu", 1: LOCAL}, {"gpu": gpu})
@@ -56,7 +47,180 @@ def test_dry_run_blocks_and_checks_against_a_partition():
         "partition gpu: 2 GPU(s) > 1 per node; 16 threads > 8 CPUs per node")
 
 
-def test_local_rules_are_read_from_the_workflow():
-    local = local_rules(REPO)
-    assert {"fetch_uci", "fetch_ett", "ett_fetch_checkpoint", "all"} <= local
-    assert not {"train_backbone", "download", "prepare_uci"} & local
+def test_the_reason_shown_is_that_of_the_largest_request():
+    """Several jobs of a rule over MaxTime: the line names the largest runtime, not the alphabetically last."""
+    jobs = [Job("era5_figure", f"name={i}", 1, {"runtime": r}) for i, r in enumerate((912, 1440, 95))]
+    bad = [(j, f"partition cpu: runtime {j.runtime} min > MaxTime 60 min") for j in jobs]
+    [(rule, group, why)] = _reason_groups(bad)
+    assert rule == "era5_figure" and len(group) == 3 and why == "partition cpu: runtime 1440 min > MaxTime 60 min"
+
+
+def test_the_plan_comes_from_snakemakes_dag(tmp_path):
+    """plan_jobs reads the jobs and the local rules from Snakemake's own DAG under the SLURM profile (no text
+    parsing): the paper protocol's rules with their evaluated resources; era5_figure, whose Snakefile block follows a
+    local rule, is a job; the fetch rules that download on the login node are local; era5_fetch, which links and
+    hashes ~129 GB, is a job."""
+    plan = _plan_in_subprocess(["--profile", "slurm", "--directory", str(tmp_path)])
+    rules = {j["rule"] for j in plan["jobs"]}
+    assert {"train_backbone", "era5_figure", "era5_fetch"} <= rules
+    assert {"fetch_uci", "fetch_ett", "ett_fetch_checkpoint", "era5_fetch_checkpoint", "all"} <= set(plan["local"])
+    assert not {"train_backbone", "download", "prepare_uci", "era5_figure", "era5_fetch"} & set(plan["local"])
+    train = next(j for j in plan["jobs"] if j["rule"] == "train_backbone")
+    assert train["resources"]["gpu"] == 1 and train["threads"] == 4 and train["resources"]["runtime"] > 0
+    assert "Using profiles slurm and workflow specific profile" in plan["log"]
+
+
+def _plan_in_subprocess(args: list[str]) -> dict:
+    """plan_jobs in its own interpreter (it runs Snakemake in-process), as JSON."""
+    code = ("import json, sys; from stochattn.preflight import plan_jobs; p = plan_jobs(sys.argv[2:], sys.argv[1]); "
+            "print(json.dumps({'jobs': [dict(rule=j.rule, threads=j.threads, resources=j.resources) for j in p.jobs],"
+            " 'local': sorted(p.local), 'log': p.log}, default=str))")  # fmt: skip
+    res = subprocess.run([sys.executable, "-c", code, str(REPO), *args], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return json.loads(res.stdout)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# the torch build against a node's GPU and driver
+# ------------------------------------------------------------------------------------------------------------------
+CUDA13 = TorchBuild("2.13.0", "13.0", ("sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"))
+CU126 = "https://download.pytorch.org/whl/cu126"
+
+
+@pytest.mark.parametrize("name, cap", [("NVIDIA H100 80GB HBM3", (9, 0)), ("Tesla V100-SXM2-32GB", (7, 0)),
+                                       ("v100", (7, 0)), ("a100_80g", (8, 0)), ("NVIDIA A10", (8, 6)),
+                                       ("NVIDIA L4", (8, 9)), ("NVIDIA L40S", (8, 9)), ("8.6", (8, 6)),
+                                       ("NVIDIA GeForce RTX 5090", (12, 0)), ("mystery", None)])  # fmt: skip
+def test_capability_of_gpu_names(name, cap):
+    assert capability_of(name) == cap
+
+
+def test_node_problems_name_the_build_that_fits():
+    assert node_problems(CUDA13, "NVIDIA H100 80GB HBM3", "580.95.05") == []
+    old = node_problems(CUDA13, "NVIDIA A100-SXM4-80GB", "535.104.05")
+    assert len(old) == 1 and "needs an NVIDIA driver >= 580.65.06 (CUDA 13); the node's driver is 535.104.05" in old[0]
+    assert f"pip install --force-reinstall --no-deps torch==2.13.0 --index-url {CU126}" in old[0]
+    volta = node_problems(CUDA13, "v100", None)
+    assert len(volta) == 1 and "has no kernels for the v100 (compute capability 7.0)" in volta[0] and CU126 in volta[0]
+    cpu = node_problems(TorchBuild("2.13.0+cpu", None, ()), "NVIDIA H100 80GB HBM3", "580.95.05")
+    assert "CPU-only build" in cpu[0] and "cu130" in cpu[0] and "require_gpu" not in cpu[0]
+    ancient = node_problems(CUDA13, "NVIDIA A100-SXM4-80GB", "470.57.02")
+    assert "no current torch build runs on driver 470.57.02" in ancient[0] and "pip install" not in ancient[0]
+    blackwell_old = node_problems(CUDA13, "NVIDIA B200", "570.86.10")
+    assert "cu128" in blackwell_old[0]
+    assert node_problems(CUDA13, None, None) == []  # nothing known: nothing claimed
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# the whole screen against fake SLURM commands
+# ------------------------------------------------------------------------------------------------------------------
+def _fake_slurm(bin_dir: Path, *, partitions: dict, assoc: str | None, default_account: str = "",
+                recent_accounts: str = "", probe: str | None = None, probe_error: str = "") -> Path:
+    """scontrol / sinfo / sacctmgr / sacct / srun answering as a cluster would. ``partitions``: {name: (MaxTime,
+    Gres, CPUs, memory MB)} (the first is the default); ``assoc``: sacctmgr's ``account|partition`` lines (None: no
+    accounting); ``probe``: the csv srun's nvidia-smi prints (None: the probe job fails with ``probe_error``)."""
+    bin_dir.mkdir(parents=True)
+    table = "\n".join(f"PartitionName={n} MaxTime={t} State=UP AllowAccounts=ALL" for n, (t, *_) in partitions.items())
+    nodes = "".join(f'  *"-p {n} "*) echo "node-{n}|{c}|{m}|{g}";;\n' for n, (t, g, c, m) in partitions.items())
+    scripts = {
+        "scontrol": f'cat <<"X"\n{table}\nX\n',
+        "sinfo": f'case "$*" in\n{nodes}  *"%P"*) echo "{next(iter(partitions))}*";;\nesac\n',
+        "sacctmgr": ('echo "sacctmgr: error: Problem talking to the database: Connection refused" >&2; exit 1\n'
+                     if assoc is None else f'case "$*" in\n  *associations*) printf "{assoc}\\n";;\n'
+                     f'  *defaultaccount*) echo "{default_account}";;\nesac\n'),  # fmt: skip
+        "sacct": f'echo "{recent_accounts}"\n',
+        "srun": f'cat <<"X"\n{probe}\nX\n' if probe is not None else f'echo "{probe_error}" >&2; exit 1\n',
+    }
+    for name, body in scripts.items():
+        (bin_dir / name).write_text("#!/bin/bash\n" + body)
+        (bin_dir / name).chmod(0o755)
+    return bin_dir
+
+
+# the login node's environment: PyPI's CUDA 13 build of torch 2.13 (this machine has the CPU build)
+_AS_CUDA13 = ("import sys, stochattn.cuda_builds as c; c.torch_build = lambda: c.TorchBuild('2.13.0', '13.0', "
+              "('sm_75', 'sm_80', 'sm_86', 'sm_90', 'sm_100', 'sm_120')); from stochattn.preflight import main; "
+              "sys.exit(main(sys.argv[1:]))")  # fmt: skip
+
+CLUSTERS = {
+    "no_account": dict(partitions={"cpu": ("1-00:00:00", "(null)", 32, 192000),
+                                   "gpu": ("1-00:00:00", "gpu:h100:4", 32, 512000)},
+                       assoc="proj-a|\nproj-b|", probe="NVIDIA H100 80GB HBM3, 580.95.05, 9.0"),
+    "old_driver": dict(partitions={"cpu": ("1-00:00:00", "(null)", 32, 192000),
+                                   "gpu": ("1-00:00:00", "gpu:a100:4", 32, 512000)},
+                       assoc="proj-a|", default_account="proj-a",
+                       probe="NVIDIA A100-SXM4-80GB, 535.104.05, 8.0\nNVIDIA A100-SXM4-80GB, 535.104.05, 8.0"),
+    "v100": dict(partitions={"cpu": ("1-00:00:00", "(null)", 32, 192000),
+                             "gpu": ("1-00:00:00", "gpu:v100:4", 32, 384000)},
+                 assoc=None, probe=None, probe_error="srun: error: Unable to allocate resources: Requested nodes are "
+                                                     "busy"),  # fmt: skip
+    "short_limit": dict(partitions={"cpu": ("1-00:00:00", "(null)", 32, 192000),
+                                    "gpu": ("00:30:00", "gpu:h100:4", 32, 512000)},
+                        assoc="proj-a|", recent_accounts="proj-a", probe="NVIDIA H100 80GB HBM3, 580.95.05, 9.0"),
+}
+
+
+@pytest.fixture(scope="module")
+def fake_profile(tmp_path_factory):
+    """./slurm with a cpu and a gpu partition in its partition file (as a user edits it)."""
+    import yaml
+
+    folder = tmp_path_factory.mktemp("profile")
+    cfg = yaml.safe_load((REPO / "slurm" / "config.yaml").read_text())
+    (folder / "partitions.yaml").write_text(yaml.safe_dump({"partitions": {
+        "cpu": {"max_runtime": 1440, "max_gpu": 0}, "gpu": {"max_runtime": 1440, "max_gpu": 4}}}))  # fmt: skip
+    (folder / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return folder
+
+
+@pytest.mark.parametrize("cluster", sorted(CLUSTERS))
+def test_preflight_against_a_cluster(cluster, fake_profile, tmp_path):
+    """`stochattn preflight` on the tiny configuration (its model jobs ask for a GPU) against fake SLURM commands:
+    each cluster's problem is named with its fix and the exit status is 1."""
+    from conftest import tiny_config
+
+    cfg = tiny_config(tmp_path / "tiny.yaml")
+    bin_dir = _fake_slurm(tmp_path / "bin", **CLUSTERS[cluster])
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "USER": "alice"}
+    env.pop("SBATCH_ACCOUNT", None)
+    cmd = [sys.executable, "-c", _AS_CUDA13, "--profile", str(fake_profile), "--configfile", str(cfg), "-d",
+           str(tmp_path / "work"), "--probe-wait", "5"]  # fmt: skip
+    res = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    out = res.stdout + res.stderr
+    print(f"--- {cluster} ---\n" + out[out.index("partition      MaxTime"):])
+    assert res.returncode == 1, out[-3000:]
+    if cluster == "no_account":
+        assert "account: no account: SLURM knows no default account for alice" in out
+        assert "export SBATCH_ACCOUNT=<account>" in out and "(your accounts: proj-a, proj-b)" in out
+        assert "gpu: partition gpu: NVIDIA H100 80GB HBM3 (compute capability 9.0), driver 580.95.05 [probe]" in out
+    elif cluster == "old_driver":
+        assert "account: proj-a (your default account (sbatch without -A))" in out
+        assert ("needs an NVIDIA driver >= 580.65.06 (CUDA 13); the node's driver is 535.104.05; install the build "
+                f"that fits, in the workflow's environment: pip install --force-reinstall --no-deps torch==2.13.0 "
+                f"--index-url {CU126}") in out  # fmt: skip
+    elif cluster == "v100":
+        assert "SLURM keeps no accounts here" in out
+        assert "driver unknown, the probe job did not run (srun: error: Unable to allocate resources" in out
+        assert "has no kernels for the v100 (compute capability 7.0)" in out and CU126 in out
+    else:
+        assert "account: proj-a (the account of your most recent job" in out
+        assert re.search(r"^  run_method \(2 jobs; partition gpu: runtime 4\d min > MaxTime 30 min\): run_method\(",
+                         out, re.M), out[-3000:]  # fmt: skip
+        assert "\ngpu: " not in out.split("preflight: nothing should be submitted yet:")[1]  # the build fits
+
+
+def test_an_account_outside_the_users_associations_is_refused(tmp_path, monkeypatch):
+    bin_dir = _fake_slurm(tmp_path / "bin", partitions={"gpu": ("1-00:00:00", "gpu:h100:4", 32, 512000)},
+                          assoc="proj-a|cpu\nproj-b|")  # fmt: skip
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    gpu = Partition("gpu", 1440, 4, ("h100",), 512000, 32, "UP")
+    assert check_account("proj-b", {"gpu": gpu}, "alice").problems == []
+    wrong = check_account("proj-c", {"gpu": gpu}, "alice").problems
+    assert len(wrong) == 1 and "account 'proj-c' is not one of alice's (proj-a, proj-b)" in wrong[0]
+    only_cpu = check_account("proj-a", {"gpu": gpu}, "alice").problems
+    assert only_cpu == ["account 'proj-a' has no association on partition gpu (only cpu); export "
+                        "SBATCH_ACCOUNT=<account> before snakemake (the profile passes it on), or set "
+                        "default-resources: slurm_account in the profile"]  # fmt: skip
+    denied = Partition("gpu", 1440, 4, ("h100",), 512000, 32, "UP", allow_accounts=("proj-x",))
+    assert "partition gpu does not accept account 'proj-b'" in check_account("proj-b", {"gpu": denied}, "alice"
+                                                                               ).problems[0]  # fmt: skip

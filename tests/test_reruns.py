@@ -15,9 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import TINY_TARGETS, copy_run
+from test_preflight import _plan_in_subprocess
 from test_workflow import REPO, _snakemake_cmd, job_stats, smk
 
-from stochattn.preflight import dry_run_jobs
+from stochattn.preflight import Job
 
 
 def test_paper_protocol_under_the_slurm_profile_puts_every_model_job_on_a_gpu(tmp_path):
@@ -32,11 +33,9 @@ def test_paper_protocol_under_the_slurm_profile_puts_every_model_job_on_a_gpu(tm
     import yaml
     from snakemake_executor_plugin_slurm.partitions import get_best_partition, read_partition_file
 
-    cmd = [*_snakemake_cmd(), "--profile", "slurm", "-n", "--directory", str(tmp_path)]
-    res = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
-    assert res.returncode == 0, res.stdout[-4000:]
-    assert re.search(r"Using profiles? slurm and workflow specific profile", res.stdout), res.stdout[:500]
-    jobs = dry_run_jobs(res.stdout)
+    plan = _plan_in_subprocess(["--profile", "slurm", "--directory", str(tmp_path)])  # Snakemake's own DAG
+    assert re.search(r"Using profiles? slurm and workflow specific profile", plan["log"]), plan["log"][:500]
+    jobs = [Job(j["rule"], "", j["threads"], j["resources"]) for j in plan["jobs"]]
     cluster = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["cluster"]
     declared = {j.rule for j in jobs if j.gpus > 0}
     derived = {b for f in (REPO / "rules").glob("*.smk")

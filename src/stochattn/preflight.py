@@ -7,11 +7,16 @@ runtime requests, i.e. the counted work at the configured speed factor); the lon
 SLURM answers, every partition a job is sent to (the SLURM plugin's own choice from the profile's partition file,
 else the job's ``slurm_partition`` or the default partition) is read from ``scontrol show partition`` and ``sinfo``
 (MaxTime, GPUs per node with their type, memory and CPUs per node), and every job that could not run there is named;
-the exit status is then 1.
+the account the jobs will be charged to is checked against the user's associations (``sacctmgr``) and the
+partitions' AllowAccounts; and the GPU partitions' nodes (one asked through a 2-minute ``srun ... nvidia-smi`` job for
+its GPU and driver, every GPU type SLURM names) against this environment's torch build (:mod:`stochattn.cuda_builds`).
+The exit status is 1 when anything would stop or waste the run, each problem with its fix.
 
-    dry_run_jobs(text)            the jobs of ``snakemake -n``'s output
+    plan_jobs(args, workflow_dir) the jobs of ``snakemake -n args``, from Snakemake's own DAG
     slurm_partitions(names)       {name: Partition} from scontrol / sinfo
     unschedulable(jobs, ...)      the jobs a partition cannot run, each with the reason
+    check_account(requested, ...) the account the SLURM plugin submits with, and why it would be refused
+    check_gpu_nodes(...)          the GPU nodes' model and driver against the torch build
 """
 
 from __future__ import annotations
@@ -29,8 +34,8 @@ from typing import Any
 
 from stochattn.extras import requires
 
-__all__ = ["Job", "Partition", "dry_run_jobs", "parse_slurm_time", "slurm_partitions", "place", "unschedulable",
-           "main"]  # fmt: skip
+__all__ = ["Job", "Plan", "Partition", "plan_jobs", "parse_slurm_time", "slurm_partitions", "place", "unschedulable",
+           "check_account", "check_gpu_nodes", "main"]  # fmt: skip
 
 
 @dataclass
@@ -65,20 +70,65 @@ class Job:
         return f"{self.rule}({self.wildcards})" if self.wildcards else self.rule
 
 
-def dry_run_jobs(text: str) -> list[Job]:
-    """The jobs of ``snakemake -n``'s output (its per-job blocks: ``rule X:``, ``wildcards:``, ``threads:``,
-    ``resources:``)."""
+@dataclass
+class Plan:
+    """The jobs of a dry run (every job it would run), the rules that run in the Snakemake process itself, and what
+    Snakemake printed."""
+
+    jobs: list[Job]
+    local: set[str]
+    log: str = ""
+
+
+def _is_local(workflow: Any, rule: Any) -> bool:
+    # Workflow.is_local without its `local_exec` short cut, which a dry run sets for every rule
+    return rule.group is None and (rule.name in workflow._localrules or rule.norun or rule.is_template_engine)
+
+
+def plan_jobs(snakemake_args: Sequence[str], workflow_dir: str | Path = ".") -> Plan:
+    """The jobs of ``snakemake -n <snakemake_args>`` run from ``workflow_dir``, read from Snakemake's own DAG (the
+    rules' resources evaluated as for submission: the profile's default resources, the rules' functions, the
+    config), and the workflow's local rules (``localrule: True``, which a dry run does not report).
+
+    Runs Snakemake in this process (the CLI's own argument and profile handling; its output is captured and shown
+    only when the dry run fails, as a RuntimeError)."""
+    import contextlib
+    import io
+    import os
+
+    with requires("workflow"):
+        from snakemake import api, cli
+
+    captured: dict[str, Any] = {}
+    execute = api.DAGApi.execute_workflow
+
+    def keep_workflow(self: Any, *a: Any, **kw: Any) -> Any:
+        out = execute(self, *a, **kw)
+        captured["workflow"] = self.workflow_api._workflow
+        return out
+
+    here, out = os.getcwd(), io.StringIO()
+    try:
+        os.chdir(workflow_dir)
+        api.DAGApi.execute_workflow = keep_workflow
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            parser, args = cli.parse_args(["--dry-run", "--quiet", "all", *snakemake_args])
+            ok = cli.args_to_api(args, parser)
+    except SystemExit as err:  # argparse
+        ok = err.code == 0
+    finally:
+        api.DAGApi.execute_workflow = execute
+        os.chdir(here)
+    workflow = captured.get("workflow")
+    if not ok or workflow is None or workflow.dag is None:
+        raise RuntimeError(f"the dry run failed:\n{out.getvalue()[-6000:]}")
     jobs = []
-    for block in re.split(r"\n(?=(?:local)?rule \w+:)", text):
-        m = re.match(r"(?:local)?rule (\w+):", block)
-        res = re.search(r"^\s+resources: (.*)$", block, re.M)
-        if m and res:
-            t = re.search(r"^\s+threads: (\d+)", block, re.M)
-            w = re.search(r"^\s+wildcards: (.*)$", block, re.M)
-            resources = {k: int(v) if v.isdigit() else v
-                         for k, v in (kv.split("=", 1) for kv in res.group(1).split(", ") if "=" in kv)}  # fmt: skip
-            jobs.append(Job(m.group(1), w.group(1) if w else "", int(t.group(1)) if t else 1, resources))
-    return jobs
+    for job in workflow.dag.needrun_jobs(exclude_finished=False):
+        resources = {k: v for k, v in job.resources.items() if not k.startswith("_")}
+        wildcards = ", ".join(f"{k}={v}" for k, v in job.wildcards_dict.items())
+        jobs.append(Job(job.rule.name, wildcards, int(job.threads), resources))
+    jobs.sort(key=lambda j: (j.rule, j.wildcards))
+    return Plan(jobs, {r.name for r in workflow.rules if _is_local(workflow, r)}, out.getvalue())
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -96,6 +146,8 @@ class Partition:
     mem_per_node_mb: int
     cpus_per_node: int
     state: str
+    allow_accounts: tuple[str, ...] | None = None  # None: every account (scontrol's AllowAccounts=ALL)
+    deny_accounts: tuple[str, ...] = ()
 
 
 def parse_slurm_time(value: str) -> int | None:
@@ -148,8 +200,11 @@ def slurm_partitions(names: Sequence[str] | None = None) -> dict[str, Partition]
         name = fields.get("PartitionName")
         if not name or (names is not None and name not in names):
             continue
+        allow = fields.get("AllowAccounts", "ALL")
+        deny = fields.get("DenyAccounts", "(null)")
         parts[name] = Partition(name, parse_slurm_time(fields.get("MaxTime", "UNLIMITED")), 0, (), 0, 0,
-                                fields.get("State", "?"))  # fmt: skip
+                                fields.get("State", "?"), None if allow == "ALL" else tuple(allow.lower().split(",")),
+                                () if deny in ("(null)", "") else tuple(deny.lower().split(",")))  # fmt: skip
     for name, part in parts.items():
         nodes = subprocess.run(["sinfo", "-h", "-N", "-p", name, "-o", "%N|%c|%m|%G"], capture_output=True, text=True,
                                timeout=60)  # fmt: skip
@@ -175,18 +230,6 @@ def default_partition() -> str | None:
 
 LOCAL = "(local)"
 """The placement of a local rule's job: it runs in the Snakemake process itself (the login node)."""
-
-
-def local_rules(workflow_dir: Path) -> set[str]:
-    """The rules of the workflow in ``workflow_dir`` that declare ``localrule: True`` (the dry run does not say)."""
-    names: set[str] = set()
-    for path in [workflow_dir / "Snakefile", *sorted((workflow_dir / "rules").glob("*.smk"))]:
-        if path.is_file():
-            for block in re.split(r"\n(?=\s*rule \w+:)", path.read_text()):
-                m = re.match(r"\s*rule (\w+):", block)
-                if m and re.search(r"^\s+localrule: True", block, re.M):
-                    names.add(m.group(1))
-    return names
 
 
 def place(jobs: Sequence[Job], partition_file: Path | None, local: set[str] = frozenset()) -> dict[int, str | None]:
@@ -251,6 +294,149 @@ def unschedulable(jobs: Sequence[Job], placement: Mapping[int, str | None],
 
 
 # ------------------------------------------------------------------------------------------------------------------
+# the account and the GPU nodes
+# ------------------------------------------------------------------------------------------------------------------
+def _answer(cmd: Sequence[str], timeout: float = 60) -> tuple[bool, str]:
+    """(exit status 0, stdout or the last line of stderr) of ``cmd``; (False, why) when it cannot run."""
+    if shutil.which(cmd[0]) is None:
+        return False, f"no {cmd[0]} on this machine"
+    try:
+        out = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return False, f"{cmd[0]} did not answer in {timeout:.0f} s"
+    if out.returncode != 0:
+        return False, (out.stderr.strip().splitlines() or [f"{cmd[0]} exited {out.returncode}"])[-1]
+    return True, out.stdout
+
+
+@dataclass
+class AccountCheck:
+    """Which account the jobs are charged to (``account``; None: SLURM's default for the user, or no accounting),
+    where that comes from, and what stops a submission with it (``problems``, each with its fix)."""
+
+    account: str | None
+    source: str
+    problems: list[str]
+
+
+def check_account(requested: str | None, partitions: Mapping[str, Partition], user: str | None = None) -> AccountCheck:
+    """The account the SLURM plugin submits with, checked against the user's associations (``sacctmgr``) and the
+    partitions' AllowAccounts / DenyAccounts.
+
+    ``requested``: the jobs' ``slurm_account`` resource (the profile's default resource: ``$SBATCH_ACCOUNT`` or a
+    fixed name). Without one, the plugin (2.x) takes the account of the user's most recent job (``sacct``) and, when
+    there is none, submits without ``-A``, so that SLURM charges the user's default account; this function follows
+    the same order."""
+    import getpass
+
+    user = user or getpass.getuser()
+    fix = ("export SBATCH_ACCOUNT=<account> before snakemake (the profile passes it on), or set default-resources: "
+           "slurm_account in the profile")  # fmt: skip
+    ok, assoc = _answer(["sacctmgr", "-n", "-P", "show", "associations", f"where user={user}",
+                         "format=account,partition"])  # fmt: skip
+    if not ok:
+        # no slurmdbd (AccountingStorageType=accounting_storage/none): SLURM checks no account
+        return AccountCheck(requested or None, f"SLURM keeps no accounts here ({assoc}); none is checked", [])
+    rows = [line.split("|") + [""] for line in assoc.lower().splitlines() if line.strip()]
+    mine: dict[str, set[str]] = collections.defaultdict(set)  # account -> partitions ("" = any)
+    for account, partition, *_ in rows:
+        mine[account].add(partition)
+    if requested:
+        account, source = requested, "the profile's slurm_account ($SBATCH_ACCOUNT or a fixed name)"
+    else:
+        ok, recent = _answer(["sacct", "-n", "-X", "-u", user, "-o", "Account%256"])
+        recent_accounts = [a for a in recent.replace("(null)", "").split() if a != "none"] if ok else []
+        ok, default = _answer(["sacctmgr", "-n", "-P", "show", "user", user, "format=defaultaccount"])
+        default = default.strip().lower() if ok else ""
+        if recent_accounts:
+            account, source = recent_accounts[-1], "the account of your most recent job (the SLURM plugin's guess)"
+        elif default:
+            account, source = default, "your default account (sbatch without -A)"
+        else:
+            return AccountCheck(None, "none", [f"no account: SLURM knows no default account for {user} and the "
+                                               f"plugin finds no earlier job; {fix}" + (
+                                               f" (your accounts: {', '.join(sorted(mine))})" if mine else "")])  # fmt: skip
+    problems = []
+    key = account.lower()
+    if not mine:
+        problems.append(f"{user} has no SLURM association (sacctmgr shows none): ask the administrators for an account")
+    elif key not in mine:
+        problems.append(f"account {account!r} is not one of {user}'s ({', '.join(sorted(mine))}); {fix}")
+    for name, part in sorted(partitions.items()):
+        allowed = part.allow_accounts is None or key in part.allow_accounts
+        if not allowed or key in part.deny_accounts:
+            problems.append(f"partition {name} does not accept account {account!r} (AllowAccounts "
+                            f"{','.join(part.allow_accounts or ('ALL',))}, DenyAccounts "
+                            f"{','.join(part.deny_accounts) or '-'}); {fix}")  # fmt: skip
+        elif key in mine and "" not in mine[key] and name not in mine[key]:
+            problems.append(f"account {account!r} has no association on partition {name} (only "
+                            f"{', '.join(sorted(mine[key]))}); {fix}")  # fmt: skip
+    return AccountCheck(account, source, problems)
+
+
+@dataclass
+class GpuNode:
+    """What a GPU node of a partition runs: the GPU's name and compute capability, the NVIDIA driver (None where
+    unknown) and how that was learnt (``probe``: nvidia-smi in a job on the node; ``gres``: SLURM's GPU type)."""
+
+    partition: str
+    gpu: str
+    capability: tuple[int, int] | None
+    driver: str | None
+    via: str
+
+
+def probe_gpu_node(partition: str, account: str | None, wait_s: int = 120) -> list[GpuNode] | str:
+    """Ask one GPU node of ``partition`` for its GPUs and driver: a two-minute job (``srun --gpus=1``) running
+    ``nvidia-smi``, given up after ``wait_s`` seconds in the queue (``--immediate``). The nodes, or why not."""
+    cmd = ["srun", f"--partition={partition}", "--gpus=1", "--ntasks=1", "--time=2", f"--immediate={wait_s}",
+           "--job-name=stochattn-preflight", *([f"--account={account}"] if account else []),
+           "nvidia-smi", "--query-gpu=name,driver_version,compute_cap", "--format=csv,noheader"]  # fmt: skip
+    ok, out = _answer(cmd, timeout=wait_s + 180)
+    if not ok:
+        return f"the probe job did not run ({out})"
+    nodes = []
+    for line in dict.fromkeys(out.splitlines()):  # a node's identical GPUs once
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) >= 2 and fields[0]:
+            from stochattn.cuda_builds import capability_of
+
+            cap = capability_of(fields[2]) if len(fields) > 2 else None
+            nodes.append(GpuNode(partition, fields[0], cap or capability_of(fields[0]), fields[1], "probe"))
+    return nodes or f"nvidia-smi printed nothing usable: {out.strip()[:200]!r}"
+
+
+def check_gpu_nodes(partitions: Mapping[str, Partition], account: str | None, probe: bool, wait_s: int = 120
+                    ) -> tuple[list[GpuNode], list[str], list[str]]:  # fmt: skip
+    """The GPU nodes of ``partitions`` (those with GPUs) against this environment's torch build: (nodes, notes,
+    problems). Every GPU type SLURM names is checked for kernels; with ``probe``, one node per partition is asked
+    for its driver too (:func:`probe_gpu_node`)."""
+    from stochattn.cuda_builds import capability_of, node_problems, torch_build
+
+    nodes: list[GpuNode] = []
+    notes: list[str] = []
+    problems: list[str] = []
+    try:
+        build = torch_build()
+    except ImportError:
+        return [], ["torch is not installed in this environment: the GPU build is not checked"], []
+    notes.append(f"this environment: {build.describe()}")
+    for name, part in sorted(partitions.items()):
+        if part.gpus_per_node == 0:
+            continue
+        found = probe_gpu_node(name, account, wait_s) if probe else "not probed (--no-gpu-probe)"
+        if isinstance(found, str):
+            notes.append(f"partition {name}: driver unknown, {found}")
+            found = [GpuNode(name, t, capability_of(t), None, "gres") for t in part.gpu_types]
+            if not found:
+                notes.append(f"partition {name}: SLURM names no GPU type (Gres gpu:N): the GPU model is not checked")
+        nodes += found
+        for node in found:
+            problems += [f"partition {name}: {p}" for p in node_problems(build, node.gpu, node.driver, node.capability)]
+    return nodes, notes, sorted(set(problems))
+
+
+# ------------------------------------------------------------------------------------------------------------------
 # the screen
 # ------------------------------------------------------------------------------------------------------------------
 def rule_table(jobs: Sequence[Job], placement: Mapping[int, str | None]) -> str:
@@ -285,6 +471,18 @@ def _profile_partition_file(profile: str | None, cwd: Path) -> Path | None:
     return folder / name if (folder / name).is_file() else Path(name)
 
 
+def _reason_groups(bad: Sequence[tuple[Job, str]]) -> list[tuple[str, list[Job], str]]:
+    """(rule, jobs, reason) per rule and kind of reason; the reason shown is that of the job asking the most."""
+    groups: dict[tuple[str, str], list[tuple[Job, str]]] = collections.defaultdict(list)
+    for job, why in bad:
+        groups[(job.rule, re.sub(r"\d+", "N", why))].append((job, why))
+    out = []
+    for (rule, _), members in sorted(groups.items()):
+        worst = max(members, key=lambda jw: (jw[0].runtime, jw[0].mem_mb, jw[0].threads, jw[0].gpus))
+        out.append((rule, [j for j, _ in members], worst[1]))
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="stochattn preflight", description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="slurm", help="the Snakemake profile to plan with (default: slurm)")
@@ -292,19 +490,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("-d", "--directory", default=".", help="the working directory of the run (default: .)")
     parser.add_argument("-s", "--workflow", default=".", help="the folder holding the Snakefile (default: .)")
     parser.add_argument("--all", action="store_true", help="name every job that cannot run (default: 3 per rule)")
+    parser.add_argument("--no-gpu-probe", action="store_true",
+                        help="do not run the 2-minute nvidia-smi job on a GPU node (driver then unchecked)")
+    parser.add_argument("--probe-wait", type=int, default=120, metavar="S",
+                        help="seconds the GPU probe job may wait in the queue (default: 120)")
     parser.add_argument("targets", nargs="*", help="Snakemake targets (default: all)")
     args = parser.parse_args(argv)
     cwd = Path(args.workflow).resolve()
-    cmd = [sys.executable, "-m", "snakemake", "-n", "--profile", args.profile, "--directory", args.directory,
-           *(["--configfile", *args.configfile] if args.configfile else []), *args.targets]  # fmt: skip
-    print(f"preflight: {' '.join(cmd[2:])}", flush=True)
-    run = subprocess.run(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    if run.returncode != 0:
-        print(run.stdout[-6000:])
+    smk_args = ["--profile", args.profile, "--directory", args.directory,
+                *(["--configfile", *args.configfile] if args.configfile else []), *args.targets]  # fmt: skip
+    print(f"preflight: snakemake -n {' '.join(smk_args)}", flush=True)
+    try:
+        plan = plan_jobs(smk_args, cwd)
+    except RuntimeError as err:
+        print(err, file=sys.stderr)
         print("preflight: the dry run failed (above): the plan itself does not hold", file=sys.stderr)
         return 1
-    jobs = dry_run_jobs(run.stdout)
-    placement = place(jobs, _profile_partition_file(args.profile, cwd), local_rules(cwd))
+    jobs = plan.jobs
+    placement = place(jobs, _profile_partition_file(args.profile, cwd), plan.local)
     print(rule_table(jobs, placement))
 
     from stochattn.staging import disk_estimate, estimate_table, plan_downloads, workflow_config
@@ -318,16 +521,16 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"(gpu_runtime_factor {config.get('gpu_runtime_factor')}); longest "
           f"{longest.label() if longest else '-'} {longest.runtime / 60 if longest else 0:.1f} h "
           f"(bound {bound / 60:.0f} h); peak memory {peak:.1f} GB")  # fmt: skip
-    plan = plan_downloads(config, Path(args.directory).resolve())
+    downloads = plan_downloads(config, Path(args.directory).resolve())
     print("\ndisk (what is not staged yet; `stochattn download` fetches it):")
-    print(estimate_table(disk_estimate(config, plan, {})))
+    print(estimate_table(disk_estimate(config, downloads, {})))
 
     used = sorted({p for p in placement.values() if p not in (None, LOCAL)})
     try:
         partitions = slurm_partitions(used)
     except SlurmUnavailable as err:
-        print(f"\nSLURM does not answer here ({err}): the partitions are not checked; run preflight on the "
-              "cluster's login node")  # fmt: skip
+        print(f"\nSLURM does not answer here ({err}): the partitions, the account and the GPU nodes are not checked; "
+              "run preflight on the cluster's login node")  # fmt: skip
         return 0
     print("\npartition      MaxTime  GPUs/node  GPU types       mem/node  CPUs/node  state")
     for name in used:
@@ -339,21 +542,45 @@ def main(argv: Sequence[str] | None = None) -> int:
                 else f"{p.max_minutes / 60:.1f} h")  # fmt: skip
         print(f"{name:12s} {maxt:>9s} {p.gpus_per_node:10d}  {','.join(p.gpu_types) or '-':14s} "
               f"{p.mem_per_node_mb / 1000:7.1f} GB {p.cpus_per_node:9d}  {p.state}")
+    problems: list[str] = []
     bad = unschedulable(jobs, placement, partitions)
     if bad:
-        groups: dict[tuple[str, str], list[Job]] = collections.defaultdict(list)
-        for job, why in bad:
-            groups[(job.rule, re.sub(r"runtime \d+ min", "runtime", why))].append(job)
-        print(f"\n{len(bad)} of {len(jobs)} jobs cannot run where they would be sent:", file=sys.stderr)
-        for (rule, _), group in sorted(groups.items()):
-            reasons = sorted({why for job, why in bad if job in group})
+        problems.append(f"{len(bad)} of {len(jobs)} jobs cannot run where they would be sent:")
+        for rule, group, why in _reason_groups(bad):
             labels = [j.label() for j in group]
             shown = ", ".join(labels if args.all or len(labels) <= 3 else labels[:3] + [f"... {len(labels) - 3} more"])
-            print(f"  {rule} ({len(group)} jobs; {reasons[-1]}): {shown}", file=sys.stderr)
-        print("Fix slurm/partitions.yaml (the partitions and their limits) or config cluster.* (GPUs, threads, "
-              "max_runtime_hours), then run preflight again (--all names every job).", file=sys.stderr)  # fmt: skip
+            problems.append(f"  {rule} ({len(group)} jobs; {why}): {shown}")
+        problems.append("  Fix slurm/partitions.yaml (the partitions and their limits) or config cluster.* (GPUs, "
+                        "threads, max_runtime_hours), then run preflight again (--all names every job).")  # fmt: skip
+
+    requested = {str(j.resources.get("slurm_account") or "") for i, j in enumerate(jobs)
+                 if placement.get(i) not in (None, LOCAL)}  # fmt: skip
+    requested.discard("")
+    account = check_account(sorted(requested)[0] if requested else None,
+                            {n: p for n, p in partitions.items() if n in used})  # fmt: skip
+    print(f"\naccount: {account.account or '-'} ({account.source})")
+    if len(requested) > 1:
+        account.problems.append(f"jobs ask for several accounts ({', '.join(sorted(requested))}); only the first "
+                                "was checked")  # fmt: skip
+    problems += [f"account: {p}" for p in account.problems]
+
+    gpu_parts = {n: p for n, p in partitions.items() if n in used and p.gpus_per_node > 0}
+    if gpu_parts:
+        nodes, notes, gpu_problems = check_gpu_nodes(gpu_parts, account.account, not args.no_gpu_probe,
+                                                     args.probe_wait)  # fmt: skip
+        for note in notes:
+            print(f"gpu: {note}")
+        for node in nodes:
+            cap = f"{node.capability[0]}.{node.capability[1]}" if node.capability else "?"
+            print(f"gpu: partition {node.partition}: {node.gpu} (compute capability {cap}), driver "
+                  f"{node.driver or 'unknown'} [{node.via}]")  # fmt: skip
+        problems += [f"gpu: {p}" for p in gpu_problems]
+    if problems:
+        print("\npreflight: nothing should be submitted yet:", file=sys.stderr)
+        for line in problems:
+            print(line, file=sys.stderr)
         return 1
-    print(f"\npreflight: every job fits its partition ({', '.join(used)})")
+    print(f"\npreflight: every job fits its partition ({', '.join(used)}); the account and the GPU build are fine")
     return 0
 
 

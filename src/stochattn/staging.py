@@ -217,7 +217,8 @@ class Download:
     """One file to put in the store. ``kind``: "file" (``url`` -> ``path``), "zip" (``url`` -> a zip, its
     ``members`` extracted into ``path``'s folder, the zip removed), "hf" (``url`` the Hub's resolve URL, fetched by
     ``huggingface_hub`` into the cache folder ``path``). ``size``: bytes to download where known
-    (None: asked from the server), ``unpacked``: bytes on disk after unpacking."""
+    (:func:`public_sizes`; None: asked from the server), ``size_bound``: an upper bound counted when no server
+    announces the size (a zip: its members' unpacked bytes), ``unpacked``: bytes on disk after unpacking."""
 
     slice: str
     kind: str
@@ -225,6 +226,7 @@ class Download:
     path: Path
     sha256: str | None = None
     size: int | None = None
+    size_bound: int | None = None
     unpacked: int | None = None
     members: tuple[str, ...] = ()
     extra: Mapping[str, Any] = field(default_factory=dict)
@@ -261,6 +263,23 @@ def workflow_config(configfiles: Sequence[str | os.PathLike], workflow_dir: str 
     return config
 
 
+def public_sizes() -> dict[str, int]:
+    """{store path: bytes} of the public files whose size is fixed (``stochattn/data/public_sizes.txt``: the UCI and
+    ETT-small files, as their checksum tables hash them)."""
+    from importlib import resources
+
+    text = resources.files("stochattn.data").joinpath("public_sizes.txt").read_text(encoding="utf-8")
+    rows = (line.split(maxsplit=1) for line in text.splitlines() if line.strip() and not line.startswith("#"))
+    return {rel.strip(): int(n) for n, rel in rows}
+
+
+# The years every WeatherBench 5.625 deg zip holds (hourly 1979-2018, one netCDF file per year), whatever the
+# configuration extracts from it
+WEATHERBENCH_YEARS = tuple(range(1979, 2019))
+# a zip's size is at most its members' bytes plus its headers and deflate's worst-case overhead (< 0.1 %)
+_ZIP_OVERHEAD = 1.001
+
+
 def plan_downloads(config: Mapping[str, Any], workdir: str | os.PathLike = ".") -> list[Download]:
     """Every public file ``config`` (the workflow's merged configuration) needs that no configured mirror holds:
     the UCI data sets of ``datasets``, the ETT CSVs and the TimesFM checkpoint (``ett.enabled``; the checkpoint when
@@ -274,6 +293,7 @@ def plan_downloads(config: Mapping[str, Any], workdir: str | os.PathLike = ".") 
                if m != store]  # fmt: skip
     can_download = bool(config["data"].get("allow_download", True))
     plan: list[Download] = []
+    known = public_sizes()
 
     registry = dataset_registry(config.get("custom_datasets"))
     table = load_uci_checksums()
@@ -285,7 +305,8 @@ def plan_downloads(config: Mapping[str, Any], workdir: str | os.PathLike = ".") 
             rel = f"UCI_Datasets/{ds.gal_name}/data/{file}"
             if not _in_mirror(mirrors, rel) and can_download:
                 url = (ds.url or GAL_URL_TEMPLATE).format(gal_name=ds.gal_name, file=file)
-                plan.append(Download("uci", "file", url, store / rel, table.get(f"{ds.gal_name}/data/{file}")))
+                plan.append(Download("uci", "file", url, store / rel, table.get(f"{ds.gal_name}/data/{file}"),
+                                     known.get(rel)))  # fmt: skip
 
     ett = config.get("ett", {})
     if ett.get("enabled"):
@@ -294,7 +315,7 @@ def plan_downloads(config: Mapping[str, Any], workdir: str | os.PathLike = ".") 
             file = resolve_ett(name).file
             if not _in_mirror(mirrors, f"ETT-small/{file}") and can_download:
                 plan.append(Download("ett", "file", ETT_URL_TEMPLATE.format(file=file), store / "ETT-small" / file,
-                                     ett_table.get(file)))  # fmt: skip
+                                     ett_table.get(file), known.get(f"ETT-small/{file}")))  # fmt: skip
         backbone = ett.get("backbone", {})
         if backbone.get("source") == "checkpoint":
             from stochattn.backbones.timesfm import TIMESFM_FILENAME
@@ -308,7 +329,7 @@ def plan_downloads(config: Mapping[str, Any], workdir: str | os.PathLike = ".") 
 
     era5 = config.get("era5", {})
     if era5.get("enabled") and era5.get("source") == "weatherbench":
-        from stochattn.data.era5 import constants_path, weatherbench_path, weatherbench_url
+        from stochattn.data.era5 import CONSTANT_FIELDS, constants_path, weatherbench_path, weatherbench_url
 
         wb = era5["weatherbench"]
         years = sorted({int(y) for ys in wb["years"].values() for y in ys})
@@ -317,14 +338,17 @@ def plan_downloads(config: Mapping[str, Any], workdir: str | os.PathLike = ".") 
             if folder == "constants":
                 path = constants_path(root)
                 if not _in_mirror(mirrors, f"weatherbench/5.625deg/constants/{path.name}"):
-                    plan.append(Download("era5", "file", weatherbench_url(folder), path))
+                    # one float32 field per constant on the grid (the netCDF header is small)
+                    plan.append(Download("era5", "file", weatherbench_url(folder), path,
+                                         size_bound=len(CONSTANT_FIELDS) * GRID_POINTS * 4 + (1 << 20)))
                 continue
             files = [weatherbench_path(root, folder, y) for y in years]
             if all(_in_mirror(mirrors, f"weatherbench/5.625deg/{folder}/{f.name}") for f in files):
                 continue
             unpacked = sum(_netcdf_bytes(folder, y) for y in years)
+            bound = int(_ZIP_OVERHEAD * sum(_netcdf_bytes(folder, y) for y in WEATHERBENCH_YEARS)) + (1 << 20)
             plan.append(Download("era5", "zip", weatherbench_url(folder, wb.get("url_template")),
-                                 root / folder / f"{folder}_5.625deg.zip", unpacked=unpacked,
+                                 root / folder / f"{folder}_5.625deg.zip", size_bound=bound, unpacked=unpacked,
                                  members=tuple(f.name for f in files)))  # fmt: skip
     if era5.get("enabled") and era5.get("backbone", {}).get("source") == "checkpoint":
         ckpt = era5["backbone"]["checkpoint"]
@@ -354,12 +378,17 @@ def _netcdf_bytes(folder: str, year: int) -> int:
 def disk_estimate(config: Mapping[str, Any], plan: Sequence[Download], sizes: Mapping[str, int | None]) -> dict:
     """Bytes per slice: ``download`` (what the plan still fetches, ``sizes``: url -> bytes), ``data`` (the store
     after unpacking), ``shards`` (ERA5: ClimaX's preprocessing, hourly float32 fields of every channel) and
-    ``results`` (the dominant outputs: ERA5 forecast pairs and samples; UCI sample arrays). Returns
-    {slice: {kind: bytes, "unknown": files whose size no server announced (counted as 0), "zips": their sizes}}."""
+    ``results`` (the dominant outputs: ERA5 forecast pairs and samples; UCI sample arrays). A file whose size is
+    neither known nor announced counts at its ``size_bound`` (``bounded``), else as 0 (``unknown``). Returns
+    {slice: {kind: bytes, "unknown": files counted as 0, "bounded": files counted at their bound, "zips": their
+    sizes}}."""
     out: dict[str, dict[str, int]] = {}
     for d in plan:
-        row = out.setdefault(d.slice, {"download": 0, "data": 0, "unknown": 0, "zips": []})
+        row = out.setdefault(d.slice, {"download": 0, "data": 0, "unknown": 0, "bounded": 0, "zips": []})
         size = d.size if d.size is not None else sizes.get(d.url)
+        if size is None and d.size_bound is not None:
+            size = d.size_bound
+            row["bounded"] += 1
         row["unknown"] += size is None
         if d.kind == "zip":
             row["zips"].append(size or 0)
@@ -408,7 +437,8 @@ def _gb(n: int | None) -> str:
 def _cell(row: Mapping[str, int], key: str) -> str:
     if key not in row:
         return "-"
-    return _gb(row[key]) + ("+?" if key in ("download", "data") and row.get("unknown") else "")
+    return ("<=" if key == "download" and row.get("bounded") else "") + _gb(row[key]) + (
+        "+?" if key in ("download", "data") and row.get("unknown") else "")
 
 
 def estimate_table(estimate: Mapping[str, Mapping[str, int]]) -> str:
@@ -417,17 +447,21 @@ def estimate_table(estimate: Mapping[str, Mapping[str, int]]) -> str:
     lines = [f"{'slice':6s} " + " ".join(f"{c:>11s}" for c in cols)]
     for sl, row in estimate.items():
         lines.append(f"{sl:6s} " + " ".join(f"{_cell(row, c):>11s}" for c in cols))
+    if any(row.get("bounded") for row in estimate.values()):
+        lines.append("(<=: an upper bound: WeatherBench zips whose size no server announced, counted at their "
+                     "members' unpacked bytes)")  # fmt: skip
     if any(row.get("unknown") for row in estimate.values()):
-        lines.append("(+?: files whose size no server announced, counted as 0)")
+        lines.append("(+?: files whose size no server announced and no registry knows (the checkpoints), counted as "
+                     "0)")  # fmt: skip
     return "\n".join(lines)
 
 
-def check_free_space(
+def disk_needs(
     estimate: Mapping[str, Mapping[str, Any]], store: Path, workdir: Path, connections: int = 4
-) -> None:
-    """Raise :class:`InsufficientDiskError` (with the numbers) when a file system has less free space than what it
-    must hold: the store (data, and the ``connections`` largest zips, which lie beside their unpacked files until
-    they are out) and the working directory (shards, results)."""
+) -> list[tuple[int, int, list[str]]]:
+    """(free bytes, bytes needed, paths) per file system: the store's holds the data and the ``connections``
+    largest zips (which lie beside their unpacked files until they are out), the working directory's the shards and
+    results."""
     need: dict[int, list] = {}
     for path, keys in ((store, ("data",)), (workdir, ("shards", "results"))):
         free, dev = _free_bytes(path)
@@ -439,7 +473,15 @@ def check_free_space(
             zips = sorted((z for row in estimate.values() for z in row.get("zips", [])), reverse=True)
             entry[1] += sum(zips[:connections])
         entry[2].append(str(path))
-    for free, needed, paths in need.values():
+    return [tuple(v) for v in need.values()]
+
+
+def check_free_space(
+    estimate: Mapping[str, Mapping[str, Any]], store: Path, workdir: Path, connections: int = 4
+) -> None:
+    """Raise :class:`InsufficientDiskError` (with the numbers) when a file system has less free space than what it
+    must hold (:func:`disk_needs`)."""
+    for free, needed, paths in disk_needs(estimate, store, workdir, connections):
         if needed > free:
             raise InsufficientDiskError(
                 f"not enough disk: {_gb(needed)} needed on the file system of {' and '.join(paths)}, {_gb(free)} free "
@@ -605,12 +647,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan = plan_downloads(config, Path(args.directory).resolve())
     try:
         if args.dry_run:
-            sizes = remote_sizes([d.url for d in plan if d.size is None], args.connections)
-            print(f"{len(plan)} files to stage into {store_of(config, args.directory)}")
+            asked = [d.url for d in plan if d.size is None]
+            sizes = remote_sizes(asked, args.connections)
+            store = store_of(config, args.directory)
+            print(f"{len(plan)} files to stage into {store}")
             for d in plan:
                 print(f"  {d.slice:5s} {d.kind:4s} {d.url} -> {d.path}")
-            print(estimate_table(disk_estimate(config, plan, sizes)))
-            return 0
+            if asked and not any(v is not None for v in sizes.values()):
+                print(f"no server announced a size for the {len(asked)} files the registry does not size (offline "
+                      "here, or a firewall): counted at their upper bounds where known, else as 0")  # fmt: skip
+            estimate = disk_estimate(config, plan, sizes)
+            print(estimate_table(estimate))
+            short = False
+            for free, needed, paths in disk_needs(estimate, store, Path(args.directory).resolve(), args.connections):
+                short |= needed > free
+                print(f"disk: {_gb(needed)} needed on the file system of {' and '.join(paths)}, {_gb(free)} free"
+                      + (" -> NOT ENOUGH" if needed > free else ""))  # fmt: skip
+            return 1 if short else 0
         summary = stage(plan, config, workdir=args.directory, connections=args.connections)
     except (InsufficientDiskError, DownloadError) as err:
         print(f"download: {err}", file=sys.stderr)
