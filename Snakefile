@@ -20,6 +20,11 @@ configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 
 
 validate(config, schema="config/schema.yaml")
+# what the schema cannot say: nu_min <= nu_max, [low, high] ranges, fractions summing below 1, disjoint years; each
+# error names the keys and values, at parse time (stochattn.protocol.check_config_order)
+from stochattn.protocol import check_config_order
+
+check_config_order(config)
 
 
 report: "report/workflow.rst"

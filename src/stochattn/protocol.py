@@ -26,8 +26,8 @@ from stochattn.extras import requires
 with requires("workflow"):
     import yaml
 
-__all__ = ["NOT_PROTOCOL", "check_multiswag_matches_swag", "load_paper_protocol", "merged", "dataset_section",
-           "protocol_deviations", "protocol_note"]
+__all__ = ["NOT_PROTOCOL", "check_config_order", "check_multiswag_matches_swag", "load_paper_protocol", "merged",
+           "dataset_section", "protocol_deviations", "protocol_note"]
 
 NOT_PROTOCOL = ("seed", "device", "require_gpu", "cluster", "progress", "runtime_estimates", "gpu_step_costs",
                 "gpu_runtime_factor", "data.mirrors", "data.store", "data.allow_download",
@@ -70,6 +70,77 @@ def check_multiswag_matches_swag(swag_cfg: Mapping[str, Any], multiswag_cfg: Map
     if differ:
         raise ValueError(f"method_params: multiswag must repeat swag's settings (its member 0 is the SWAG run); "
                          f"they differ in {differ}")
+
+
+def _upper_key(key: str) -> str | None:
+    """The key that bounds ``key`` from above: ``nu_min`` -> ``nu_max``, ``min_x`` -> ``max_x``, ``low`` ->
+    ``high``, ``x_start`` -> ``x_end``; None for a key that is no lower bound."""
+    for lo, hi in (("min", "max"), ("low", "high"), ("start", "end")):
+        if key == lo:
+            return hi
+        if key.endswith(f"_{lo}"):
+            return key[: -len(lo)] + hi
+        if key.startswith(f"{lo}_"):
+            return hi + key[len(lo):]
+    return None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _order_errors(layers: list[tuple[str, Any]]) -> Iterator[str]:
+    """What is out of order in the settings that ``layers`` give together (``[(dotted key, mapping), ...]``, later
+    layers over earlier ones, as :func:`merged`): a lower bound above its upper bound (:func:`_upper_key`), a
+    ``[low, high]`` range (a key ending ``_range``) decreasing, ``*_fraction`` parts of one data set summing to 1 or
+    more, or the parts of a ``years`` mapping sharing a year. Each error names the keys that set the values."""
+    maps = [(prefix, m) for prefix, m in layers if isinstance(m, Mapping)]
+    source: dict[str, tuple[str, Any]] = {}  # key -> (dotted key that sets it, value)
+    for prefix, m in maps:
+        for key, value in m.items():
+            source[str(key)] = (f"{prefix}.{key}" if prefix else str(key), value)
+    for key, (lo_key, lo) in source.items():
+        hi_name = _upper_key(key)
+        if hi_name in source and _number(lo) and _number(source[hi_name][1]) and lo > source[hi_name][1]:
+            hi_key, hi = source[hi_name]
+            yield f"{lo_key} = {lo!r} is above {hi_key} = {hi!r} ({key} must not exceed {hi_name})"
+        if (key.endswith("_range") and isinstance(lo, (list, tuple)) and len(lo) == 2 and all(map(_number, lo))
+                and lo[0] > lo[1]):  # fmt: skip
+            yield f"{lo_key} = {list(lo)!r} is not a range [low, high] (low {lo[0]!r} is above high {lo[1]!r})"
+    fractions = {k: v for k, v in source.items() if k.endswith("_fraction") and _number(v[1])}
+    if len(fractions) > 1 and sum(v for _, v in fractions.values()) >= 1:
+        parts = " + ".join(f"{name} = {v!r}" for name, v in fractions.values())
+        yield f"{parts} = {sum(v for _, v in fractions.values()):g}: the parts leave no rows to train on (sum < 1)"
+    if "years" in source and isinstance(source["years"][1], Mapping):
+        name, years = source["years"]
+        owner: dict[Any, str] = {}
+        for part, ys in years.items():
+            for year in (ys if isinstance(ys, (list, tuple, Mapping)) else [ys]):
+                if str(year) in owner:
+                    yield f"{name}: year {year} is in both {owner[str(year)]} and {part} (the parts must not overlap)"
+                owner.setdefault(str(year), str(part))
+    for key in dict.fromkeys(k for _, m in maps for k, v in m.items() if isinstance(v, Mapping)):
+        yield from _order_errors([(f"{prefix}.{key}" if prefix else str(key), m[key]) for prefix, m in maps
+                                  if isinstance(m.get(key), Mapping)])  # fmt: skip
+
+
+def check_config_order(config: Mapping[str, Any]) -> None:
+    """ValueError naming every key and value out of order (:func:`_order_errors`), checked when the workflow parses
+    its config (Snakefile, after the schema), not when a job meets the value: e.g. ``method_params.sa.nu_min = 512
+    is above method_params.sa.nu_max = 256``. The settings a run combines are checked together: ``method_params``
+    with each data set's ``dataset_overrides`` and with the ``toy`` / ``ett`` / ``era5`` slices' ``method_params``
+    merged over it, and every section of a data set's overrides over the section it overrides."""
+    views: list[list[tuple[str, Any]]] = [[("", config)]]
+    for dataset, override in (config.get("dataset_overrides") or {}).items():
+        for section, value in (override or {}).items():
+            views.append([(section, config.get(section)), (f"dataset_overrides.{dataset}.{section}", value)])
+    for slice_ in ("toy", "ett", "era5"):
+        section = (config.get(slice_) or {}).get("method_params")
+        if isinstance(section, Mapping):
+            views.append([("method_params", config.get("method_params")), (f"{slice_}.method_params", section)])
+    errors = list(dict.fromkeys(e for view in views for e in _order_errors(view)))
+    if errors:
+        raise ValueError("config: " + "; ".join(errors))
 
 
 def load_paper_protocol(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
