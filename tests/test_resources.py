@@ -198,7 +198,8 @@ def test_gpu_architecture_without_kernels_fails_clearly(monkeypatch):
     capability, the build and the wheel index with kernels for it (simulated capability)."""
     import torch
 
-    from stochattn.provenance import check_gpu_arch, gpu_arch_supported
+    from stochattn.cuda_builds import gpu_arch_supported
+    from stochattn.provenance import check_gpu_arch
 
     build = ["sm_75", "sm_80", "sm_86", "sm_90", "sm_100", "sm_120"]
     assert not gpu_arch_supported((7, 0), build)
@@ -207,7 +208,9 @@ def test_gpu_architecture_without_kernels_fails_clearly(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=0: (7, 0))
     monkeypatch.setattr(torch.cuda, "get_arch_list", lambda: build)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=0: "Tesla V100-SXM2-32GB")
-    with pytest.raises(RuntimeError, match=r"Tesla V100-SXM2-32GB \(compute capability 7.0\) has no kernels") as err:
+    monkeypatch.setattr("stochattn.cuda_builds.local_driver_version", lambda: "580.95.05")
+    monkeypatch.setattr(torch.version, "cuda", "13.0")  # PyPI's CUDA 13 build
+    with pytest.raises(RuntimeError, match=r"no kernels for the Tesla V100-SXM2-32GB \(compute capability 7.0\)") as err:
         check_gpu_arch()
     assert "whl/cu126" in str(err.value) and "sm_75" in str(err.value)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=0: (9, 0))

@@ -126,7 +126,11 @@ def test_gpu_request_without_cuda_fails_clearly(tiny_chain, tmp_path):
     cfg = tiny_config(tmp_path / "gpu.yaml", require_gpu=True)  # the rule declares its GPU (cluster.gpus_per_job)
     res = smk(work, target, "--forcerun", "train_backbone", configfile=cfg)
     assert res.returncode != 0
-    assert "requested 1 GPU(s) but torch" in res.stdout and "require_gpu: false" in res.stdout, res.stdout[-3000:]
+    # the cause (this torch is a CPU-only build) and the install line of a CUDA build; never "require_gpu: false",
+    # which would train on the CPU for hours
+    assert "requested 1 GPU(s) but torch sees no CUDA device" in res.stdout, res.stdout[-3000:]
+    assert "(CPU-only build) cannot use the GPU; install the build that fits" in res.stdout, res.stdout[-3000:]
+    assert "pip install --force-reinstall --no-deps torch==" in res.stdout and "require_gpu: false" not in res.stdout
 
 
 # the tiny backbone trains for ~95 s on one idle thread (4000 epochs: 75 s): longer than the queue's 1-minute limit,

@@ -44,7 +44,6 @@ __all__ = [
     "check_gpu_request",
     "check_model_job",
     "check_gpu_arch",
-    "gpu_arch_supported",
     "resume_checkpoint",
 ]
 
@@ -529,17 +528,26 @@ def _gpu_count(requested: Any) -> int:
 
 def check_gpu_request(requested_gpus: Any, require_gpu: bool = True) -> None:
     """Fail clearly when a job was given GPUs by the scheduler (``resources.gpu > 0``) but torch sees no CUDA:
-    without this check the job would silently train on the node's CPU, for hours. ``require_gpu=False`` (config
-    key ``require_gpu``) allows it, for clusters whose profile requests GPUs that this torch build cannot use."""
+    without this check the job would silently train on the node's CPU, for hours. The message names the cause (a
+    CPU-only build, a driver older than the build's CUDA needs) and the install line of a build that fits
+    (:mod:`stochattn.cuda_builds`). ``require_gpu=False`` (config key ``require_gpu``) skips the check, for runs
+    meant to be on CPUs only."""
     if _gpu_count(requested_gpus) <= 0 or not require_gpu:
         return
     import torch
 
     if not torch.cuda.is_available():
+        from stochattn.cuda_builds import local_driver_version, node_problems, torch_build
+
+        driver = local_driver_version()
+        why = node_problems(torch_build(), None, driver) or [
+            f"torch {torch.__version__} (CUDA {torch.version.cuda}) finds no device with NVIDIA driver {driver}"
+            if driver else "no NVIDIA driver answers on this node (nvidia-smi not found or failing): is it a GPU node?"]
         raise RuntimeError(
-            f"this job requested {requested_gpus} GPU(s) but torch {torch.__version__} sees no CUDA device "
-            f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')!r}); install the CUDA build of torch on "
-            "the nodes, or set require_gpu: false in the config (CPU-only runs), or cluster.gpus_per_job: 0"
+            f"this job requested {requested_gpus} GPU(s) but torch sees no CUDA device (CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES')!r}): {'; '.join(why)}. `stochattn preflight` checks the GPU "
+            "nodes against the environment's torch build before a run (docs/guide/cluster.md, \"Drivers and CUDA "
+            "builds\")"
         )
     check_gpu_arch()
 
@@ -577,45 +585,19 @@ def remove_finished_resumes(root: str | os.PathLike) -> list[Path]:
     return removed
 
 
-# PyTorch's wheel index whose CUDA build still has kernels for the older architectures (Volta, sm_70: only the
-# CUDA 12.6 wheels since torch 2.11), and the index for the newest GPUs
-OLD_GPU_WHEELS = "https://download.pytorch.org/whl/cu126"
-NEW_GPU_WHEELS = "https://download.pytorch.org/whl/cu130"
-
-
-def gpu_arch_supported(capability: tuple[int, int], arch_list: Iterable[str]) -> bool:
-    """Whether a torch build whose kernels are ``arch_list`` (``torch.cuda.get_arch_list()``: ``sm_XY`` machine
-    code, ``compute_XY`` PTX) runs on a device of compute ``capability`` (major, minor): machine code of the same
-    major version and a minor at most the device's, or PTX of a capability at most the device's (JIT-compiled)."""
-    major, minor = capability
-    for arch in arch_list:
-        kind, _, digits = arch.partition("_")
-        if not digits.isdigit() or len(digits) < 2:
-            continue
-        a_major, a_minor = int(digits[:-1]), int(digits[-1])
-        if kind == "sm" and a_major == major and a_minor <= minor:
-            return True
-        if kind == "compute" and (a_major, a_minor) <= (major, minor):
-            return True
-    return False
-
-
 def check_gpu_arch(device: int = 0) -> None:
     """Fail at once when torch's CUDA build has no kernels for the GPU (torch.cuda.is_available() is true then,
     and the first kernel fails with "no kernel image is available"): names the device, its capability, the build
     and the wheel index that has kernels for it."""
     import torch
 
+    from stochattn.cuda_builds import TorchBuild, local_driver_version, node_problems
+
     capability = torch.cuda.get_device_capability(device)
-    arch_list = torch.cuda.get_arch_list()
-    if gpu_arch_supported(capability, arch_list):
-        return
-    index = OLD_GPU_WHEELS if capability < (7, 5) else NEW_GPU_WHEELS
-    raise RuntimeError(
-        f"{torch.cuda.get_device_name(device)} (compute capability {capability[0]}.{capability[1]}) has no kernels "
-        f"in this torch build ({torch.__version__}, CUDA {torch.version.cuda}, kernels for {', '.join(arch_list)}); "
-        f"install a build that has them: pip install torch=={torch.__version__.split('+')[0]} --index-url {index}"
-    )
+    build = TorchBuild(torch.__version__, torch.version.cuda, tuple(torch.cuda.get_arch_list()))
+    problems = node_problems(build, torch.cuda.get_device_name(device), local_driver_version(), capability)
+    if problems:
+        raise RuntimeError("; ".join(problems))
 
 
 def check_model_job(sm: Any) -> None:
