@@ -6,6 +6,8 @@ model gives the same bytes."""
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 import time
 import zipfile
 from pathlib import Path
@@ -250,8 +252,14 @@ def test_audit_names_a_corrupted_backbone(tiny_chain, tmp_path):
     failed, _ = audit_failures(work, "results/tables/uci_master.csv")
     assert failed == [BACKBONE], failed
     node = next(n for n in audit._iter(audit.audit("results/tables/uci_master.csv", work)) if n.path == BACKBONE)
-    assert f"{BACKBONE}: modified since it was written" in node.status
+    assert "modified since it was written (corrupted or replaced): SHA-256 " in node.status, node.status
     assert "recorded in results/uci/yacht/split0/backbone/meta.json" in node.status
+    res = subprocess.run([str(Path(sys.executable).with_name("stochattn")), "audit", "results/tables/uci_master.csv",
+                          "-d", str(work)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert res.returncode == 1
+    failed = [line for line in res.stderr.splitlines() if line.startswith("FAILED ")]
+    assert failed and all(line.startswith(f"FAILED {BACKBONE}: modified") for line in failed), res.stderr
+    assert "modified since it was written" in failed[0]
 
 
 @pytest.mark.slow

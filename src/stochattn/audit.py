@@ -107,8 +107,8 @@ def _check_written(node: Node, path: Path, rec: dict, digest, workdir: Path) -> 
     checkpoint's ``expected_sha256``)."""
     if rec.get("recorded"):
         problem = recorded_problem(path)
-        if problem is not None:
-            node.problems.append(problem.replace(f"{workdir}{os.sep}", ""))
+        if problem is not None:  # paths relative to the working directory, the node's own not repeated
+            node.problems.append(problem.replace(f"{workdir}{os.sep}", "").removeprefix(f"{node.path}: "))
             return
     for item in rec.get("outputs") or []:
         if os.path.normpath(item.get("path", "")) == node.path and "sha256" in item and digest() != item["sha256"]:
@@ -317,11 +317,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.prov:
         save_json(args.prov, to_prov(root, args.directory))
         print(f"wrote {args.prov} (W3C PROV-JSON)")
-    failed = list(_failures(root))
+    failed = list(dict.fromkeys(f"{node.path}: {node.status}" for node in _failures(root)))  # a shared node once
     n = sum(1 for _ in _iter(root))
     if failed:
-        for node in failed:
-            print(f"FAILED {node.path}: {node.status}", file=sys.stderr)
+        for line in failed:
+            print(f"FAILED {line}", file=sys.stderr)
         print(f"audit: {len(failed)} of {n} nodes failed", file=sys.stderr)
         return 1
     print(f"audit: all {n} nodes OK")
