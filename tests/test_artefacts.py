@@ -263,13 +263,20 @@ def test_audit_names_a_corrupted_backbone(tiny_chain, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_rerun_on_a_corrupted_backbone_fails_naming_it(tiny_chain, tmp_path):
-    """Snakemake reruns the backbone's consumers (the file is newer than their outputs); each refuses it."""
-    from conftest import TINY_TARGETS, copy_run
+def test_a_rerun_on_a_corrupted_backbone_fails_naming_it_and_the_hint_rebuilds_it(tiny_chain, tmp_path):
+    """Snakemake reruns the backbone's consumers (the file is newer than their outputs); each refuses it. The error's
+    hint (--forcerun the file) rebuilds it, byte for byte, and everything made from it: the audit passes again."""
+    from conftest import TINY_TARGETS, assert_every_output_audits_clean, copy_run
     from test_workflow import smk
 
     work = copy_run(tiny_chain, tmp_path / "w")
+    good = (work / BACKBONE).read_bytes()
     flip_byte(work / BACKBONE)
     res = smk(work, *TINY_TARGETS, configfile=tiny_chain["cfg"])
     assert res.returncode != 0
     assert f"UnreadableFileError: {BACKBONE}: modified since it was written" in res.stdout, res.stdout[-4000:]
+    assert f"snakemake --forcerun {BACKBONE}" in res.stdout
+    res = smk(work, *TINY_TARGETS, "--forcerun", BACKBONE, configfile=tiny_chain["cfg"])
+    assert res.returncode == 0, res.stdout[-4000:]
+    assert (work / BACKBONE).read_bytes() == good
+    assert_every_output_audits_clean(work, 2)

@@ -127,6 +127,13 @@ _READ_ERRORS = (OSError, ValueError, EOFError, RuntimeError, KeyError, zipfile.B
                 pickle.UnpicklingError)
 
 
+def _rebuild(path: PathLike) -> str:
+    """How to replace a bad file: its job again, and every job that read it. In the workflow a missing intermediate
+    file triggers nothing while the tables built from it exist, so the hint names Snakemake's --forcerun."""
+    return (f"rebuild it and what was made from it (workflow: snakemake --forcerun {os.fspath(path)} with your usual "
+            "target and options)")
+
+
 def _first_line(err: BaseException) -> str:
     text = str(err).strip()
     return text.splitlines()[0] if text else repr(err)
@@ -143,7 +150,7 @@ def _naming(path: PathLike, what: str) -> Iterator[None]:
     except _READ_ERRORS as err:
         raise UnreadableFileError(
             f"{os.fspath(path)}: not a readable {what} ({type(err).__name__}: {_first_line(err)}); truncated or "
-            "corrupt? Delete it and rerun the job that writes it"
+            f"corrupt? {_rebuild(path)}"
         ) from err
 
 
@@ -273,12 +280,11 @@ def recorded_problem(path: PathLike) -> str | None:
     recorded = (entry.get(RECORD_KEY) or {}).get(p.name) if isinstance(entry, dict) else None
     if not isinstance(recorded, str):
         return (f"{os.fspath(path)}: {record} records no SHA-256 of {p.name!r} (written by an older version of "
-                "stochattn?); rerun the job that writes it")
+                f"stochattn?); {_rebuild(path)}")
     actual = sha256_file(p)
     if actual != recorded.lower():
         return (f"{os.fspath(path)}: modified since it was written (corrupted or replaced): SHA-256 "
-                f"{actual[:16]}... differs from {recorded[:16]}... recorded in {record}; delete it and rerun the job "
-                "that writes it")
+                f"{actual[:16]}... differs from {recorded[:16]}... recorded in {record}; {_rebuild(path)}")
     return None
 
 
