@@ -81,6 +81,14 @@ def test_w1_null_floor_matches_simulation(n):
     assert M.w1_null_floor(1) == pytest.approx(1.0 / 3.0)  # E int |1{U <= t} - t| dt = 1/3
 
 
+def test_w1_null_floor_rejects_a_non_integer_count():
+    with pytest.raises(ValueError, match="integer"):
+        M.w1_null_floor(10.5)
+    with pytest.raises(ValueError, match="integer"):
+        M.w1_null_floor("10")
+    assert M.w1_null_floor(10.0) == M.w1_null_floor(np.int64(10)) == M.w1_null_floor(10)
+
+
 def test_w1_null_floor_tends_to_its_limit():
     assert M.w1_null_floor(20_000) * np.sqrt(20_000) == pytest.approx(np.sqrt(np.pi / 32.0), rel=1e-4)
     assert M.w1_null_floor(100_001) == pytest.approx(np.sqrt(np.pi / (32.0 * 100_001)))
@@ -180,6 +188,77 @@ def test_central_interval_interpolates():
     np.testing.assert_allclose([lo[0], hi[0]], [4.5, 13.5], atol=1e-12)
 
 
+@pytest.mark.parametrize("s", [10, 19, 100])
+def test_calibrated_coverage_of_the_interpolated_interval_matches_simulation(s):
+    """A perfectly calibrated Gaussian ensemble (truth and S members iid): the interpolated PI-95 covers what
+    calibrated_coverage says (0.7915 / 0.8679 / 0.9324 at S = 10 / 19 / 100), within 4 binomial SE, which is far
+    below 95 % (more than 10 SE at every S here); the uniform law's closed form (S-1) L / (S+1) likewise."""
+    n = 200_000
+    rng = np.random.default_rng(s)
+    x, y = rng.normal(size=(s, n)), rng.normal(size=n)
+    cov = M.coverage_and_width(x, y, (0.95,))[0.95]["coverage"]
+    expected = M.calibrated_coverage(s, 0.95)
+    se = np.sqrt(expected * (1 - expected) / n)
+    assert abs(cov - expected) < 4 * se
+    assert 0.95 - cov > 10 * se
+    assert expected == pytest.approx({10: 0.7915, 19: 0.8679, 100: 0.9324}[s], abs=1e-4)
+    u, v = rng.uniform(size=(s, n)), rng.uniform(size=n)
+    cov_u = M.coverage_and_width(u, v, (0.95,))[0.95]["coverage"]
+    assert M.calibrated_coverage(s, 0.95, law="uniform") == pytest.approx((s - 1) * 0.95 / (s + 1), abs=1e-12)
+    assert abs(cov_u - (s - 1) * 0.95 / (s + 1)) < 4 * se
+    # any law lies within 1/(S+1) of the uniform value
+    assert abs(expected - (s - 1) * 0.95 / (s + 1)) < 1 / (s + 1)
+
+
+def test_calibrated_coverage_quadrature_against_direct_integration():
+    """The Gauss-Jacobi value of P(y <= Q_hi) for S = 19 against scipy's adaptive 2-D integration over the joint
+    density of the two order statistics around Q_hi (x_(18), x_(19)), to 1e-7."""
+    from scipy import integrate, special
+
+    s, p = 19, 0.975
+    h = (s - 1) * p
+    k, g = int(np.floor(h)) + 1, h - np.floor(h)  # 1-based rank of the lower member, weight of the upper
+    logc = special.gammaln(s + 1) - special.gammaln(k) - special.gammaln(s - k)
+
+    def density(b, a):
+        return np.exp(logc + (k - 1) * stats.norm.logcdf(a) + (s - k - 1) * stats.norm.logsf(b)
+                      + stats.norm.logpdf(a) + stats.norm.logpdf(b)) * stats.norm.cdf((1 - g) * a + g * b)
+
+    direct, _ = integrate.dblquad(density, -9, 9, lambda a: a, lambda a: 9, epsabs=1e-10, epsrel=1e-9)
+    assert M.calibrated_coverage(s, 0.95) == pytest.approx(2 * direct - 1, abs=1e-7)
+    # a level whose quantile positions are whole ranks is law-free: S = 11, 80 %: positions 1 and 9 (0-based)
+    assert M.calibrated_coverage(11, 0.8) == pytest.approx(8 / 12, abs=1e-12)  # positions 1 and 9: x_(2), x_(10)
+
+
+@pytest.mark.parametrize("s", [39, 100])
+def test_order_statistic_interval_holds_its_level_for_any_exchangeable_law(s):
+    """[x_(k), x_(S+1-k)] covers (S + 1 - 2k)/(S + 1) >= level exactly, whatever the law (here exponential)."""
+    k, achieved = M.order_statistic_rank(s, 0.95)
+    assert (k, achieved) == {39: (1, 38 / 40), 100: (2, 97 / 101)}[s]
+    assert achieved >= 0.95 and M.calibrated_coverage(s, 0.95, method="order") == achieved
+    n = 100_000
+    rng = np.random.default_rng(7)
+    x, y = rng.exponential(size=(s, n)), rng.exponential(size=n)
+    lo, hi = M.central_interval(x, 0.95, method="order")
+    np.testing.assert_array_equal(lo, np.sort(x, 0)[k - 1])
+    cov = M.coverage_and_width(x, y, (0.95,), method="order")[0.95]["coverage"]
+    assert abs(cov - achieved) < 4 * np.sqrt(achieved * (1 - achieved) / n)
+
+
+def test_order_statistic_interval_out_of_reach_says_how_many_members():
+    x = np.random.default_rng(0).normal(size=(19, 5))
+    with pytest.raises(ValueError, match=r"needs S >= 39 members; with S = 19 .* covers .* 0.9"):
+        M.central_interval(x, 0.95, method="order")
+    assert M.order_statistic_rank(19, 0.95) == (0, 1.0) and np.isnan(M.calibrated_coverage(19, 0.95, "order"))
+    lo, hi = M.central_interval(x, 0.9, method="order")  # 18/20 = 0.90: [min, max]
+    np.testing.assert_array_equal(lo, x.min(0))
+    np.testing.assert_array_equal(hi, x.max(0))
+    with pytest.raises(ValueError, match="method"):
+        M.central_interval(x, 0.9, method="nearest")
+    with pytest.raises(ValueError, match="num_members"):
+        M.calibrated_coverage(1, 0.9)
+
+
 def test_coverage_and_width_gaussian():
     n, s = 4000, 1000
     rng = np.random.default_rng(30)
@@ -219,9 +298,29 @@ def test_crps_matches_scoringrules_brute_force_and_decomposition():
     dec = M.crps_decomposition(samples, y)
     np.testing.assert_allclose(dec["crps"], dec["error"] - dec["spread"], atol=1e-12)
     np.testing.assert_allclose(dec["error"], np.abs(samples - y).mean(0), atol=1e-12)
-    # not the "fair" 1/(S(S-1)) estimator
+    # not the "fair" 1/(S(S-1)) estimator, which estimator="fair" gives
     fair = sr.crps_ensemble(y, np.moveaxis(samples, 0, -1), estimator="fair")
     assert np.abs(c - fair).max() > 1e-3
+    np.testing.assert_allclose(M.crps(samples, y, estimator="fair"), fair, atol=1e-12)
+    np.testing.assert_allclose(M.crps(samples, y, estimator="fair"),
+                               dec["error"] - dec["spread"] * 19 / 18, atol=1e-12)  # fmt: skip
+    with pytest.raises(ValueError, match="at least 2"):
+        M.crps(samples[:1], y, estimator="fair")
+    with pytest.raises(ValueError, match="estimator"):
+        M.crps(samples, y, estimator="qd")
+
+
+@pytest.mark.parametrize("s", [2, 19])
+def test_ensemble_crps_exceeds_the_fair_one_by_1_over_s_for_a_calibrated_ensemble(s):
+    """y and S members iid (any law; here Gaussian): E[fair] = E|X - X'|/2 is the law's expected CRPS
+    (1/sqrt(pi) for N(0, 1)), and E[ensemble] = (1 + 1/S) E[fair] (5.3 % above at S = 19, 50 % at S = 2)."""
+    n = 400_000
+    rng = np.random.default_rng(s)
+    x, y = rng.normal(size=(s, n)), rng.normal(size=n)
+    ens, fair = M.crps(x, y), M.crps(x, y, estimator="fair")
+    assert abs(fair.mean() - 1 / np.sqrt(np.pi)) < 4 * fair.std(ddof=1) / np.sqrt(n)
+    d = ens - (1 + 1 / s) * fair  # mean 0 exactly under calibration
+    assert abs(d.mean()) < 4 * d.std(ddof=1) / np.sqrt(n)
 
 
 def test_crps_point_mass_is_absolute_error():
@@ -323,10 +422,12 @@ def test_summarize():
     samples, y, mu, _ = gaussian_ensemble(300, 19, 1.0, seed=60)
     point = samples.mean(0)
     out, p = M.summarize(samples, point, y, rng=61)
-    expected_keys = {"mae", "rmse", "crps", "crps_error", "crps_spread", "w1"} | {
+    expected_keys = {"mae", "rmse", "crps", "crps_error", "crps_spread", "crps_fair", "w1"} | {
         f"{k}_{lv}" for k in ("coverage", "width") for lv in ("25", "50", "75", "95")
-    }
+    } | {f"coverage_{lv}_calibrated" for lv in ("25", "50", "75", "95")}
     assert set(out) == expected_keys
+    assert out["crps_fair"] == pytest.approx(float(M.crps(samples, y, estimator="fair").mean()), rel=1e-12)
+    assert out["coverage_95_calibrated"] == M.calibrated_coverage(19, 0.95)
     assert all(isinstance(v, float) for v in out.values())
     assert out["crps"] == pytest.approx(out["crps_error"] - out["crps_spread"], abs=1e-12)
     assert out["w1"] == pytest.approx(M.w1_uniform(p))

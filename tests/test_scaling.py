@@ -75,24 +75,35 @@ def test_temperature_nll_is_unbiased_for_a_calibrated_ensemble_of_19(point_is_me
         fit_temperature(samples[:3], point, y)
 
 
-def test_temperature_crps_recovers_underdispersion():
-    n, s, k, reps = 2000, 50, 2.0, 8
-    # The all-pairs ensemble CRPS rewards spread by (S-1)/S of the population value, so for Gaussian members the
-    # expected-score minimiser is T* = a k / sqrt(2 - a^2), a = (S-1)/S (from d/dT E|T X - Y| = a E|X-X'|/2).
-    a = (s - 1) / s
+@pytest.mark.parametrize("estimator", ["fair", "ensemble"])
+@pytest.mark.parametrize("s, k", [(50, 2.0), (19, 1.0)])
+def test_temperature_crps_recovers_underdispersion(estimator, s, k):
+    """The expected-score minimiser for Gaussian members N(mu, sd^2), truth N(mu, (k sd)^2), point mu: from
+    d/dT E|T X - Y| = a E|X - X'| / 2 with E|T X - Y| = sqrt(2/pi) sd sqrt(T^2 + k^2), T* = a k / sqrt(2 - a^2),
+    where a is the spread reward's share of the population value: 1 for the fair CRPS (T* = k: a calibrated
+    ensemble keeps T = 1), (S-1)/S for the all-pairs ensemble CRPS (T* = 0.902 for a calibrated 19-member one)."""
+    n, reps = 2000, 8
+    a = 1.0 if estimator == "fair" else (s - 1) / s
     t_star = a * k / math.sqrt(2 - a**2)
-    fits = np.array([fit_temperature(*underdispersed(n, s, k, seed=100 + r), objective="crps") for r in range(reps)])
+    fits = np.array([fit_temperature(*underdispersed(n, s, k, seed=100 + r), objective="crps",
+                                     crps_estimator=estimator) for r in range(reps)])  # fmt: skip
     se = fits.std(ddof=1) / math.sqrt(reps)  # SE of the mean over independent replicate fits
     assert abs(fits.mean() - t_star) < 4 * se + 1e-3
-    assert np.all(np.abs(fits / k - 1) < 0.1)
+    if estimator == "fair":
+        assert np.all(np.abs(fits / k - 1) < 0.1)
+        assert fit_temperature(*underdispersed(n, s, k, seed=100), objective="crps") == fits[0]  # the default
+    elif k == 1.0:
+        assert t_star == pytest.approx(0.902, abs=1e-3) and abs(fits.mean() - 1.0) > 4 * se  # shrinks: biased
     # the optimiser lands on the minimum: a small step either way does not lower the mean CRPS
     samples, point, y = underdispersed(n, s, k, seed=100)
     t_hat = fits[0]
 
     def score(t):
-        return float(M.crps(apply_scale(samples, point, t), y).mean())
+        return float(M.crps(apply_scale(samples, point, t), y, estimator=estimator).mean())
 
     assert score(t_hat) <= min(score(t_hat * 0.99), score(t_hat * 1.01)) + 1e-9
+    with pytest.raises(ValueError, match="crps_estimator"):
+        fit_temperature(samples, point, y, objective="crps", crps_estimator="qd")
 
 
 def test_conformal_reaches_target_on_calibration_and_test():

@@ -9,8 +9,15 @@ Definitions chosen (see the docstrings for details):
     * PIT is the randomised rank ``(r + V) / (S + 1)``, ``V ~ Uniform(0, e + 1)``; it is exactly Uniform(0, 1)
       whenever y is exchangeable with the S members, ties included.
     * W1 is the exact Wasserstein-1 distance between the empirical PIT distribution and U(0, 1).
-    * CRPS uses the estimator ``E|X - y| - 0.5 E|X - X'|`` over all S^2 pairs (scoringrules' default ``"qd"``
-      estimator, which equals it exactly), so that ``crps == error - spread``.
+    * Central intervals are numpy's linearly interpolated sample quantiles (the paper's statistic). Their coverage
+      under perfect calibration is below the nominal level for a finite ensemble (0.868 at nominal 0.95 with
+      S = 19 Gaussian members): :func:`calibrated_coverage` computes it, to print beside any measured coverage;
+      ``central_interval(..., method="order")`` gives order-statistic intervals whose coverage is exact and at
+      least the nominal level for any exchangeable ensemble (where S allows it).
+    * CRPS uses the ensemble estimator ``E|X - y| - 0.5 E|X - X'|`` over all S^2 pairs (scoringrules' default
+      ``"qd"`` estimator, which equals it exactly; the paper's), so that ``crps == error - spread``; it exceeds the
+      CRPS of the law the members are drawn from by ``E|X - X'| / (2 S)`` on average. ``crps(...,
+      estimator="fair")`` is the unbiased ("fair") estimator, with ``S (S - 1)`` pairs.
     * Latitude weights, lat-weighted RMSE and ACC follow ClimaX (``w = cos(lat) / mean(cos(lat))``).
 """
 
@@ -29,8 +36,12 @@ __all__ = [
     "pit",
     "w1_uniform",
     "central_interval",
+    "INTERVAL_METHODS",
+    "order_statistic_rank",
+    "calibrated_coverage",
     "coverage_and_width",
     "crps",
+    "CRPS_ESTIMATORS",
     "crps_decomposition",
     "energy_score",
     "mae",
@@ -168,6 +179,13 @@ def pit(samples: Any, y: Any, rng: np.random.Generator | int) -> np.ndarray:
     ``K ~ UniformInt{0, ..., e}``. Adding an independent ``U ~ Uniform(0, 1)`` spreads each rank cell
     uniformly over ``[k/(S+1), (k+1)/(S+1))``, and ``K + U ~ Uniform(0, e + 1)``. Hence PIT ~ U(0, 1) exactly.
 
+    NOTE[DIFF]: the paper computes PIT "from the empirical predictive CDF" (App. "Predictive Samples"), i.e.
+    ``F_hat(y) = r / S`` (or ``(r + e) / S``), which is discrete (S + 1 values) and not uniform even for a
+    perfectly calibrated ensemble: its W1 from U(0, 1) has a positive floor of order 1 / S, and ties (members
+    equal to y, e.g. a deterministic method) pile up at one value. The randomised rank above is exactly uniform
+    under calibration, ties included, so W1 and the histograms measure miscalibration alone; it draws one uniform
+    per entry (``rng``), so the seed is part of every PIT number.
+
     Args:
         samples: (S, n, ...) ensemble, S >= 1.
         y: (n, ...) truth.
@@ -220,26 +238,126 @@ def w1_uniform(pit_values: Any) -> float:
     return float(np.sum(antiderivative(p_hi) - antiderivative(p_lo)))
 
 
-def central_interval(samples: Any, level: float) -> tuple[np.ndarray, np.ndarray]:
-    """Central prediction interval from sample quantiles (linear interpolation, numpy's default).
+INTERVAL_METHODS = ("interpolated", "order")
+
+
+def order_statistic_rank(num_members: int, level: float) -> tuple[int, float]:
+    """``(k, achieved)`` of the order-statistic central interval ``[x_(k), x_(S+1-k)]`` (1-based ranks) at ``level``.
+
+    If y and the S members are exchangeable (a perfectly calibrated ensemble) and continuous, y's rank among the
+    S + 1 values is uniform, so ``P(x_(k) <= y <= x_(S+1-k)) = (S + 1 - 2k) / (S + 1)`` exactly, whatever their
+    law. ``k = floor((S + 1)(1 - level) / 2)`` is the largest rank whose coverage ``achieved`` is still >= level.
+    ``k = 0`` means the level is out of reach with S members (``achieved`` is then 1, that of the unbounded
+    interval): even ``[min, max]`` covers only ``(S - 1) / (S + 1)`` (0.90 at S = 19); :func:`central_interval`
+    then raises.
+    """
+    s = _check_members(num_members)
+    lvl = check_level(level)
+    k = int(math.floor((s + 1) * (1.0 - lvl) / 2.0 + 1e-9))
+    return k, (s + 1 - 2 * k) / (s + 1)
+
+
+def _check_members(num_members: Any) -> int:
+    if isinstance(num_members, bool) or not isinstance(num_members, (int, np.integer)) or num_members < 2:
+        raise ValueError(f"num_members must be an integer >= 2, got {num_members!r}")
+    return int(num_members)
+
+
+def central_interval(samples: Any, level: float, method: str = "interpolated") -> tuple[np.ndarray, np.ndarray]:
+    """Central prediction interval at ``level`` from an ensemble.
+
+    ``method="interpolated"`` (default; the paper's statistic): numpy's linearly interpolated sample quantiles at
+    (1 - level)/2 and (1 + level)/2. For a finite ensemble its coverage under perfect calibration is below
+    ``level`` (the outermost members sit inside the tails they sample): at nominal 0.95 it is 0.791 with S = 10
+    Gaussian members, 0.868 with S = 19 (the paper's S) and 0.932 with S = 100 (:func:`calibrated_coverage`,
+    which a measured coverage should be read against).
+
+    ``method="order"``: the order statistics ``[x_(k), x_(S+1-k)]`` with ``k`` from :func:`order_statistic_rank`,
+    the narrowest such interval whose coverage for an exchangeable ensemble, ``(S + 1 - 2k) / (S + 1)``, is at
+    least ``level`` (exact, for any continuous law; e.g. 0.96 for 95 % with S = 100). Raises when S is too small
+    for the level (S = 19 reaches 0.90 at most; 95 % needs S >= 39).
 
     Args:
         samples: (S, n, ...) ensemble, S >= 2.
-        level: nominal coverage in (0, 1); quantiles at (1 - level)/2 and (1 + level)/2.
+        level: nominal coverage in (0, 1).
+        method: ``"interpolated"`` or ``"order"``.
 
     Returns:
         (lo, hi), each (n, ...).
-
-    Note: with S = 19 the sample min/max form only a 90 % interval; the interpolated quantiles give a 95 % one.
     """
     x = check_samples(samples, min_members=2)
     lvl = check_level(level)
-    lo, hi = np.quantile(x, [(1.0 - lvl) / 2.0, (1.0 + lvl) / 2.0], axis=0)
-    return lo, hi
+    if method == "interpolated":
+        lo, hi = np.quantile(x, [(1.0 - lvl) / 2.0, (1.0 + lvl) / 2.0], axis=0)
+        return lo, hi
+    if method == "order":
+        s = x.shape[0]
+        k, _ = order_statistic_rank(s, lvl)
+        if k < 1:
+            need = math.ceil(2.0 / (1.0 - lvl) - 1.0 - 1e-9)
+            raise ValueError(f"an order-statistic interval at level {lvl:g} needs S >= {need} members; with S = {s} "
+                             f"the widest one, [min, max], covers (S - 1)/(S + 1) = {(s - 1) / (s + 1):.4g}")
+        xs = np.sort(x, axis=0)
+        return xs[k - 1], xs[s - k]
+    raise ValueError(f"method must be one of {INTERVAL_METHODS}, got {method!r}")
+
+
+@functools.lru_cache(maxsize=1024)
+def _upper_end_probability(s: int, p: float, law: str) -> float:
+    """``E F(Q_p)`` for numpy's interpolated sample quantile Q_p of S iid members from the continuous law F (y ~ F
+    independent): the probability that y <= Q_p. See :func:`calibrated_coverage`."""
+    h = (s - 1) * p
+    j = int(math.floor(h + 1e-12))
+    g = h - j
+    if g < 1e-12 or j + 1 >= s:  # Q_p is the order statistic x_(j+1): E F(x_(j+1)) = (j + 1)/(S + 1), any law
+        return (min(j, s - 1) + 1) / (s + 1)
+    if law == "uniform":  # F(Q_p) = (1 - g) U_(j+1) + g U_(j+2)
+        return (j + 1 + g) / (s + 1)
+    from scipy import special
+
+    def beta_nodes(a: float, b: float, n: int = 256) -> tuple[np.ndarray, np.ndarray]:
+        """Gauss-Jacobi nodes and weights of the Beta(a, b) law on (0, 1)."""
+        x, w = special.roots_jacobi(n, b - 1.0, a - 1.0)
+        return (x + 1.0) / 2.0, w / w.sum()
+
+    k = j + 1  # 1-based rank of the lower member; U_(k) ~ Beta(k, S - k + 1), and given it
+    u, wu = beta_nodes(k, s - k + 1)  # U_(k+1) = U_(k) + (1 - U_(k)) B with B ~ Beta(1, S - k), independent
+    b, wb = beta_nodes(1, s - k)
+    upper = u[:, None] + (1.0 - u[:, None]) * b[None, :]
+    val = special.ndtr((1.0 - g) * special.ndtri(u[:, None]) + g * special.ndtri(upper))
+    return float(wu @ val @ wb)
+
+
+def calibrated_coverage(num_members: int, level: float, method: str = "interpolated", law: str = "normal") -> float:
+    """Expected coverage of :func:`central_interval` at ``level`` for a perfectly calibrated ensemble of S members:
+    y and the members iid from one continuous law. What a measured coverage of S-member intervals should be read
+    against, as a pooled-PIT W1 against :func:`w1_null_floor`.
+
+    * ``method="order"``: ``(S + 1 - 2k) / (S + 1)`` (:func:`order_statistic_rank`), for any law; NaN where S is
+      too small for the level (``central_interval`` raises there).
+    * ``method="interpolated"`` (the paper's statistic): the interpolated quantile ``Q_p = (1 - g) x_(j) +
+      g x_(j+1)`` (``(S - 1) p = j - 1 + g``) has ``P(y <= Q_p)`` between ``j / (S + 1)`` and ``(j + 1) / (S + 1)``,
+      where the law decides through the spacing of the two members: ``law="normal"`` (default) is computed by
+      Gauss-Jacobi quadrature over the two order statistics (error < 1e-7), ``law="uniform"`` is
+      ``(S - 1) level / (S + 1)`` in closed form; heavier tails cover more. At nominal 0.95, normal: 0.7915
+      (S = 10), 0.8679 (S = 19), 0.9324 (S = 100); any law: within 1/(S + 1) of the uniform value.
+    """
+    s = _check_members(num_members)
+    lvl = check_level(level)
+    if method == "order":
+        k, achieved = order_statistic_rank(s, lvl)
+        return achieved if k >= 1 else math.nan
+    if method != "interpolated":
+        raise ValueError(f"method must be one of {INTERVAL_METHODS}, got {method!r}")
+    if law not in ("normal", "uniform"):
+        raise ValueError(f"law must be 'normal' or 'uniform', got {law!r}")
+    # both laws are symmetric and numpy's interpolation is too (position (S-1)(1-p) = (S-1) - (S-1)p), so
+    # P(y < Q_lo) = 1 - P(y <= Q_hi)
+    return 2.0 * _upper_end_probability(s, round((1.0 + lvl) / 2.0, 12), law) - 1.0
 
 
 def coverage_and_width(
-    samples: Any, y: Any, levels: Iterable[float] = DEFAULT_LEVELS
+    samples: Any, y: Any, levels: Iterable[float] = DEFAULT_LEVELS, method: str = "interpolated"
 ) -> dict[float, dict[str, float]]:
     """Empirical coverage and mean width of the central intervals at each level.
 
@@ -247,16 +365,18 @@ def coverage_and_width(
         samples: (S, n, ...) ensemble, S >= 2.
         y: (n, ...) truth.
         levels: nominal levels in (0, 1).
+        method: the interval (:func:`central_interval`): ``"interpolated"`` (the paper's) or ``"order"``.
 
     Returns:
-        ``{level: {"coverage": fraction of entries with lo <= y <= hi, "width": mean(hi - lo)}}``.
+        ``{level: {"coverage": fraction of entries with lo <= y <= hi, "width": mean(hi - lo)}}``; read the
+        coverage against ``calibrated_coverage(S, level, method)``, what a calibrated ensemble of S members gets.
     """
     x = check_samples(samples, min_members=2)
     y_arr = check_target(y, "y", x)
     out: dict[float, dict[str, float]] = {}
     for level in levels:
         lvl = check_level(level, "levels")
-        lo, hi = central_interval(x, lvl)
+        lo, hi = central_interval(x, lvl, method)
         covered = (lo <= y_arr) & (y_arr <= hi)
         out[lvl] = {"coverage": float(covered.mean()), "width": float((hi - lo).mean())}
     return out
@@ -265,22 +385,34 @@ def coverage_and_width(
 # --------------------------------------------------------------------------------------------------------------
 # proper scores
 # --------------------------------------------------------------------------------------------------------------
-def crps(samples: Any, y: Any) -> np.ndarray:
-    """Per-entry ensemble CRPS, ``E|X - y| - 0.5 E|X - X'|`` with E|X - X'| over all S^2 pairs.
+CRPS_ESTIMATORS = ("ensemble", "fair")
 
-    Computed by ``scoringrules.crps_ensemble`` with its default ``"qd"`` estimator, which equals the formula
-    above exactly (not the "fair" 1/(S(S-1)) version).
+
+def crps(samples: Any, y: Any, estimator: str = "ensemble") -> np.ndarray:
+    """Per-entry CRPS of an ensemble.
+
+    * ``estimator="ensemble"`` (default; the paper's): ``E|X - y| - 0.5 E|X - X'|`` with E|X - X'| over all S^2
+      pairs, the CRPS of the empirical law of the members (scoringrules' ``"qd"`` estimator, equal to it
+      exactly). As an estimate of the CRPS of the law the members are drawn from it is biased upward by
+      ``E|X - X'| / (2S)``: for a perfectly calibrated ensemble (y and members iid, any law) its mean is
+      ``(1 + 1/S)`` times the fair one's, 5.3 % above at S = 19, 50 % at S = 2.
+    * ``estimator="fair"``: ``E|X - y| - 1/(2 S (S - 1)) sum_{i != j} |x_i - x_j|`` (scoringrules' ``"fair"``;
+      Ferro 2014), unbiased for that law's CRPS, so ensembles of different sizes compare; needs S >= 2.
 
     Args:
-        samples: (S, n, ...) ensemble, S >= 1.
+        samples: (S, n, ...) ensemble, S >= 1 (S >= 2 for ``"fair"``).
         y: (n, ...) truth.
+        estimator: ``"ensemble"`` or ``"fair"``.
 
     Returns:
         (n, ...) CRPS values.
     """
-    x = check_samples(samples)
+    if estimator not in CRPS_ESTIMATORS:
+        raise ValueError(f"estimator must be one of {CRPS_ESTIMATORS}, got {estimator!r}")
+    x = check_samples(samples, min_members=2 if estimator == "fair" else 1)
     y_arr = check_target(y, "y", x)
-    return np.asarray(_scoringrules().crps_ensemble(y_arr, x, m_axis=0, estimator="qd"), dtype=np.float64)
+    name = "qd" if estimator == "ensemble" else "fair"
+    return np.asarray(_scoringrules().crps_ensemble(y_arr, x, m_axis=0, estimator=name), dtype=np.float64)
 
 
 def mean_abs_pair_diff(x: np.ndarray) -> np.ndarray:
@@ -446,7 +578,9 @@ def summarize(
 
     Returns:
         ``(scalars, pit_values)``; scalars has keys ``mae, rmse, crps, crps_error, crps_spread,
-        coverage_<L>, width_<L>`` (L = level in percent, e.g. ``coverage_95``) and ``w1``;
+        coverage_<L>, width_<L>`` (L = level in percent, e.g. ``coverage_95``), ``w1``, and beyond the paper
+        ``crps_fair`` (:func:`crps` with ``estimator="fair"``) and ``coverage_<L>_calibrated``
+        (:func:`calibrated_coverage` at this S: what a perfectly calibrated ensemble's ``coverage_<L>`` averages);
         pit_values has shape (n, ...).
     """
     x = check_samples(samples, min_members=2)
@@ -459,10 +593,13 @@ def summarize(
         "crps": float(dec["crps"].mean()),
         "crps_error": float(dec["error"].mean()),
         "crps_spread": float(dec["spread"].mean()),
+        # the fair estimator from the same parts: error - spread * S / (S - 1)
+        "crps_fair": float((dec["error"] - dec["spread"] * x.shape[0] / (x.shape[0] - 1)).mean()),
     }
     for level, cw in coverage_and_width(x, y_arr, levels).items():
         out[f"coverage_{_level_key(level)}"] = cw["coverage"]
         out[f"width_{_level_key(level)}"] = cw["width"]
+        out[f"coverage_{_level_key(level)}_calibrated"] = calibrated_coverage(x.shape[0], level)
     pit_values = pit(x, y_arr, rng)
     out["w1"] = w1_uniform(pit_values)
     return out, pit_values
@@ -472,6 +609,12 @@ def w1_null_floor(n: int) -> float:
     """Expected W1 of n iid U(0, 1) values: what a perfectly calibrated method's pooled-PIT W1 averages over n test
     points (the randomised PIT is exactly uniform then), ~= 0.313 / sqrt(n).
 
+    Assumes the n PIT values are independent. Pooled values that are correlated (the grid cells of one ClimaX
+    field, the steps of one forecast window, the coordinates of one output) behave like fewer independent values:
+    a calibrated method's W1 then averages above this floor, by up to sqrt(n / n_eff) with n_eff the effective
+    number of independent values (e.g. the number of forecasts when the cells of a field move together). Read it
+    as a lower bound there. ``n`` must be an integer >= 1 (a count of values).
+
     Exact for finite n: ``E W1 = int_0^1 E|G_n(t) - t| dt`` with ``n G_n(t) ~ Binomial(n, t)``, whose mean absolute
     deviation is ``2 k C(n, k) t^k (1 - t)^(n - k + 1)``, ``k = floor(n t) + 1`` (de Moivre). On ``[j/n, (j+1)/n)``
     the integral is a regularised incomplete beta function:
@@ -479,6 +622,12 @@ def w1_null_floor(n: int) -> float:
     Beyond 1e5 values the Brownian-bridge limit ``sqrt(2/pi) int sqrt(u(1-u)) du / sqrt(n) = sqrt(pi / (32 n))``
     (relative difference < 1e-6 there).
     """
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        if isinstance(n, (float, np.floating)) and float(n).is_integer():
+            n = int(n)
+        else:
+            raise ValueError(f"n must be an integer count of PIT values, got {n!r}")
+    n = int(n)
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     if n > 100_000:

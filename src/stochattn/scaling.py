@@ -18,6 +18,7 @@ import numpy as np
 from scipy.optimize import minimize_scalar
 
 from stochattn.metrics import (
+    CRPS_ESTIMATORS,
     as_array,
     central_interval,
     check_level,
@@ -70,6 +71,7 @@ def fit_temperature(
     bounds: tuple[float, float] = (1e-3, 1e3),
     *,
     point_is_mean: bool | None = None,
+    crps_estimator: str = "fair",
 ) -> float:
     """Fit a temperature T > 0 for ``x' = point + T (x - point)`` on a calibration split.
 
@@ -89,8 +91,12 @@ def fit_temperature(
             1.087 when the point is the members' mean); this one gets T = 1 up to sampling error. Needs S >= 4.
             Deterministic, no optimiser. An estimate T^2 <= lower bound^2 (an over-dispersed ensemble whose point
             is its mean) is raised to ``bounds[0]``.
-        ``"crps"``: minimise the mean ensemble CRPS of the scaled ensemble over log T in ``log(bounds)`` with
-            ``scipy.optimize.minimize_scalar(method="bounded")``; makes no Gaussian assumption.
+        ``"crps"``: minimise the mean CRPS of the scaled ensemble over log T in ``log(bounds)`` with
+            ``scipy.optimize.minimize_scalar(method="bounded")``; makes no Gaussian assumption. The score is the
+            fair (unbiased) CRPS by default (``crps_estimator``; :func:`stochattn.metrics.crps`): the ensemble
+            estimator rewards spread by only (S-1)/S of the population value, so its minimiser shrinks a
+            calibrated ensemble (Gaussian members: ``T = a / sqrt(2 - a^2)``, a = (S-1)/S, 0.90 at S = 19), while
+            the fair one's minimiser is T = 1 there, and k for an ensemble under-dispersed by k.
 
     Args:
         samples_cal: (S, n, ...) calibration ensemble, S >= 2 (S >= 4 for ``"nll"``).
@@ -100,6 +106,8 @@ def fit_temperature(
         bounds: (lower, upper) range for T (the search range of ``"crps"``; the floor of ``"nll"``).
         point_is_mean: whether ``point_cal`` is the members' mean (``"nll"`` only); None detects it (the point
             lies within 1e-3 ensemble SDs of the members' mean at every entry).
+        crps_estimator: ``"fair"`` (default) or ``"ensemble"`` (the all-pairs estimator of the paper's CRPS
+            tables), for ``"crps"`` only.
 
     Returns:
         T as a float.
@@ -124,10 +132,14 @@ def fit_temperature(
         t2 = (s - 3) / (s - 1) * mean_z2 - (1.0 / s if is_mean else 0.0)
         return math.sqrt(max(t2, lo**2))
     if objective == "crps":
+        if crps_estimator not in CRPS_ESTIMATORS:
+            raise ValueError(f"crps_estimator must be one of {CRPS_ESTIMATORS}, got {crps_estimator!r}")
         dev = x - p  # deviations from the point prediction, (S, n, ...)
         resid = t - p
-        # CRPS(T) = mean|T dev - resid| - T * 0.5 mean|dev - dev'|; the spread term is linear in T.
-        spread1 = float(np.mean(0.5 * mean_abs_pair_diff(dev)))
+        # CRPS(T) = mean|T dev - resid| - T * 0.5 mean|dev - dev'|; the spread term is linear in T. The fair
+        # estimator averages |dev - dev'| over the S (S - 1) pairs i != j: the all-pairs mean times S / (S - 1).
+        s = x.shape[0]
+        spread1 = float(np.mean(0.5 * mean_abs_pair_diff(dev))) * (s / (s - 1) if crps_estimator == "fair" else 1.0)
 
         def mean_crps(log_t: float) -> float:
             temp = math.exp(log_t)
