@@ -295,3 +295,96 @@ def test_calibrate_sampler_in_one_call_equals_the_low_level_calls_on_the_same_se
         calibrate_sampler(model, x, y.unsqueeze(-1), budget=3)
     with pytest.raises(ValueError, match="operating_point"):
         calibrate_sampler(model, x, y, operating_point="median")
+
+
+def _noisy_regression(n, seed, noise=1.0):
+    """x ~ N(0, I), y = the frozen model's prediction + N(0, noise^2): residuals far beyond what SA's spread gives on
+    a random 1-block FT-Transformer, exchangeable across calibration and test points."""
+    model = Regressor().eval()
+    x = torch.randn(n, 5, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        point = model(x)
+    return model, x, point + noise * torch.randn(n, generator=torch.Generator().manual_seed(seed + 1))
+
+
+def test_calibrate_sampler_rescale_conformal_holds_the_level_where_sa_is_too_narrow():
+    """rescale="conformal": nu on one half of the calibration points (the same BO record as the low-level calls on
+    exactly those points), the factor on the other half from num_samples draws per point; SA natively covers far
+    less than 95 % of fresh points (at the boundary nu = 1), the rescaled 95 % interval covers 95 % up to the split
+    conformal spread (SD sqrt(L (1 - L) / n_scale) over calibration draws, plus the test binomial SD)."""
+    import stochattn
+    from stochattn import metrics, scaling
+    from stochattn.calibrate import Rescaling
+
+    n_cal, n_test = 400, 2000
+    model, x, y = _noisy_regression(n_cal + n_test, seed=11)
+    kw = dict(batch_size=100, num_batches=2, num_passes=4, budget=5, domain=IntegerDomain(1, 512), seed=3)
+    with pytest.warns(UserWarning, match="rescaled by the conformal factor"):
+        sampler = stochattn.calibrate_sampler(model, x[:n_cal], y[:n_cal], rescale="conformal", num_samples=40, **kw)
+    r = sampler.rescaling
+    assert isinstance(r, Rescaling) and (r.n_nu, r.n_scale, r.num_samples, r.level) == (200, 200, 40, 0.95)
+    assert sampler.at_boundary and sampler.nu == 1 and "rescaled: conformal factor" in sampler.describe()
+    # the split: nu calibrated on the points the seeded permutation leaves after the first n_scale
+    order = torch.from_numpy(np.random.default_rng(3).permutation(n_cal))
+    nu_idx, scale_idx = order[200:], order[:200]
+    assert set(nu_idx.tolist()).isdisjoint(scale_idx.tolist())
+    with torch.no_grad():
+        point = model(x)
+    gen = torch.Generator().manual_seed(3)
+    with SASampler(model, generator=gen) as low:
+        res = bo_calibrate(lambda nu: eval_stats(nu, low, x[nu_idx], y[nu_idx], point[nu_idx], generator=gen,
+                                                 batch_size=100, num_batches=2, num_passes=4),
+                           target_scale(y[nu_idx], point[nu_idx]), domain=IntegerDomain(1, 512), budget=5, seed=3)
+    strip = lambda rec: [{k: v for k, v in h.items() if k != "seconds"} for h in rec.history()]  # noqa: E731
+    assert strip(sampler.result) == strip(res)
+    # the factor is split conformal's on the kept draws of the scale half
+    draws, p_scale, y_scale = sampler._scale_data
+    assert draws.shape == (40, 200) and np.array_equal(y_scale, y[scale_idx].double().numpy())
+    assert r.factor == scaling.fit_conformal_scale(draws, p_scale, y_scale, coverage=0.95, level=0.95)
+    assert r.factor > 3 and r.native_coverage < 0.6 and r.rescaled_coverage >= 0.95
+    # fresh points: native far below, rescaled at the level
+    xt, yt = x[n_cal:], y[n_cal:].double().numpy()
+    lo, hi = sampler.interval(xt)
+    cov = float(((lo.numpy() <= yt) & (yt <= hi.numpy())).mean())
+    sd = math.sqrt(0.95 * 0.05 * (1 / 200 + 1 / n_test))
+    assert abs(cov - 0.95) < 3 * sd
+    native = sampler.sample(xt, rescaled=False).double().numpy()
+    assert metrics.coverage_and_width(native, yt, (0.95,))[0.95]["coverage"] < 0.6
+    # another level: its own factor, fitted on first use from the same draws; sample() at that level matches it
+    lo9, hi9 = sampler.interval(xt, 0.9)
+    assert sampler.scale_factor(0.9) == scaling.fit_conformal_scale(draws, p_scale, y_scale, coverage=0.9, level=0.9)
+    cov9 = float(((lo9.numpy() <= yt) & (yt <= hi9.numpy())).mean())
+    assert abs(cov9 - 0.9) < 3 * math.sqrt(0.9 * 0.1 * (1 / 200 + 1 / n_test))
+    assert sampler.sample(xt[:5]).shape == (40, 5)
+    # the factor belongs to the operating point it was fitted at
+    import copy
+    import dataclasses
+
+    other = copy.copy(sampler)
+    other.result = dataclasses.replace(sampler.result, nu_loss_argmin=sampler.nu + 1)
+    with pytest.raises(ValueError, match="rescaled=False"):
+        other.sample(xt[:5], operating_point="loss_argmin")
+    assert other.sample(xt[:5], 3, operating_point="loss_argmin", rescaled=False).shape == (3, 5)
+
+
+def test_calibrate_sampler_rescale_temperature_and_bad_arguments():
+    import stochattn
+    from stochattn import scaling
+
+    model, x, y = _noisy_regression(120, seed=21)
+    kw = dict(batch_size=60, num_batches=1, num_passes=4, budget=4, domain=IntegerDomain(1, 64), seed=0)
+    with pytest.warns(UserWarning, match="temperature factor"):
+        sampler = stochattn.calibrate_sampler(model, x, y, rescale="temperature", scale_fraction=0.25,
+                                              num_samples=16, **kw)  # fmt: skip
+    r = sampler.rescaling
+    assert (r.n_nu, r.n_scale) == (90, 30)
+    draws, p, t = sampler._scale_data
+    assert r.factor == scaling.fit_temperature(draws, p, t) and sampler.scale_factor(0.5) == r.factor
+    with pytest.raises(ValueError, match="rescale must be"):
+        stochattn.calibrate_sampler(model, x, y, rescale="isotonic", **kw)
+    with pytest.raises(ValueError, match="needs at least 19 calibration points"):
+        stochattn.calibrate_sampler(model, x[:30], y[:30], rescale="conformal", **kw)
+    # without rescale: nothing changes (native draws, no rescaling record)
+    with pytest.warns(UserWarning, match="rescale='conformal'"):
+        plain = stochattn.calibrate_sampler(model, x, y, **kw)
+    assert plain.rescaling is None and plain.scale_factor() == 1.0 and "no rescaling" in plain.describe()

@@ -20,7 +20,9 @@ UCI experiment samples at both (``sa`` and ``sa_match``).
 
 In one call: ``sampler = calibrate_sampler(model, x_cal, y_cal)`` runs all of it (also exported as
 ``stochattn.calibrate_sampler``) and returns a :class:`CalibratedSampler` holding both operating points, the boundary
-flag and the BO record; ``sampler.sample(x, n)`` draws (n, B, ...) predictive samples.
+flag and the BO record; ``sampler.sample(x, n)`` draws (n, B, ...) predictive samples. With ``rescale="conformal"``
+(or ``"temperature"``) it also fits the paper's scalar post-scaling on a disjoint part of the calibration split, so
+that ``sampler.interval(x, level)`` holds its level where SA's native spread does not (:class:`Rescaling`).
 """
 
 from __future__ import annotations
@@ -576,6 +578,44 @@ def _operating_point(name: str) -> str:
     return name
 
 
+RESCALE_METHODS = ("temperature", "conformal")
+
+
+@dataclass
+class Rescaling:
+    """The scalar post-scaling that :func:`calibrate_sampler` fitted after ``nu`` (``rescale=``): SA's samples are
+    rescaled around the deterministic prediction, ``point + factor * (sample - point)``.
+
+    ``method``: ``"temperature"`` (one factor T for every level: the S-corrected Gaussian NLL temperature of
+    :func:`stochattn.scaling.fit_temperature`; approximate, it assumes Gaussian residuals) or ``"conformal"``
+    (per level L a split-conformal factor, :func:`stochattn.scaling.fit_conformal_scale`: the central L-interval of
+    ``num_samples`` draws, widened or narrowed so that it covers at least L of new exchangeable points). ``level``:
+    the level whose factor :meth:`CalibratedSampler.sample` applies; ``factors``: level -> factor (conformal: the
+    levels fitted so far; more are fitted on demand from the kept calibration draws). ``n_nu`` / ``n_scale``: the
+    calibration points that fitted nu / the factor (disjoint); ``native_coverage`` / ``rescaled_coverage``: the
+    ``level`` interval's coverage of the ``n_scale`` points before / after (conformal: by construction >= level).
+    """
+
+    method: str
+    level: float
+    factors: Dict[float, float]
+    n_nu: int
+    n_scale: int
+    num_samples: int
+    native_coverage: float
+    rescaled_coverage: float
+
+    @property
+    def factor(self) -> float:
+        """The factor at ``level`` (the one :meth:`CalibratedSampler.sample` applies)."""
+        return self.factors[self.level]
+
+    def __str__(self) -> str:
+        return (f"{self.method} factor {self.factor:.3g} at {self.level:.0%} (fitted on {self.n_scale} held-out "
+                f"points, nu on {self.n_nu} others): the {self.level:.0%} interval of {self.num_samples} draws "
+                f"covered {self.native_coverage:.1%} of them natively, {self.rescaled_coverage:.1%} rescaled")
+
+
 class CalibratedSampler:
     """SA predictive samples of a frozen model at a calibrated ``nu``: what :func:`calibrate_sampler` returns.
 
@@ -584,6 +624,9 @@ class CalibratedSampler:
     ``nu_loss_argmin`` (Algorithm 2's nu*, the paper's choice; on scalar targets it under-disperses, s(nu) ~ (2/pi)
     s0). ``operating_point`` picks the one that ``nu``, ``at_boundary`` and :meth:`sample` use by default;
     ``result`` is the whole BO record (:class:`CalibrationResult`: history, posterior, both boundary flags).
+    ``rescaling`` (:class:`Rescaling`, or None for SA native) is the post-scaling that :meth:`sample` and
+    :meth:`interval` apply; ``num_samples`` their default number of draws (the number the rescaling was fitted
+    with).
     """
 
     def __init__(
@@ -595,10 +638,54 @@ class CalibratedSampler:
         operating_point: OperatingPoint = "scale_match",
         generator: Optional[torch.Generator] = None,
         max_rows: Union[None, int, str] = "auto",
+        num_samples: int = 100,
+        batch_size: int = 256,
     ) -> None:
         self.model, self.result, self.forward = model, result, forward
         self.operating_point = _operating_point(operating_point)
         self.generator, self.max_rows = generator, max_rows
+        self.num_samples, self.batch_size = int(num_samples), int(batch_size)
+        self.rescaling: Optional[Rescaling] = None
+        self._scale_data: Optional[Tuple[np.ndarray, np.ndarray, np.ndarray]] = None  # cal draws, point, y
+
+    def _predict(self) -> Callable[[nn.Module, Tensor], Tensor]:
+        return (lambda m, xb: m(xb)) if self.forward is None else _as_predict(self.forward)
+
+    def _fit_rescaling(self, method: str, level: float, x: Tensor, y: Tensor, n_nu: int) -> Rescaling:
+        """Fit ``method`` on the scale part (x, y): ``num_samples`` SA draws at the operating point's nu."""
+        from . import metrics, scaling
+
+        draws = self.sample(x, self.num_samples, rescaled=False).double().numpy()
+        point = _deterministic(self.model, self._predict(), x, self.batch_size).double().numpy()
+        target = y.double().cpu().numpy()
+        self._scale_data = (draws, point, target)
+        if method == "temperature":
+            factor = scaling.fit_temperature(draws, point, target)
+        else:
+            factor = scaling.fit_conformal_scale(draws, point, target, coverage=level, level=level)
+        cover = lambda f: metrics.coverage_and_width(scaling.apply_scale(draws, point, f), target,  # noqa: E731
+                                                     (level,))[level]["coverage"]  # fmt: skip
+        self.rescaling = Rescaling(method=method, level=level, factors={level: float(factor)}, n_nu=n_nu,
+                                   n_scale=len(target), num_samples=self.num_samples, native_coverage=cover(1.0),
+                                   rescaled_coverage=cover(factor))  # fmt: skip
+        return self.rescaling
+
+    def scale_factor(self, level: Optional[float] = None) -> float:
+        """The factor that rescales SA's samples for intervals at ``level`` (default the rescaling's own level):
+        the temperature (any level), or the conformal factor of that level (fitted now from the kept calibration
+        draws if it was not yet); 1.0 without rescaling."""
+        r = self.rescaling
+        if r is None:
+            return 1.0
+        if r.method == "temperature":
+            return r.factor
+        from . import metrics, scaling
+
+        lvl = r.level if level is None else metrics.check_level(level)
+        if lvl not in r.factors:
+            draws, point, target = self._scale_data
+            r.factors[lvl] = float(scaling.fit_conformal_scale(draws, point, target, coverage=lvl, level=lvl))
+        return r.factors[lvl]
 
     @property
     def nu_scale_match(self) -> int:
@@ -620,20 +707,69 @@ class CalibratedSampler:
     @property
     def at_boundary(self) -> bool:
         """The operating point is the domain's low end (SA's largest dispersion) and the surrogate asks for more:
-        SA's intervals stay too narrow on this model."""
+        SA's native intervals stay too narrow on this model. With a rescaling (:attr:`rescaling`) :meth:`sample`
+        and :meth:`interval` are widened by its factor; ``str(sampler.rescaling)`` says by how much and what the
+        held-out coverage was before and after; :meth:`describe` says both."""
         return self.result.at_boundary_surrogate if self.operating_point == "scale_match" else self.result.at_boundary
 
-    def sample(self, x: Tensor, n: int, *, operating_point: Optional[OperatingPoint] = None) -> Tensor:
-        """``n`` SA predictive samples: x (B, ...) -> (n, B, ...) on the CPU. The model is patched for this call
-        only; the draws continue the sampler's generator (reproducible for a calibration seed)."""
+    def describe(self) -> str:
+        """One line: nu, whether it is at the boundary, and what the rescaling did."""
+        text = f"nu = {self.nu} ({self.operating_point})"
+        if self.at_boundary:
+            text += (f", at the domain's low end: SA's native spread is too small for this model (the surrogate "
+                     f"asks for nu = {self.result.nu_surrogate_continuous:.3g})")  # fmt: skip
+        if self.rescaling is None:
+            return text + ("; no rescaling: native intervals will be too narrow (rescale='conformal' fixes the "
+                           "level)" if self.at_boundary else "; SA native (no rescaling)")  # fmt: skip
+        return f"{text}; rescaled: {self.rescaling}"
+
+    def sample(self, x: Tensor, n: Optional[int] = None, *, operating_point: Optional[OperatingPoint] = None,
+               rescaled: bool = True, level: Optional[float] = None) -> Tensor:  # fmt: skip
+        """``n`` SA predictive samples (default :attr:`num_samples`): x (B, ...) -> (n, B, ...) on the CPU. The
+        model is patched for this call only; the draws continue the sampler's generator (reproducible for a
+        calibration seed). With a rescaling (and ``rescaled``, the default) the draws are rescaled around the
+        deterministic prediction by :meth:`scale_factor` at ``level`` (conformal: the factor of that level, default
+        the rescaling's own; temperature: one factor); ``rescaled=False`` gives SA's native draws."""
+        n = self.num_samples if n is None else int(n)
+        nu = self.nu_at(operating_point)
+        scale = rescaled and self.rescaling is not None
+        if scale and nu != self.nu:
+            raise ValueError(f"the rescaling was fitted at the {self.operating_point} point (nu = {self.nu}), not at "
+                             f"nu = {nu}: pass rescaled=False for native samples there")  # fmt: skip
         predict = None if self.forward is None else _as_predict(self.forward)
         with SASampler(self.model, generator=self.generator, predict=predict, max_rows=self.max_rows) as sampler:
-            return sampler(self.nu_at(operating_point), x, n)
+            draws = sampler(nu, x, n)
+        if not scale:
+            return draws
+        factor = self.scale_factor(level)
+        point = _deterministic(self.model, self._predict(), torch.as_tensor(x), self.batch_size).to(draws.dtype)
+        return point + factor * (draws - point)
+
+    def interval(self, x: Tensor, level: Optional[float] = None, n: Optional[int] = None,
+                 *, rescaled: bool = True) -> Tuple[Tensor, Tensor]:  # fmt: skip
+        """The central ``level`` interval (default the rescaling's level, else 0.95) of ``n`` draws (default
+        :attr:`num_samples`, the number the rescaling was fitted with: conformal's guarantee is for that many):
+        x (B, ...) -> (lo, hi), each (B, ...) on the CPU. Interpolated sample quantiles
+        (:func:`stochattn.metrics.central_interval`), the statistic the conformal factor is fitted for. Conformal:
+        covers at least ``level`` of new points exchangeable with the calibration split (on average over splits);
+        temperature: about ``level`` where the residuals are Gaussian; native (no rescaling, or
+        ``rescaled=False``): SA's own spread, whose coverage is its calibration's."""
+        from . import metrics
+
+        lvl = metrics.check_level(level if level is not None else (self.rescaling.level if self.rescaling else 0.95))
+        n = self.num_samples if n is None else int(n)
+        if rescaled and self.rescaling is not None and self.rescaling.method == "conformal" and n != self.num_samples:
+            warnings.warn(f"interval: the conformal factor was fitted for intervals of {self.num_samples} draws; "
+                          f"with n = {n} its coverage guarantee is approximate", stacklevel=2)  # fmt: skip
+        draws = self.sample(x, n, rescaled=rescaled, level=lvl)
+        lo, hi = metrics.central_interval(draws.double().numpy(), lvl)
+        return torch.as_tensor(lo), torch.as_tensor(hi)
 
     def __repr__(self) -> str:
         return (f"CalibratedSampler(nu_scale_match={self.nu_scale_match}, nu_loss_argmin={self.nu_loss_argmin}, "
                 f"operating_point={self.operating_point!r}, s0={self.result.s0:.4g}, at_boundary={self.at_boundary}, "
-                f"evaluations={len(self.result.steps)})")  # fmt: skip
+                f"evaluations={len(self.result.steps)}, rescaling="
+                f"{None if self.rescaling is None else repr(f'{self.rescaling.method} x{self.rescaling.factor:.3g}')})")
 
 
 def _as_predict(forward: Callable[[Tensor], Tensor]) -> Callable[[nn.Module, Tensor], Tensor]:
@@ -679,6 +815,10 @@ def calibrate_sampler(
     seed: int = 0,
     max_rows: Union[None, int, str] = "auto",
     progress: bool = False,
+    rescale: Optional[str] = None,
+    level: float = 0.95,
+    scale_fraction: float = 0.5,
+    num_samples: int = 100,
 ) -> CalibratedSampler:
     """Calibrate SA's ``nu`` for a frozen ``model`` on held-out data in one call (Algorithms 2-3); return its sampler.
 
@@ -691,11 +831,49 @@ def calibrate_sampler(
     Thompson draws: the nu of the low-level calls (:class:`SASampler`, :func:`target_scale`, :func:`eval_stats`,
     :func:`bo_calibrate`) with the same seed. The model is left in eval mode, unpatched. Warns when the chosen
     operating point is at the domain's low end with the surrogate asking for more dispersion (``at_boundary``).
+
+    Intervals at their stated level: ``rescale="conformal"`` (or ``"temperature"``) then fits the paper's scalar
+    post-scaling (§5.2: temperature scaling or conformal prediction on the calibration set) of SA's samples around
+    the deterministic prediction, so that :meth:`CalibratedSampler.sample` and :meth:`CalibratedSampler.interval`
+    return rescaled draws and intervals (:class:`Rescaling`; ``rescaled=False`` gives SA's native ones). The
+    calibration points are split at random (``seed``) into two disjoint parts: ``nu`` is calibrated on
+    ``1 - scale_fraction`` of them, the factor on the other ``scale_fraction`` (default half), from
+    ``num_samples`` SA draws per point at the calibrated nu. Why disjoint: nu is chosen from the calibration points'
+    residuals, so on the same points the rescaled intervals' scores are no longer exchangeable with a new point's
+    and split conformal's guarantee (coverage >= ``level`` on average over calibration draws) would not hold;
+    fitted on points that played no part in choosing nu, it holds exactly whatever nu is. Why half: the conformal
+    quantile at 95 % needs at least 19 points and its coverage varies by about sqrt(L (1 - L) / n_scale), while
+    nu only matches a mean residual scale, which fewer points pin down. ``"conformal"`` guarantees the level
+    (per level: :meth:`CalibratedSampler.interval` fits each level's factor on first use, ``level`` is the one
+    :meth:`CalibratedSampler.sample` applies); ``"temperature"`` is one factor for every level from the
+    S-corrected Gaussian NLL, about right where residuals are Gaussian. For multi-output targets both treat every
+    output coordinate as one scalar prediction (coverage pooled over coordinates). Without ``rescale`` (default)
+    every point calibrates nu and the samples are SA's native ones, as in the paper.
     """
     _operating_point(operating_point)
+    if rescale is not None and rescale not in RESCALE_METHODS:
+        raise ValueError(f"rescale must be None or one of {RESCALE_METHODS}, got {rescale!r}")
     x, y = _calibration_split(x, y)
     if len(x) != len(y):
         raise ValueError(f"x has {len(x)} rows but y has {len(y)}")
+    x_scale = y_scale = None
+    if rescale is not None:
+        from .metrics import check_level
+
+        level = check_level(level)
+        if not (0.0 < scale_fraction < 1.0):
+            raise ValueError(f"scale_fraction must be in (0, 1), got {scale_fraction!r}")
+        if not (isinstance(num_samples, int) and num_samples >= 4):
+            raise ValueError(f"num_samples must be an integer >= 4 for a rescaling, got {num_samples!r}")
+        n_scale = int(round(scale_fraction * len(x)))
+        need = math.ceil(level / (1.0 - level) - 1e-9)  # ceil((n + 1) L) <= n
+        if n_scale < need or len(x) - n_scale < 3:
+            raise ValueError(f"rescale={rescale!r} at level {level:g} needs at least {need} calibration points for the "
+                             f"factor and 3 for nu: {len(x)} points x scale_fraction {scale_fraction:g} gives "
+                             f"{n_scale} and {len(x) - n_scale}")  # fmt: skip
+        order = torch.from_numpy(np.random.default_rng(seed).permutation(len(x)))
+        x_scale, y_scale = x[order[:n_scale]], y[order[:n_scale]]
+        x, y = x[order[n_scale:]], y[order[n_scale:]]
     predict = None if forward is None else _as_predict(forward)
     point = _deterministic(model, predict or (lambda m, xb: m(xb)), x, batch_size)
     if point.shape != y.shape:
@@ -710,9 +888,13 @@ def calibrate_sampler(
             progress=progress,
         )
     out = CalibratedSampler(model, result, forward=forward, operating_point=operating_point, generator=gen,
-                            max_rows=max_rows)  # fmt: skip
+                            max_rows=max_rows, num_samples=num_samples, batch_size=batch_size)  # fmt: skip
+    if rescale is not None:
+        out._fit_rescaling(rescale, level, x_scale, y_scale, n_nu=len(x))
     if out.at_boundary:
+        tail = ("native intervals will be too narrow (rescale='conformal' gives intervals at their level)"
+                if out.rescaling is None else f"rescaled by the {out.rescaling}")  # fmt: skip
         warnings.warn(f"calibrate_sampler: nu = {out.nu} is the domain's low end and SA still under-disperses there "
-                      f"(the surrogate's optimum is nu = {result.nu_surrogate_continuous:.3g}): intervals will be "
-                      f"too narrow", stacklevel=2)  # fmt: skip
+                      f"(the surrogate's optimum is nu = {result.nu_surrogate_continuous:.3g}): {tail}",
+                      stacklevel=2)  # fmt: skip
     return out
