@@ -110,6 +110,8 @@ def test_load_model_refuses_a_file_without_a_record(tmp_path):
         sio.load_model(tmp_path / "model.pt")
     sio.save_json(tmp_path / "meta.json", {"sha256": sio.sha256_record(tmp_path / "model.pt")})
     assert torch.equal(sio.load_model(tmp_path / "model.pt")["w"], torch.zeros(2))
+    with pytest.raises(FileNotFoundError, match=r"other\.pt"):
+        sio.load_model(tmp_path / "other.pt")
 
 
 def test_a_component_is_checked_against_its_own_record(tmp_path):

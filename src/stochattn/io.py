@@ -145,7 +145,7 @@ def _naming(path: PathLike, what: str) -> Iterator[None]:
     naming ``path`` (``what``: the format expected), the original chained."""
     try:
         yield
-    except (FileNotFoundError, IsADirectoryError, UnreadableFileError):
+    except (FileNotFoundError, IsADirectoryError, PermissionError, UnreadableFileError):  # these name the file
         raise
     except _READ_ERRORS as err:
         raise UnreadableFileError(
@@ -290,7 +290,9 @@ def recorded_problem(path: PathLike) -> str | None:
 
 def verified(path: PathLike) -> Path:
     """``path`` once its SHA-256 matches its record (:func:`recorded_problem`), else :class:`UnreadableFileError`
-    naming it; e.g. ``load_npz(verified(samples_path))``."""
+    naming it (FileNotFoundError when it does not exist); e.g. ``load_npz(verified(samples_path))``."""
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{os.fspath(path)}: no such file")
     problem = recorded_problem(path)
     if problem is not None:
         raise UnreadableFileError(problem)
