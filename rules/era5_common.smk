@@ -257,6 +257,11 @@ def era5_caption(case=None):
     parts.append(f"{case.lead} h {case.target.label}, {case.target.units}; S = {config['num_samples']} samples per "
                  f"method; SA sites {'+'.join(ERA5['sa_sites'])}; LoRA r {ERA5['lora']['r']}, alpha "
                  f"{ERA5['lora']['alpha']}.")  # fmt: skip
+    parts.append(
+        "PIT, W1 and coverage pool every cell and forecast; the cells of one field are correlated, so "
+        "W1 floors (which assume independent values) are lower bounds. ACC's climatology is the test "
+        "period's own time mean per cell (ClimaX's convention), not WeatherBench 2's day-of-year one."
+    )
     if config["report"]["note"]:
         parts.append(config["report"]["note"])
     return " ".join(parts)

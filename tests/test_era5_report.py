@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import scoringrules as sr
 import pandas as pd
 import pytest
 
@@ -16,6 +17,7 @@ from stochattn.calibrate import EvalResult, IntegerDomain, bo_calibrate
 from stochattn.experiments import era5_report as E
 from stochattn.experiments.era5 import spatial_metrics
 from stochattn.experiments.evaluate import evaluate_split
+from stochattn import metrics as M
 from stochattn.io import load_json, load_npz, save_json, save_npz, sha256_record
 from stochattn.metrics import central_interval
 from stochattn.scaling import apply_scale
@@ -140,6 +142,9 @@ def test_summary_table_holds_the_run_numbers(era5):
         assert value(tidy, m, "rmse_ensemble_mean") == sp["rmse_ensemble_mean"]
         assert value(tidy, m, "w1_native") == met["native"]["w1"]
         assert value(tidy, m, "coverage_95_native") == met["native"]["coverage_95"]
+        # beside it: a perfectly calibrated S = 5 ensemble's interpolated PI-95 (Gaussian; simulated: 0.6448)
+        assert value(tidy, m, "coverage_95_calibrated") == M.calibrated_coverage(S, 0.95) == pytest.approx(0.6447,
+                                                                                                       abs=1e-3)
         if m == "sa":
             assert value(tidy, m, "w1_scaled") == met["native"]["w1"]
             assert value(tidy, m, "width_95_matched") == met["native"]["width_95"]
@@ -171,6 +176,11 @@ def test_crps_decomposition_and_score_oriented_row(era5):
         for key in ("crps", "crps_error", "crps_spread", "energy"):
             assert value(tidy, m, key) == sp[key]
         assert value(tidy, m, "crps") == pytest.approx(sp["crps_error"] - sp["crps_spread"])
+        # the fair estimator beside it (beyond the paper), against scoringrules on the run's own samples
+        d = load_npz(era5["samples"][m])
+        fair = sr.crps_ensemble(d["y"], d["samples"], m_axis=0, estimator="fair", backend="numpy").mean()
+        assert value(tidy, m, "crps_fair") == pytest.approx(fair, rel=1e-10)
+        assert value(tidy, m, "crps_fair") < value(tidy, m, "crps")
     assert value(tidy, "SA (score-oriented nu=25)", "crps") == 135.4
     assert value(tidy, "SA (score-oriented nu=25)", "energy") == 209.7
     widest = max(SPREADS, key=lambda m: value(tidy, m, "crps_spread"))
@@ -178,7 +188,7 @@ def test_crps_decomposition_and_score_oriented_row(era5):
     assert bold_columns(tidy, E.CLIMAX_CRPS_DECOMP, "Spread") == {R.method_label("hsa")}
     assert bold_columns(tidy, E.CLIMAX_CRPS_DECOMP, "CRPS") == {"SA (score-oriented nu=25)"}
     # without an.json: no extra row; SA's nu and boundary flag label its row
-    assert len(E.CLIMAX_CRPS_DECOMP.build(runs_of(era5))) == 4 * len(SPREADS) + 2
+    assert len(E.CLIMAX_CRPS_DECOMP.build(runs_of(era5))) == 5 * len(SPREADS) + 2
 
 
 def test_swag_sweep_tables(era5):

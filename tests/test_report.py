@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import numpy as np
+import scoringrules as sr
 import pandas as pd
 import pytest
 
@@ -302,7 +303,7 @@ def test_rmse_and_coverage_rows(fake):
 def test_crps_mean_std_match_numpy(fake):
     files, runs = fake
     tidy = U.uci_crps_table(runs)
-    assert set(tidy.metric) == {"crps"} and len(tidy) == 2 * len(METHODS)
+    assert set(tidy.metric) == {"crps", "crps_fair"} and len(tidy) == 2 * 2 * len(METHODS)
     for dataset in ("yacht", "energy"):
         for method in METHODS:
             vals = np.array([load_json(files[(dataset, k, method)]["metrics"])["native"]["crps"] for k in range(3)])
@@ -310,6 +311,12 @@ def test_crps_mean_std_match_numpy(fake):
             assert row.value == pytest.approx(vals.mean(), rel=1e-12)
             assert row["std"] == pytest.approx(vals.std(ddof=1), rel=1e-12)
             assert row.n == 3
+            # the fair estimator (beyond the paper) against scoringrules' on the run's own samples
+            fair = [float(sr.crps_ensemble(d["y"], d["samples"], m_axis=0, estimator="fair", backend="numpy").mean())
+                    for d in (load_npz(files[(dataset, k, method)]["samples"]) for k in range(3))]
+            row = _get(tidy, dataset, method, "crps_fair")
+            assert row.value == pytest.approx(np.mean(fair), rel=1e-10) and row.n == 3
+            assert row.value < _get(tidy, dataset, method, "crps").value  # the ensemble estimator is biased up
 
 
 def test_cost_table_closed_form(fake):
@@ -361,7 +368,7 @@ def test_renderings_contain_datasets_methods_caption(fake, spec):
     # markdown: header + separator + one line per data set
     table_lines = [ln for ln in md.splitlines() if ln.startswith("|")]
     assert len(table_lines) == 2 + 2
-    header_lines = 1 if kind == "crps" else 2  # one method row, plus a group row when there are panels
+    header_lines = 2  # a group row (the panels; CRPS: the two estimators) and a method row
     assert sum(ln.rstrip().endswith("\\\\") for ln in tex.splitlines()) == header_lines + 2
     assert r"\begin{tabular}" in tex and r"\end{table*}" in tex
 
@@ -373,6 +380,7 @@ def _master_tidy():
     for ds in ("yacht", "naval"):
         rows.append((ds, "sa", "rmse_over_sigma", 0.05, 0.01, 20))
         rows.append((ds, "sa", "w1_floor", 0.0126, math.nan, 20))
+        rows.append((ds, "sa", "pi95_coverage_calibrated", 0.8679, 0.0, 20))
         for m, w, r in zip(SIX, w1[ds], ratio[ds]):
             rows.append((ds, m, "w1_native_pooled", w, math.nan, 20))
             rows.append((ds, m, "pi95_width_ratio", r, 0.1, 20))
@@ -389,10 +397,12 @@ def test_master_bold_lowest_w1_and_ratio_per_row():
     tidy = _master_tidy()
     md = R.to_markdown(tidy, U.MASTER_TABLE, "cap")
     yacht, naval = _md_row(md, "Yacht"), _md_row(md, "Naval")
-    # cells: Dataset, Acc, 6 x W1, the W1 floor, 6 x ratio, 6 x test coverage (never bold)
-    assert len(yacht) == 21 and not any(c.startswith("**") for c in yacht[15:] + naval[15:])
+    # cells: Dataset, Acc, 6 x W1, the W1 floor, 6 x ratio, 6 x test coverage and the calibrated coverage beside
+    # them (never bold)
+    assert len(yacht) == 22 and not any(c.startswith("**") for c in yacht[15:] + naval[15:])
     assert yacht[1] == "0.050"  # Acc never bold
     assert yacht[8] == "0.013"  # the calibrated floor beside Panel A, never bold
+    assert yacht[21] == "0.868"  # the calibrated coverage beside Cov., never bold
     assert [c.startswith("**") for c in yacht[2:8]] == [True, False, False, False, False, False]
     assert [c.startswith("**") for c in yacht[9:15]] == [True, False, False, False, False, False]
     assert [c.startswith("**") for c in naval[2:8]] == [False, True, False, False, False, False]

@@ -519,7 +519,8 @@ def spatial_metrics(samples_path: str | Path, prepared_path: str | Path, tempera
       point prediction (``point``: SA's deterministic forecast, SWAG's SWA mean, ...), of the ensemble mean
       (``ensemble_mean``) and of single samples (``single_sample``: the mean over members of each member's score).
     * ``crps``, ``crps_error`` = E|X - y|, ``crps_spread`` = 0.5 E|X - X'| (marginal, every cell and forecast
-      weighted equally; native, as the paper's Table climax_crps_decomp).
+      weighted equally; native, as the paper's Table climax_crps_decomp; the ensemble estimator, all S^2 pairs).
+      ``crps_fair`` (beyond the paper): the fair estimator, ``crps_error - crps_spread * S / (S - 1)`` per entry.
     * ``energy``: the Energy Score over the 32 x 64 field divided by sqrt(2048) (NOTE[DIFF]: the paper states no
       normalisation; its values imply this one), native; ``energy_scaled`` / ``crps_scaled`` after temperature.
     """
@@ -535,8 +536,10 @@ def spatial_metrics(samples_path: str | Path, prepared_path: str | Path, tempera
     out["rmse_single_sample"] = float(np.mean([s["rmse"] for s in single]))
     out["acc_single_sample"] = float(np.mean([s["acc"] for s in single]))
     dec = metrics.crps_decomposition(samples, y)
+    s = samples.shape[0]
     out.update({"crps": float(dec["crps"].mean()), "crps_error": float(dec["error"].mean()),
-                "crps_spread": float(dec["spread"].mean())})  # fmt: skip
+                "crps_spread": float(dec["spread"].mean()),
+                "crps_fair": float((dec["error"] - dec["spread"] * s / (s - 1)).mean())})  # fmt: skip
     out["energy"] = float(metrics.normalised_energy_score(samples, y).mean())
     scaled = scaling.apply_scale(samples, point, temperature)
     out["crps_scaled"] = float(metrics.crps(scaled, y).mean())
@@ -650,6 +653,7 @@ def _score_sweep(sampler, data, x_cal, calib, nu_grid, num_samples, seed, progre
         test[name] = {"nu": nu, "pit": metrics.pit(flat, y_test_phys.reshape(-1), seed).tolist(),
                       "crps": float(dec["crps"].mean()), "crps_error": float(dec["error"].mean()),
                       "crps_spread": float(dec["spread"].mean()),
+                      "crps_fair": float((dec["error"] - dec["spread"] * num_samples / (num_samples - 1)).mean()),
                       "energy": float(metrics.normalised_energy_score(draws, y_test_phys).mean()),
                       **_calibration_summary(y_test_phys, draws, draws.mean(0), seed)}  # fmt: skip
     return {"grid": rows, "nu_score": int(nu_score), "nu_energy": int(nu_energy), "test": test}

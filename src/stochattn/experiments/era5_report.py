@@ -192,7 +192,10 @@ def summary_table(runs: Mapping[str, Any], row: str = ROW) -> pd.DataFrame:
     """Tidy rows of :data:`CLIMAX_SUMMARY` per method (``runs``: ``{method: (metrics.json, spatial.json)}``):
     ``acc_ensemble_mean``, ``acc_single_sample``, ``rmse_ensemble_mean`` (spatial.json), ``w1_native``,
     ``w1_scaled`` (SA native), ``width_95_scaled`` (the paper's PI-95: SA native, others temperature-scaled),
-    ``width_95_matched`` (beyond the paper: SA native, others at SA's coverage), ``coverage_95_native``."""
+    ``width_95_matched`` (beyond the paper: SA native, others at SA's coverage), ``coverage_95_native`` and,
+    beyond the paper, ``coverage_95_calibrated`` (what a perfectly calibrated ensemble of the run's S members
+    covers with the same interpolated PI-95, :func:`stochattn.metrics.calibrated_coverage`; NaN where metrics.json
+    predates it)."""
     files = _run_files(runs)
     rows = []
     for method in method_order(files):
@@ -206,6 +209,7 @@ def summary_table(runs: Mapping[str, Any], row: str = ROW) -> pd.DataFrame:
             "width_95_scaled": _sa_or_scaled(method, metrics, "width_95"),
             "width_95_matched": _sa_or_matched(method, metrics, "width_95"),
             "coverage_95_native": metrics["native"]["coverage_95"],
+            "coverage_95_calibrated": metrics["native"].get("coverage_95_calibrated"),
         }
         rows.extend(mean_row(row, method, key, [as_float(v)]) for key, v in values.items())
         rows.extend(nu_rows(row, method, metrics))
@@ -239,22 +243,24 @@ def cost_table(metas: Mapping[str, PathLike], row: str = ROW) -> pd.DataFrame:
 def crps_decomp_table(runs: Mapping[str, Any], analyses: PathLike | Mapping[str, Any] | None = None,
                       row: str = ROW) -> pd.DataFrame:  # fmt: skip
     """Tidy rows of :data:`CLIMAX_CRPS_DECOMP`: native ``crps``, ``crps_error`` (E|X - y|), ``crps_spread``
-    (0.5 E|X - X'|) and ``energy`` (Energy Score / sqrt(d)) of every run's spatial.json; with ``analyses``
-    (an.json), one more column ``"SA (score-oriented nu=<k>)"``: CRPS and ES of SA's test samples at the
-    score-oriented nu (and its decomposition where recorded)."""
+    (0.5 E|X - X'|) and ``energy`` (Energy Score / sqrt(d)) of every run's spatial.json, and beyond the paper
+    ``crps_fair`` (the fair estimator; NaN where spatial.json predates it); with ``analyses`` (an.json), one more
+    column ``"SA (score-oriented nu=<k>)"``: CRPS and ES of SA's test samples at the score-oriented nu (and its
+    decomposition and fair CRPS where recorded)."""
     files = _run_files(runs)
     rows = []
     for method in method_order(files):
         metrics, spatial = (_load(p) for p in files[method])
         rows.extend(mean_row(row, method, key, [as_float(spatial[key])])
                     for key in ("crps", "crps_error", "crps_spread", "energy"))  # fmt: skip
+        rows.append(mean_row(row, method, "crps_fair", [as_float(spatial.get("crps_fair"))]))
         rows.extend(nu_rows(row, method, metrics))
     if analyses is not None:
         score = _load(analyses).get("score_sweep", {}).get("test", {}).get("score_oriented")
         if score is not None:
             name = f"SA (score-oriented nu={int(score['nu'])})"
             rows.extend(mean_row(row, name, key, [as_float(score.get(key))])
-                        for key in ("crps", "crps_error", "crps_spread", "energy"))  # fmt: skip
+                        for key in ("crps", "crps_error", "crps_spread", "energy", "crps_fair"))  # fmt: skip
     return tidy_frame(rows)
 
 
@@ -326,6 +332,7 @@ CLIMAX_SUMMARY = TableSpec(
         ColumnGroup("width_95_matched", "PI-95 @SA cov.", r"PI-95 @SA cov.\ $\downarrow$", fmt="adaptive", bold=1,
                     decimals=1),  # fmt: skip
         ColumnGroup("coverage_95_native", "Cov95", r"PI-95 cov.\ (native)", best="target", target=0.95, bold=1),
+        ColumnGroup("coverage_95_calibrated", "Cov95 if calibrated", r"if calibrated"),
     ),
     description="ClimaX Z500 calibration and sharpness at the lead of the row label (Table climax_summary, 72 h in the "
     "paper; extended): latitude-weighted "
@@ -333,12 +340,18 @@ CLIMAX_SUMMARY = TableSpec(
     "RMSE of the ensemble mean (m^2 s^-2), native PIT W1, scaled W1 (every method but SA temperature-scaled on the "
     "cal pairs; SA native), mean PI-95 width (m^2 s^-2; SA native, every other run temperature-scaled on the cal "
     "pairs, as the paper), beyond the paper the mean PI-95 width at SA's coverage (every other run rescaled by a "
-    "conformal factor fitted on the cal pairs to SA's cal coverage) and the native PI-95 coverage. Best per column "
+    "conformal factor fitted on the cal pairs to SA's cal coverage) and the native PI-95 coverage, beside it what a "
+    "perfectly calibrated ensemble of as many members covers with the same interpolated PI-95 (below 0.95 by "
+    "construction; Gaussian members). ACC's climatology is the test period's own time mean per cell (ClimaX's "
+    "convention), not WeatherBench 2's day-of-year climatology of the training years. W1 pools the PIT values of "
+    "every cell and forecast; the cells of one field are correlated, so they count as fewer independent values "
+    "than cells x forecasts and a calibrated method's W1 sits above the independent-values floor. Best per column "
     "bold (ACC highest, coverage closest to 0.95, the rest lowest).",
     latex_description=r"ClimaX $Z_{500}$: ACC of the ensemble mean and of single samples, latitude-weighted "
     r"RMSE of the ensemble mean, native and scaled PIT $W_1$ and PI-95 width (SA native, baselines "
     r"temperature-scaled), PI-95 width at SA's coverage (baselines conformally rescaled on the cal pairs; beyond "
-    r"the paper) and native PI-95 coverage. Units "
+    r"the paper) and native PI-95 coverage, beside it the coverage of a perfectly calibrated ensemble of as many "
+    r"members. ACC against the test period's own mean (ClimaX's climatology); $W_1$ pools correlated cells. Units "
     r"m$^2$\,s$^{-2}$; best per column in bold.",
     label="tab:climax_summary",
     build=summary_table,
@@ -354,15 +367,19 @@ CLIMAX_CRPS_DECOMP = TableSpec(
         ColumnGroup("crps_spread", "Spread", r"$\tfrac{1}{2}\mathbb{E}|X{-}X'|$ $\uparrow$", short_labels=False,
                     best="max", bold=1, decimals=2),  # fmt: skip
         ColumnGroup("energy", "ES", r"Energy Score $\downarrow$", short_labels=False, bold=1, decimals=2),
+        ColumnGroup("crps_fair", "CRPS fair", r"CRPS (fair) $\downarrow$", short_labels=False, bold=1, decimals=2),
     ),
     description="ClimaX marginal CRPS decomposition (Table climax_crps_decomp; native, T = 1, m^2 s^-2, every cell "
     "and forecast weighted equally): CRPS = Error - Spread, Error = E abs(X - y) (prediction error, lower better), "
     "Spread = 0.5 E abs(X - X') (spread reward, higher = more diverse), and the Energy Score (ES) over the 32 x 64 "
-    "field divided by sqrt(2048). The SA score-oriented column is SA's test samples at the nu minimising the cal "
-    "CRPS. Best per column bold.",
+    "field divided by sqrt(2048). CRPS is the paper's ensemble estimator (all S^2 member pairs); CRPS fair (beyond "
+    "the paper) the fair estimator, Error - Spread x S/(S - 1), unbiased for the CRPS of the law the members are "
+    "drawn from (the ensemble one is (1 + 1/S) times it for a calibrated ensemble). The SA score-oriented column "
+    "is SA's test samples at the nu minimising the cal CRPS. Best per column bold.",
     latex_description=r"ClimaX marginal CRPS decomposition (native, $T{=}1$, m$^2$\,s$^{-2}$): "
     r"$\mathbb{E}|X{-}y|$ prediction error, $\tfrac12\mathbb{E}|X{-}X'|$ spread reward, and the Energy Score over "
-    r"the field divided by $\sqrt{d}$, $d{=}2048$. Best per column in bold.",
+    r"the field divided by $\sqrt{d}$, $d{=}2048$; CRPS fair (beyond the paper): the fair estimator, "
+    r"$\mathbb{E}|X{-}y| - \tfrac{S}{S-1}\,\tfrac12\mathbb{E}|X{-}X'|$. Best per column in bold.",
     label="tab:climax_crps_decomp",
     build=crps_decomp_table,
     rows="methods",
@@ -414,8 +431,9 @@ CLIMAX_SKILL = TableSpec(
     ),
     description="Deterministic Z500 test skill at the row's lead (m^2 s^-2): latitude-weighted RMSE and ACC of the backbone "
     "zero-shot, the LoRA-adapted model, persistence (the field at the initial time) and climatology (the training "
-    "years' time mean; ACC against the test partition's mean, as ClimaX's), and each RMSE over climatology's. "
-    "Best bold.",
+    "years' time mean), and each RMSE over climatology's. ACC's anomalies are taken from the test period's own time "
+    "mean per cell (ClimaX's convention; WeatherBench 2 uses a day-of-year climatology of the training years "
+    "instead, which gives different values), so the climatology forecast's ACC is not 0 by construction. Best bold.",
     latex_description=r"Deterministic $Z_{500}$ test skill: latitude-weighted RMSE (m$^2$\,s$^{-2}$) and "
     r"ACC of the zero-shot backbone, the LoRA-adapted model, persistence and climatology.",
     label="tab:climax_skill",
@@ -446,7 +464,9 @@ CLIMAX_SUMMARY_CASES = TableSpec(
     "72 h only; one row per target and lead, each from its own adapter, methods and calibration): ACC of the "
     "ensemble mean, native and scaled PIT W1 (every method but SA temperature-scaled on the cal pairs), native PI-95 "
     "coverage and SA's calibrated nu (\"(boundary)\" where it ends at the search range's edge). Unit-free "
-    "columns only: each target's RMSE, widths and CRPS, in its own units, are in its own tables.",
+    "columns only: each target's RMSE, widths and CRPS, in its own units, are in its own tables. ACC against the "
+    "test period's own time mean per cell (ClimaX's climatology); W1 pools the PIT of correlated cells of each field "
+    "(fewer independent values than cells x forecasts).",
     latex_description=r"ClimaX across targets and lead times (beyond the paper): ACC of the ensemble mean, native "
     r"and scaled PIT $W_1$, native PI-95 coverage and SA's $\nu$, one row per target and lead.",
     label="tab:climax_summary_cases",
