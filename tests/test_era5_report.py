@@ -202,6 +202,7 @@ def test_swag_sweep_tables(era5):
     assert bold_columns(val, E.SWAG_SWEEP_VAL, "Cov@95") == {"scale 64"}  # closest to 0.95
     assert bold_columns(val, E.SWAG_SWEEP_VAL, "Sharp@95") == {"scale  1"}
     assert bold_columns(val, E.SWAG_SWEEP_VAL, "RMSE") == {"scale 16"}
+    assert value(val, "scale 16", "coverage_95_calibrated") == M.calibrated_coverage(S, 0.95)  # the sweep's S
     test = E.SWAG_SWEEP_TEST.build(era5["sweep"])
     by_scale = {r["scale"]: r["test"] for r in sweep["rows"]}
     assert R.method_order(test["method"]) == ["compromise (scale 16)", "val.-selected (scale 64)"]
@@ -393,8 +394,8 @@ def test_tables_of_another_target_name_its_label_and_units(era5):
 def test_pooled_cases_table_has_one_row_per_case_and_unit_free_columns_only(era5):
     tidy = E.CLIMAX_SUMMARY_CASES.build({"Z500 72 h": runs_of(era5), "T850 24 h": runs_of(era5)})
     assert list(dict.fromkeys(tidy["dataset"])) == ["Z500 72 h", "T850 24 h"]
-    assert set(tidy["metric"]) == {"acc_ensemble_mean", "w1_native", "w1_scaled", "coverage_95_native", "nu",
-                                   "at_boundary"}  # fmt: skip
+    assert set(tidy["metric"]) == {"acc_ensemble_mean", "w1_native", "w1_scaled", "coverage_95_native",
+                                   "coverage_95_calibrated", "nu", "at_boundary"}  # fmt: skip
     one = E.CLIMAX_SUMMARY.build(runs_of(era5))
     for metric in ("w1_native", "coverage_95_native"):
         assert value(tidy[tidy["dataset"] == "T850 24 h"], "sa", metric) == value(one, "sa", metric)

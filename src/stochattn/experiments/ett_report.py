@@ -34,6 +34,7 @@ import numpy as np
 
 from stochattn.extras import requires
 from stochattn.io import load_json, load_npz
+from stochattn.metrics import calibrated_coverage
 from stochattn.report import (
     COST_GROUPS,
     ColumnGroup,
@@ -105,6 +106,8 @@ def sharpness_pooled_table(runs: pd.DataFrame) -> pd.DataFrame:
         for _, run in d.iterrows():
             if run["method"] == "sa":
                 rows.append(mean_row(label, "sa", "sa_coverage_95", [_value(run, "native_coverage_95")]))
+                rows.append(mean_row(label, "sa", "sa_coverage_95_calibrated",
+                                     [_value(run, "native_coverage_95_calibrated")]))  # fmt: skip
                 width = _value(run, "native_width_95")
             else:
                 width = _value(run, "matched_width_95")
@@ -162,6 +165,8 @@ _SHARP = "PI-95 width at SA's coverage"
 _SHARP_GROUPS = (
     ColumnGroup("sa_coverage_95", "SA cov.", r"SA cov.", methods=("sa",), header="SA PI-95 cov.",
                 latex_header=r"SA PI-95 cov."),  # fmt: skip
+    ColumnGroup("sa_coverage_95_calibrated", "if calibrated", r"if calibrated", methods=("sa",),
+                header="SA cov. if calibrated", latex_header=r"if calibrated"),  # fmt: skip
     ColumnGroup("width_at_sa_95", "Width", _SHARP, bold=2),
     ColumnGroup("nu", "nu", r"$\nu$", methods=("sa",), header="SA nu", latex_header=r"SA $\nu$", fmt="significant"),
 )
@@ -172,7 +177,9 @@ SHARPNESS_TABLE = TableSpec(
     "window per configuration (column and window in the caption), SA's empirical PI-95 coverage k/H and each "
     "method's mean PI-95 width on that window at SA's coverage (normalised units; SA native, every other method "
     "rescaled around its forecast by the smallest conformal factor that covers the same k of the H steps of that "
-    "window, as the paper matches its window). Lower is sharper; the two sharpest are bold. SA nu: SA's calibrated "
+    "window, as the paper matches its window); beside SA's coverage (beyond the paper) what a perfectly calibrated "
+    "ensemble of as many members averages with the same interpolated PI-95. Lower is sharper; the two sharpest are "
+    "bold. SA nu: SA's calibrated "
     "nu, '(boundary)' where its calibration ended at nu = 1 still wanting more dispersion.",
     latex_description=r"TimesFM sharpness at matched coverage on one test window per configuration: SA's empirical "
     r"PI-95 coverage $k/H$ and each method's mean PI-95 width on that window, conformally matched to SA's coverage "
@@ -184,7 +191,8 @@ SHARPNESS_POOLED_TABLE = TableSpec(
     name="ett_sharpness_pooled",
     groups=_SHARP_GROUPS,
     description="Beyond the paper: sharpness at matched coverage pooled over every test series and step: SA's "
-    "PI-95 coverage on all test windows and each method's mean PI-95 width at SA's coverage (normalised units; SA "
+    "PI-95 coverage on all test windows (beside it what a perfectly calibrated ensemble of as many members covers "
+    "with the same interpolated PI-95) and each method's mean PI-95 width at SA's coverage (normalised units; SA "
     "native, every other run rescaled by a conformal factor fitted on the cal windows to SA's cal coverage). Lower "
     "is sharper; the two sharpest are bold. SA nu: SA's calibrated nu, '(boundary)' where its calibration ended at "
     "nu = 1 still wanting more dispersion.",
@@ -302,7 +310,7 @@ def window_match(runs: Mapping[str, str | os.PathLike], row: int, level: float =
     window's mean interval width after matching.
 
     Returns ``{method: {"covered": k, "steps": H, "factor": c, "width": mean width, "coverage": k'/H,
-    "native_coverage": the method's own coverage there before matching}}``: SA native
+    "native_coverage": the method's own coverage there before matching, "members": S}}``: SA native
     (c = 1); every other method rescaled around its forecast (:func:`stochattn.scaling.apply_scale`) by the
     smallest c that covers k of the H steps (:func:`stochattn.scaling.fit_conformal_scale` on the window itself,
     ``finite_sample=False``), as the paper matches its shown window; ``coverage`` is the matched coverage (k/H
@@ -330,11 +338,12 @@ def window_match(runs: Mapping[str, str | os.PathLike], row: int, level: float =
                 factor = math.nan
         if not math.isfinite(factor):
             out[method] = {"covered": k, "steps": len(truth), "factor": math.nan, "width": math.nan,
-                           "coverage": math.nan, "native_coverage": native}  # fmt: skip
+                           "coverage": math.nan, "native_coverage": native, "members": samples.shape[0]}  # fmt: skip
             continue
         m_lo, m_hi = _interval(apply_scale(samples, point, factor), level)
         out[method] = {"covered": k, "steps": len(truth), "factor": factor, "width": float(np.mean(m_hi - m_lo)),
-                       "coverage": float(np.mean((truth >= m_lo) & (truth <= m_hi))), "native_coverage": native}
+                       "coverage": float(np.mean((truth >= m_lo) & (truth <= m_hi))), "native_coverage": native,
+                       "members": samples.shape[0]}  # fmt: skip
     return out
 
 
@@ -366,6 +375,7 @@ def sharpness_table(
         match = window_match(runs, row)
         sa = match["sa"]
         rows.append(mean_row(label, "sa", "sa_coverage_95", [sa["covered"] / sa["steps"]]))
+        rows.append(mean_row(label, "sa", "sa_coverage_95_calibrated", [calibrated_coverage(sa["members"], 0.95)]))
         rows.extend(mean_row(label, m, "width_at_sa_95", [v["width"]]) for m, v in match.items())
         # each method's own coverage on the window (the paper's Fig. timesfm_diagnostic; CSV only)
         rows.extend(mean_row(label, m, "native_coverage_95", [v["native_coverage"]]) for m, v in match.items())
