@@ -15,6 +15,16 @@ from snakemake.utils import min_version, validate
 min_version("9.0")
 
 
+# Inside a SLURM job, `sbatch --signal=USR1@<seconds>` (slurm/config.yaml) signals every process of the job's steps
+# before the time limit: Snakemake itself (the job step running this rule) would die of it (Python's default for
+# SIGUSR1). Ignored here; the rule's script process inherits that, and a training installs its own handler
+# (stochattn.training: it saves its state and raises, the job exits non-zero and is resubmitted).
+if os.environ.get("SLURM_JOB_ID"):
+    import signal
+
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+
+
 # The paper's protocol; --configfile files are merged over it. Absolute, so `--directory` works from anywhere.
 configfile: os.path.join(workflow.basedir, "config", "config.yaml")
 

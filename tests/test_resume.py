@@ -1,6 +1,7 @@
 """Resumable training: fit_regressor(checkpoint=...) killed after any epoch or signalled mid-epoch, then rerun, ends
 bit-identical to an uninterrupted run; foreign checkpoints are refused; writes are atomic."""
 
+import contextlib
 import logging
 import os
 import signal
@@ -642,3 +643,62 @@ def test_the_temporary_files_of_a_save_cut_short_are_removed_at_the_next_start(r
     assert leftover.exists() and other.exists()
     assert_identical(ref_model, ref_result, *fit(Step(), ckpt))
     assert not leftover.exists() and other.exists()
+
+
+def test_a_uci_multiswag_component_signalled_in_its_swag_phase_resumes_in_its_job(tmp_path, monkeypatch):
+    """The workflow's job (workflow_scripts/multiswag_component.py: the call inside stochattn.training.resumable): a
+    component signalled in its SWAG phase resumes there (its network's training returned from the completed state,
+    not trained again) and writes the same network and posterior as an uninterrupted job."""
+    from stochattn.experiments import methods
+    from stochattn.io import save_json
+    from stochattn.training import resumable
+
+    uci.prepare_sinusoid(tmp_path / "prepared.npz", n=160, seed=0)
+    candidate = dict(methods.SWAG_DEFAULTS, lr=1e-3, epochs=3, max_rank=3, batch_size=16)
+    save_json(tmp_path / "first.json", {"candidate": candidate})
+    model, train = dict(n_blocks=1, d_block=8, attention_n_heads=2), dict(max_epochs=3, lr=1e-2, batch_size=16)
+
+    def job(name, swag_step, backbone_step=None, checkpoint=None):
+        monkeypatch.setattr("stochattn.baselines.swag.standard_step", swag_step)
+        monkeypatch.setattr("stochattn.training.standard_step", backbone_step or Step())
+        with resumable(checkpoint) if checkpoint else contextlib.nullcontext():
+            uci.train_multiswag_component(tmp_path / "prepared.npz", tmp_path / name / "1.pt", component=1,
+                                          model=model, train=train, method_cfg={"components": 2}, seed=0,
+                                          num_samples=4, first_path=tmp_path / "first.json", progress=False)  # fmt: skip
+        return torch.load(tmp_path / name / "1.pt", weights_only=True)
+
+    ref = job("ref", Step())
+    ckpt = tmp_path / "resumed" / ".1.pt.resume-0123456789ab.pt"
+    with pytest.raises(TrainingInterrupted) as info:
+        job("resumed", Step(signal_at=11), checkpoint=ckpt)
+    assert info.value.checkpoint == ckpt.with_name(".1.pt.resume-0123456789ab.1.pt")  # the SWAG phase: 2nd fit
+    backbone, swag = Step(), Step()
+    out = job("resumed", swag, backbone, checkpoint=ckpt)
+    assert backbone.calls == 0 and 0 < swag.calls < 3 * 7
+    assert same(ref["swag"], out["swag"]) and same(ref["state_dict"], out["state_dict"])
+
+
+def test_a_sigusr1_between_the_fits_of_a_resumable_block_stops_the_next_fit(tmp_path):
+    """The early signal before a time limit may come while the job loads data or samples: inside resumable(...) it
+    is kept, and the next fit saves after its first step and stops; the rerun ends bit-identical. Outside a fit
+    nothing else happens, and the handlers are put back after the block."""
+    from stochattn.training import resumable
+
+    before = signal.getsignal(signal.SIGUSR1)
+    ref_model, ref_result = fit(Step())
+
+    def job(step):
+        with resumable(tmp_path / "job.pt"):
+            first = fit(Step(), max_epochs=2)
+            os.kill(os.getpid(), signal.SIGUSR1)  # between the fits: recorded, nothing else
+            return first, fit(step)
+
+    with pytest.raises(TrainingInterrupted) as info:
+        job(Step())
+    assert (info.value.checkpoint.name, info.value.epoch, info.value.step) == ("job.1.pt", 1, 1)
+    assert signal.getsignal(signal.SIGUSR1) is before
+    resumed = Step()
+    with resumable(tmp_path / "job.pt"):
+        fit(Step(), max_epochs=2)
+        model, result = fit(resumed)
+    assert_identical(ref_model, ref_result, model, result)

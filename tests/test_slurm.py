@@ -11,6 +11,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -61,11 +62,11 @@ def _profile(path: Path) -> Path:
     return path
 
 
-def _short_partition() -> None:
-    """A partition ``short`` on the node whose MaxTime is 1 minute (created, or updated when it exists)."""
-    exists = subprocess.run(["scontrol", "show", "partition", "short"], capture_output=True).returncode == 0
-    partition = ["scontrol", "update" if exists else "create", "PartitionName=short", "Nodes=localhost", "MaxTime=1",
-                 "State=UP"]  # fmt: skip
+def _short_partition(name: str = "short", minutes: int = 1) -> None:
+    """A partition ``name`` on the node whose MaxTime is ``minutes`` (created, or updated when it exists)."""
+    exists = subprocess.run(["scontrol", "show", "partition", name], capture_output=True).returncode == 0
+    partition = ["scontrol", "update" if exists else "create", f"PartitionName={name}", "Nodes=localhost",
+                 f"MaxTime={minutes}", "State=UP"]  # fmt: skip
     res = subprocess.run(partition, capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
 
@@ -194,6 +195,157 @@ def test_training_killed_at_its_time_limit_resumes_on_slurm(slurm, tmp_path):
         if key in ma:
             assert ma[key] == mb[key], key
     assert not list((work / target).parent.glob(".*resume*")), "the checkpoint is removed when the run succeeds"
+
+
+# SLURM checks time limits every 30 s and sends a job's early signal at the first check at most 30 s before the time
+# asked for: with --signal=USR1@5, 25-55 s into a 1-minute job, 85-115 s into its 2-minute retry (the runtime doubles
+# on a retry). A SWAG phase of ~65 s outlasts the first attempt's share, and the retry ends it (a machine that slows
+# down meanwhile may need a third attempt: retries leave room for it). Its epochs are counted from this machine's
+# speed, measured just before.
+SWAG_SECONDS = 65
+
+
+def _swag_epochs(split: Path, seconds: float) -> int:
+    """How many epochs of the tiny configuration's SWAG phase on yacht (``split``: a finished backbone's folder; one
+    thread, batch 32 as config.yaml's yacht, a checkpoint saved each epoch as in the job) take ``seconds`` here."""
+    import torch
+
+    from stochattn.baselines.swag import fit_swag
+    from stochattn.experiments.uci import load_backbone, load_prepared
+
+    data = load_prepared(split / "prepared.npz")
+    net, threads = load_backbone(data, split / "backbone" / "model.pt"), torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        t0 = time.perf_counter()
+        fit_swag(net, data["x_train"], data["y_train"], lr=1e-4, epochs=100, seed=0, max_rank=2, batch_size=32,
+                 progress=False, checkpoint=split / "speed.ckpt")  # fmt: skip
+        per_epoch = (time.perf_counter() - t0) / 100
+    finally:
+        torch.set_num_threads(threads)
+        (split / "speed.ckpt").unlink(missing_ok=True)
+    return int(seconds / per_epoch)
+
+
+_SAVED = re.compile(r"^(\S+ \S+) stochattn\.training WARNING received (SIGUSR1|SIGTERM) at epoch (\d+) step (\d+): "
+                    r"state saved", re.M)  # fmt: skip
+_RESUMED = re.compile(r"resuming from \S+: after epoch (\d+)(?: step (\d+))?")
+
+
+def _snapshots(path: Path, done: threading.Event, out: list[str]) -> None:
+    """The last content of each attempt's write of ``path`` (a rule log, truncated by each attempt of its job), read
+    every 0.1 s until ``done``: a retry overwrites the log of the attempt before it."""
+    while not done.wait(0.1):
+        text = path.read_text() if path.exists() else ""
+        if not text:
+            continue
+        if out and (len(text) >= len(out[-1]) and text.startswith(out[-1][:80])):
+            out[-1] = text
+        elif not out or text != out[-1]:
+            out.append(text)
+
+
+def test_swag_phase_signalled_before_its_time_limit_resumes_on_slurm(slurm, tmp_path):
+    """The profile's early signal (slurm/config.yaml's ``--signal=USR1@<s>``, here 5 s before the limit of a
+    1-minute job) in a SWAG phase: Snakemake ignores it (Snakefile), the phase saves its state (weights, optimizer,
+    moments, deviations, trajectory, clock) and exits non-zero, Snakemake resubmits the job (retries, with twice the
+    runtime), and the phase resumes exactly where it stopped: posterior and samples equal an uninterrupted local
+    run's bit for bit. Prints the work lost."""
+    import datetime
+
+    import torch
+
+    _short_partition("short2", 2)
+    estimates = tmp_path / "runtime.yaml"  # 1 minute, 2 on the retry (cluster.max_runtime_hours)
+    estimates.write_text(yaml.safe_dump({"run_method/swag": {"yacht": 1}}))
+    run = "results/uci/yacht/split0/swag"
+    targets = [f"{run}/samples.npz", f"{run}/posterior.pt"]
+    reference, work = tmp_path / "local", tmp_path / "work"
+    reference.mkdir()
+
+    def configured(epochs):
+        swag = {"epochs": epochs, "max_rank": 2, "grid": [{"lr": 1.0e-4}]}
+        return tiny_config(tmp_path / "swag.yaml", methods=["swag"],
+                           method_params={"swag": swag, "multiswag": {**swag, "components": 2}},
+                           cluster={"max_runtime_hours": 2 / 60}, runtime_estimates=str(estimates))  # fmt: skip
+
+    def local_run(cfg, *targets):
+        cmd = [*_snakemake_cmd(), "--snakefile", str(SNAKEFILE), "--directory", str(reference), "--cores", "1",
+               *targets, "--configfile", str(cfg)]  # fmt: skip
+        return subprocess.Popen(cmd, cwd=reference, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    # the backbone on the local executor, shared by both runs (a copy, Snakemake's records with it): only the SWAG
+    # job goes to SLURM; then the uninterrupted reference of the SWAG job, meanwhile, on the local executor
+    backbone = local_run(configured(2), "results/uci/yacht/split0/backbone/model.pt")
+    assert backbone.wait(timeout=300) == 0, backbone.communicate()[0][-4000:]
+    epochs = _swag_epochs(reference / "results/uci/yacht/split0", SWAG_SECONDS)
+    cfg = configured(epochs)  # the SWAG settings are no input of the backbone: it stays up to date
+    shutil.copytree(reference, work, symlinks=True)
+    local = local_run(cfg, *targets)
+
+    repo_extra = yaml.safe_load((REPO / "slurm" / "config.yaml").read_text())["default-resources"]["slurm_extra"]
+    assert re.fullmatch(r"'--signal=USR1@\d+'", repo_extra), repo_extra  # no B: (the steps, not the batch shell)
+    profile = _profile(tmp_path / "profile")
+    prof = yaml.safe_load((profile / "config.yaml").read_text())
+    prof["retries"] = 5
+    prof["default-resources"]["slurm_extra"] = re.sub(r"@\d+", "@5", repo_extra)
+    (profile / "partitions.yaml").write_text(yaml.safe_dump({"partitions": {"short2": {"max_runtime": 2,
+                                                                                      "max_gpu": 1}}}))  # fmt: skip
+    (profile / "config.yaml").write_text(yaml.safe_dump(prof, sort_keys=False))
+    cmd = ["timeout", "-k", "30", "540", *_snakemake_cmd(), "--snakefile", str(SNAKEFILE), "--directory", str(work),
+           "--profile", str(profile), *targets, "--configfile", str(cfg)]  # fmt: skip
+    logs, done = [], threading.Event()
+    poll = threading.Thread(target=_snapshots, args=(work / "logs/uci/yacht/split0/swag.log", done, logs))
+    poll.start()
+    t0 = time.time()
+    try:
+        res = subprocess.run(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                             timeout=600)  # fmt: skip
+    finally:
+        done.set()
+        poll.join()
+    wall, log = time.time() - t0, res.stdout
+    ref_out = local.communicate(timeout=600)[0]
+    assert res.returncode == 0, log[-6000:]
+    assert local.returncode == 0, ref_out[-4000:]
+
+    attempts = re.findall(r"Job \d+ has been submitted with SLURM jobid (\d+)", log)  # the SWAG job's only
+    shown = [_scontrol_job(i) for i in attempts]
+    states = [re.search(r"JobState=(\w+)", s).group(1) for s in shown]
+    print(f"\nSLURM jobs of run_swag {attempts}: states {states}; {wall:.0f} s")
+    assert len(attempts) >= 2 and states[-1] == "COMPLETED", "\n\n".join(shown)[-4000:]
+    assert len(logs) == len(attempts), [t[:200] for t in logs]
+    signals = []
+    for k, (text, shown_k) in enumerate(zip(logs[:-1], shown[:-1])):
+        saved = _SAVED.findall(text)
+        assert len(saved) == 1, text[-3000:]
+        at, signame, epoch, step = saved[0]
+        signals.append(signame)
+        if signame == "SIGUSR1":  # Snakemake in the job outlived it (it ignores it) and reported the script's failure
+            slurm_log = next((work / ".snakemake" / "slurm_logs").rglob(f"{attempts[k]}.log")).read_text()
+            assert "Error in rule run_swag" in slurm_log, slurm_log[-3000:]
+        resumed = _RESUMED.search(logs[k + 1])
+        assert resumed, logs[k + 1][-3000:]
+        # (epochs done, steps into the next): a stop "at epoch 5 step 3" and the resume "after epoch 5 step 3" are
+        # (4, 3); a stop at an epoch's end "at epoch 6 step 0" and the resume "after epoch 5" are (5, 0)
+        done_, into = resumed.groups()
+        assert (int(epoch) - 1, int(step)) == ((int(done_), 0) if into is None else (int(done_) - 1, int(into)))
+        saved_at = datetime.datetime.strptime(at, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        started, ended = (datetime.datetime.fromisoformat(re.search(rf"{key}=(\S+)", shown_k).group(1)).timestamp()
+                          for key in ("StartTime", "EndTime"))  # fmt: skip
+        limit = 60 * int(re.search(r"TimeLimit=(?:\d+-)?(\d+):(\d+):\d+", shown_k).group(2))
+        print(f"attempt {k + 1} ({states[k]}, limit {limit} s): {signame} {saved_at - started:.0f} s after its start, "
+              f"saved after its step (epoch {epoch} step {step} of {epochs}) and resumed there by attempt {k + 2}: "
+              f"training lost 0 s; the job ended {max(0.0, ended - saved_at):.0f} s after the save (its teardown; "
+              f"SLURM's times: whole seconds), {started + limit - ended:.0f} s before its limit")
+
+    a, b = np.load(reference / targets[0]), np.load(work / targets[0])
+    assert all(a[key].tobytes() == b[key].tobytes() for key in a.files)
+    a, b = (torch.load(d / targets[1], map_location="cpu", weights_only=True)["swag"] for d in (reference, work))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) if torch.is_tensor(a[k]) else a[k] == b[k] for k in a)
+    print(f"moments equal the local run's: n_collected {b['n_collected']}, mean, second moment and deviations "
+          f"bit for bit")
+    assert not list((work / run).glob(".*resume*")), "the checkpoints are removed when the run succeeds"
 
 
 def test_preflight_names_the_jobs_a_short_partition_cannot_run(slurm, tmp_path):

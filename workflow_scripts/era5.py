@@ -138,13 +138,14 @@ else:
                           checkpoint=resume_checkpoint(sm), provenance=job.stage())  # fmt: skip
         print(f"LoRA: best epoch {meta['best_epoch']}, test skill {meta['test_skill']}", flush=True)
     elif rule in ("era5_method", "era5_calibrate_sa", "era5_swag", "era5_select", "era5_select_swag"):
-        meta = era5.run_method(p.method, sm.input.prepared, sm.input.backbone, sm.input.adapter,
-                               Path(sm.output.samples).parent, lora=p.lora, train=p.train, method_cfg=p.method_cfg,
-                               num_samples=p.num_samples, seed=p.seed, sa_sites=p.sa_sites,
-                               swag_scales=p.swag_scales, allow_pickle=p.allow_pickle,
-                               require_skill=p.require_skill, members=sm.input.get("members"),
-                               swag_member=sm.output.get("member"), candidates=sm.input.get("candidates"),
-                               progress=progress, provenance=job.stage())  # fmt: skip
+        with resumable(resume_checkpoint(sm)):  # the trainings and SWAG phases of a method fitted here resume
+            meta = era5.run_method(p.method, sm.input.prepared, sm.input.backbone, sm.input.adapter,
+                                   Path(sm.output.samples).parent, lora=p.lora, train=p.train, method_cfg=p.method_cfg,
+                                   num_samples=p.num_samples, seed=p.seed, sa_sites=p.sa_sites,
+                                   swag_scales=p.swag_scales, allow_pickle=p.allow_pickle,
+                                   require_skill=p.require_skill, members=sm.input.get("members"),
+                                   swag_member=sm.output.get("member"), candidates=sm.input.get("candidates"),
+                                   progress=progress, provenance=job.stage())  # fmt: skip
         print(f"{p.method}: seconds {meta['seconds']}", flush=True)
     elif rule == "era5_candidate":
         with resumable(resume_checkpoint(sm)):  # a rerun after a kill resumes the training inside

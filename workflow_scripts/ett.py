@@ -109,12 +109,13 @@ else:
                          checkpoint=resume_checkpoint(sm), provenance=job.stage())  # fmt: skip
         print(f"LoRA: best epoch {meta['best_epoch']}, test MAE {meta['test_mae']}", flush=True)
     elif rule in ("ett_method", "ett_calibrate_sa", "ett_swag", "ett_select", "ett_select_swag"):
-        meta = ett.run_method(p.method, sm.input.prepared, sm.input.backbone, sm.input.adapter,
-                              Path(sm.output.samples).parent, lora=p.lora, train=p.train, method_cfg=p.method_cfg,
-                              num_samples=p.num_samples, seed=p.seed, members=sm.input.get("members"),
-                              require_skill=p.require_skill, swag_member=sm.output.get("member"),
-                              candidates=sm.input.get("candidates"), progress=progress,
-                              provenance=job.stage())  # fmt: skip
+        with resumable(resume_checkpoint(sm)):  # the trainings and SWAG phases of a method fitted here resume
+            meta = ett.run_method(p.method, sm.input.prepared, sm.input.backbone, sm.input.adapter,
+                                  Path(sm.output.samples).parent, lora=p.lora, train=p.train, method_cfg=p.method_cfg,
+                                  num_samples=p.num_samples, seed=p.seed, members=sm.input.get("members"),
+                                  require_skill=p.require_skill, swag_member=sm.output.get("member"),
+                                  candidates=sm.input.get("candidates"), progress=progress,
+                                  provenance=job.stage())  # fmt: skip
         print(f"{p.method}: seconds {meta['seconds']}", flush=True)
     elif rule == "ett_candidate":
         with resumable(resume_checkpoint(sm)):  # a rerun after a kill resumes the training inside

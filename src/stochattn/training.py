@@ -365,6 +365,7 @@ def _make_optimizer(
 # ---------------------------------------------------------------------------------------------------------------
 
 _STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGUSR1", "SIGTERM") if hasattr(signal, name))
+_EARLY_SIGNALS = _STOP_SIGNALS[:1] if hasattr(signal, "SIGUSR1") else ()  # SLURM's warning before a time limit
 
 
 _RESUMABLE: "contextvars.ContextVar[list | None]" = contextvars.ContextVar("stochattn_resumable", default=None)
@@ -375,10 +376,16 @@ def resumable(path: str | Path) -> Iterator[None]:
     """Within the block, every :func:`fit_regressor` call made without ``checkpoint`` (and, with ``on_epoch_end``,
     with ``hook_state``) checkpoints to ``<path stem>.<i><suffix>`` (``i``: the call's order in the block, so a
     rerun of the same code meets each fit's own file): for a job whose trainings happen deep inside a method (a grid
-    candidate's IVON, HSA or Contextual Dropout fit, a SWAG phase) that a rerun after a kill should resume."""
-    token = _RESUMABLE.set([Path(path), 0])
+    candidate's IVON, HSA or Contextual Dropout fit, a SWAG phase) that a rerun after a kill should resume.
+
+    A SIGUSR1 that arrives in the block between two fits (the early signal before a time limit, while the job loads
+    data or samples) is kept: the next checkpointed fit saves and stops after its first step. Outside the fits it
+    changes nothing else (a job that trains no more ends normally); SIGTERM keeps its own handler there."""
+    state = [Path(path), 0, []]  # checkpoint stem, fits so far, stop requests received in the block
+    token = _RESUMABLE.set(state)
     try:
-        yield
+        with _stop_requests(True, state[2], _EARLY_SIGNALS):
+            yield
     finally:
         _RESUMABLE.reset(token)
 
@@ -387,7 +394,7 @@ def _ambient_checkpoint() -> Path | None:
     state = _RESUMABLE.get()
     if state is None:
         return None
-    path, i = state
+    path, i, _ = state
     state[1] += 1
     return path.with_name(f"{path.stem}.{i}{path.suffix}")
 
@@ -406,16 +413,18 @@ class TrainingInterrupted(Exception):
 
 
 @contextlib.contextmanager
-def _stop_requests(enabled: bool) -> Iterator[list[int]]:
-    """Yield a list to which SIGUSR1 / SIGTERM append their number instead of acting (only when ``enabled`` and in
-    the main thread, where Python delivers signals); the previous handlers are restored afterwards."""
-    received: list[int] = []
+def _stop_requests(enabled: bool, received: list[int] | None = None,
+                   signals: Sequence[int] = _STOP_SIGNALS) -> Iterator[list[int]]:  # fmt: skip
+    """Yield a list (``received``, else a new one) to which ``signals`` (SIGUSR1 / SIGTERM) append their number
+    instead of acting (only when ``enabled`` and in the main thread, where Python delivers signals); the previous
+    handlers are restored afterwards."""
+    received = [] if received is None else received
     if not enabled or threading.current_thread() is not threading.main_thread():
         yield received
         return
-    previous = {s: signal.getsignal(s) for s in _STOP_SIGNALS}
+    previous = {s: signal.getsignal(s) for s in signals}
     try:
-        for s in _STOP_SIGNALS:
+        for s in signals:
             signal.signal(s, lambda signum, frame: received.append(signum))
         yield received
     finally:
@@ -728,7 +737,9 @@ def fit_regressor(
         logger.warning(str(interrupted))
         raise interrupted
 
-    with seeded(int(seed), dev), _stop_requests(ckpt is not None) as stop, _removed_if_diverged(ckpt):
+    block = _RESUMABLE.get()  # inside resumable(...): its stop requests count (a SIGUSR1 received before this fit)
+    requests = block[2] if block is not None and ckpt is not None else None
+    with seeded(int(seed), dev), _stop_requests(ckpt is not None, requests) as stop, _removed_if_diverged(ckpt):
         if saved is not None:
             _set_rng_state(saved["rng"], dev, model)
         epochs = range(first_epoch, max_epochs + 1)
