@@ -833,8 +833,8 @@ def calibrate_sampler(
     operating point is at the domain's low end with the surrogate asking for more dispersion (``at_boundary``).
 
     Intervals at their stated level: ``rescale="conformal"`` (or ``"temperature"``) then fits the paper's scalar
-    post-scaling (§5.2: temperature scaling or conformal prediction on the calibration set) of SA's samples around
-    the deterministic prediction, so that :meth:`CalibratedSampler.sample` and :meth:`CalibratedSampler.interval`
+    post-scaling (§5.2: "scalar post-scaling on the calibration set via temperature scaling or conformal
+    prediction") of SA's samples around the deterministic prediction, so that :meth:`CalibratedSampler.sample` and :meth:`CalibratedSampler.interval`
     return rescaled draws and intervals (:class:`Rescaling`; ``rescaled=False`` gives SA's native ones). The
     calibration points are split at random (``seed``) into two disjoint parts: ``nu`` is calibrated on
     ``1 - scale_fraction`` of them, the factor on the other ``scale_fraction`` (default half), from
