@@ -69,8 +69,9 @@ def test_sa_on_the_diabetes_data_native_rescaled_and_gaussian_intervals():
     above 95 % (conformal's expected coverage 43/45 = 0.956; SD over seeds and test points about 0.02)."""
     pytest.importorskip("sklearn")
     out = _run("sa_on_diabetes.py")
-    rows = re.findall(r"^\| (\d+|mean) \| (SA native|SA conformal|SA temperature|Gaussian) \| ([0-9.]+) \| ([0-9.]+) \| "
-                      r"([0-9.]+) \| ([0-9.]+) \|$", out, re.M)  # fmt: skip
+    methods = "SA native|SA conformal|SA temperature|Gaussian"
+    rows = re.findall(rf"^\| (\d+|mean) \| ({methods}) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \| ([0-9.]+) \|$", out,
+                      re.M)  # fmt: skip
     assert len(rows) == 4 * 3 + 4, out
     mean = {m: tuple(map(float, v)) for s, m, *v in rows if s == "mean"}
     assert mean["SA conformal"][2] >= mean["SA native"][2] and mean["SA conformal"][3] > mean["SA native"][3]

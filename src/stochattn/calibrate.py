@@ -835,8 +835,8 @@ def calibrate_sampler(
     Intervals at their stated level: ``rescale="conformal"`` (or ``"temperature"``) then fits the paper's scalar
     post-scaling (§5.2: "scalar post-scaling on the calibration set via temperature scaling or conformal
     prediction") of SA's samples around the deterministic prediction, so that :meth:`CalibratedSampler.sample`
-    and :meth:`CalibratedSampler.interval` return rescaled draws and intervals (:class:`Rescaling`; ``rescaled=False`` gives SA's native ones). The
-    calibration points are split at random (``seed``) into two disjoint parts: ``nu`` is calibrated on
+    and :meth:`CalibratedSampler.interval` return rescaled draws and intervals (:class:`Rescaling`;
+    ``rescaled=False`` gives SA's native ones). The calibration points are split at random (``seed``) into two disjoint parts: ``nu`` is calibrated on
     ``1 - scale_fraction`` of them, the factor on the other ``scale_fraction`` (default half), from
     ``num_samples`` SA draws per point at the calibrated nu. Why disjoint: nu is chosen from the calibration points'
     residuals, so on the same points the rescaled intervals' scores are no longer exchangeable with a new point's
