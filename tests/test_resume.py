@@ -16,6 +16,12 @@ from stochattn.training import TrainingInterrupted, fit_regressor, standard_step
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
+
+@pytest.fixture(autouse=True)
+def every_epoch_saved(monkeypatch):
+    """A save at every epoch's end, whatever the saves cost next to the epochs (see the test of the share below)."""
+    monkeypatch.setattr("stochattn.training._SAVE_SHARE", None)
+
 # lr 0.1 makes the validation curve noisy: early stopping at epoch 8 of 12, best epoch 6 (checked below)
 SETTINGS = dict(seed=0, lr=0.1, batch_size=32, max_epochs=12, patience=2, progress=False)
 STEPS = 7  # optimisation steps per epoch: 200 training rows in batches of 32
@@ -702,3 +708,38 @@ def test_a_sigusr1_between_the_fits_of_a_resumable_block_stops_the_next_fit(tmp_
         fit(Step(), max_epochs=2)
         model, result = fit(resumed)
     assert_identical(ref_model, ref_result, model, result)
+
+
+def test_saves_at_epoch_ends_take_a_bounded_share_of_the_time(tmp_path, monkeypatch):
+    """Where a save is slow next to an epoch (a SWAG phase of few steps per epoch saving its posterior), the epoch
+    ends save less often: at most about a tenth of the time goes to them; a kill still resumes bit-identical."""
+    import time as clock
+
+    from stochattn import training
+
+    monkeypatch.setattr(training, "_SAVE_SHARE", 0.1)
+    saves, save_torch = [], training.save_torch
+
+    def slow(path, obj):  # a save of 30 ms: several epochs of this tiny model
+        saves.append(obj["epoch"])
+        clock.sleep(0.03)
+        return save_torch(path, obj)
+
+    monkeypatch.setattr(training, "save_torch", slow)
+    settings = dict(max_epochs=30, patience=None)
+    ref_model, ref_result = fit(Step(), **settings)
+    ckpt = tmp_path / "fit.ckpt"
+    t0 = clock.perf_counter()
+    fit(Step(), ckpt, **settings)
+    seconds = clock.perf_counter() - t0
+    ends = saves[:-1]  # the last save: the completed state
+    assert 1 < len(ends) < 15 and len(ends) * 0.03 <= 0.1 * seconds + 0.03, (saves, seconds)
+    ckpt.unlink()
+    saves.clear()
+    with pytest.raises(Killed):
+        fit(Step(kill_at=20 * STEPS + 1), ckpt, **settings)
+    last = saves[-1]
+    assert 0 < last < 20  # the last epoch end saved before the kill
+    resumed = Step()
+    assert_identical(ref_model, ref_result, *fit(resumed, ckpt, **settings))
+    assert resumed.calls == (30 - last) * STEPS

@@ -10,7 +10,7 @@ A model here maps ``x: (B, n_features) -> (B,)`` (a trailing singleton output di
 Everything random inside :func:`fit_regressor` (mini-batch order, dropout masks, IVON's weight noise) is driven by
 the ``seed`` argument, so a CPU run is bit-for-bit repeatable; the global torch RNG of the caller is left untouched.
 
-With ``checkpoint=<file>`` a fit saves its full state after every epoch (and on SIGUSR1 / SIGTERM, between two
+With ``checkpoint=<file>`` a fit saves its full state after its epochs (and on SIGUSR1 / SIGTERM, between two
 training steps or two validation batches, before raising :class:`TrainingInterrupted`), and a rerun with the same
 arguments continues from there and ends exactly where an uninterrupted run ends (bit for bit on the CPU); a completed
 fit's final state stays there until the caller deletes it. Hooks that keep state (SWAG's moments) pass it as
@@ -448,12 +448,26 @@ def _name(fn: Any) -> str:
     return f"{getattr(fn, '__module__', '')}.{fn.__qualname__}"
 
 
+_SAVE_SHARE: float | None = 0.1
+"""At most about this share of a fit's time goes to the saves at epoch ends (:meth:`_Checkpoint.due`): every epoch
+while a save is quick next to an epoch, less often where it is not (a SWAG phase of a few steps per epoch saving a
+rank-20 posterior, ~90 MB at the paper's FT-Transformer); ``None``: every epoch. The saves on a signal and at the end
+are always made."""
+
+
 class _Checkpoint:
     """The resumable state of one :func:`fit_regressor` call in the file ``path``, tagged with ``fingerprint`` (the
     call's settings, model layout and initial weights, data digest) so that a foreign file is refused."""
 
     def __init__(self, path: str | Path, fingerprint: dict[str, Any]):
         self.path, self.fingerprint = Path(path), fingerprint
+        self._last = (time.perf_counter(), 0.0)  # when the last save ended, how long it took
+
+    def due(self) -> bool:
+        """Whether an epoch's end should save: the time since the last save is at least ``(1 - share) / share``
+        times what it took (:data:`_SAVE_SHARE`), so a kill without warning loses at most that, or an epoch."""
+        end, took = self._last
+        return _SAVE_SHARE is None or time.perf_counter() - end >= took * (1 - _SAVE_SHARE) / _SAVE_SHARE
 
     def load(self) -> dict[str, Any] | None:
         """The saved state, or ``None`` without a file; ValueError if the file belongs to another training.
@@ -496,7 +510,10 @@ class _Checkpoint:
         return state
 
     def save(self, state: dict[str, Any]) -> None:
+        start = time.perf_counter()
         save_torch(self.path, {"fingerprint": self.fingerprint, **state})
+        end = time.perf_counter()
+        self._last = (end, end - start)
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
@@ -589,8 +606,9 @@ def fit_regressor(
         on_epoch_end: ``hook(epoch, model)`` called once after each epoch's training pass and before validation
             (SWAG advances its clock here).
         device: where to train; ``None`` picks CUDA when available. The model is moved there.
-        checkpoint: a file to make the fit resumable. After every epoch the full state (model, optimizer, the
-            RNGs, best-so-far record, history, ``hook_state``) is saved there atomically; SIGUSR1 or SIGTERM
+        checkpoint: a file to make the fit resumable. After every epoch (less often where saves are slow next to
+            epochs: at most ~10 % of the time goes to them) the full state (model, optimizer, the RNGs, best-so-far
+            record, history, ``hook_state``) is saved there atomically; SIGUSR1 or SIGTERM
             (handled while the fit runs in the main thread) save it after the current optimisation step or
             validation batch (the validation's predictions so far included: the rerun neither trains that epoch
             again nor calls ``on_epoch_end`` twice) and raise :class:`TrainingInterrupted`. An existing file from
@@ -796,7 +814,7 @@ def fit_regressor(
                     break
             else:
                 best_epoch = epoch
-            if ckpt is not None and epoch < max_epochs:
+            if ckpt is not None and epoch < max_epochs and (stop or ckpt.due()):
                 ckpt.save(state(epoch, None))
                 if stop:  # came after the last check (in on_epoch_end without validation data, or in the save)
                     interrupt(epoch + 1, None, 0)
