@@ -417,3 +417,101 @@ def scaled_dot_product_attention(
         weights = stochastic_weights(probs, nu, generator=generator, method=method, validate=False)
         return F.dropout(weights, p=dropout_p) @ value
     return stochastic_attention(probs, value, nu, generator=generator, method=method)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# SA as registered operators (torch.compile, CUDA graphs): the RNG state is an explicit input
+# --------------------------------------------------------------------------------------------------------------
+#: splitmix64 constants: one call's generator seed from a stream's (seed, offset)
+_GOLDEN, _MIX1, _MIX2, _MASK64 = 0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB, (1 << 64) - 1
+
+
+def _mix(seed: int, offset: int) -> int:
+    """A 63-bit generator seed for call ``offset`` of the stream ``seed`` (splitmix64 of seed + offset x golden)."""
+    z = (seed + (offset + 1) * _GOLDEN) & _MASK64
+    z = ((z ^ (z >> 30)) * _MIX1) & _MASK64
+    z = ((z ^ (z >> 27)) * _MIX2) & _MASK64
+    return (z ^ (z >> 31)) >> 1
+
+
+def new_stream(generator: Optional[torch.Generator] = None, count: int = 1) -> list[Tensor]:
+    """``count`` RNG streams for :func:`call_generator`: int64 CPU tensors ``[seed, 0]``, the seeds drawn from
+    ``generator`` (torch's default generator when None), so the same generator seed gives the same streams."""
+    device = generator.device if generator is not None else torch.device("cpu")
+    seeds = torch.randint(0, 2**62, (count,), generator=generator, device=device).cpu().tolist()
+    return [torch.tensor([s, 0], dtype=torch.int64) for s in seeds]
+
+
+def call_generator(rng: Tensor, device: Union[str, torch.device]) -> torch.Generator:
+    """The generator of one SA call on ``device``, from the stream ``rng`` = int64 CPU tensor ``[seed, offset]``;
+    advances the offset in place, so every call gets a fresh generator and a stream reproduces its calls in order.
+    (Each call's generator is seeded with ``_mix(seed, offset)``: distinct calls use distinct seeds of torch's
+    generator, whose streams are taken as independent, as for any two seeds.)"""
+    seed, offset = (int(x) for x in rng.tolist())
+    rng[1] += 1
+    return torch.Generator(device=device).manual_seed(_mix(seed, offset))
+
+
+def _nu_arg(nu: int, nu_rows: Optional[Tensor]) -> Union[int, Tensor]:
+    return nu_rows if nu_rows is not None else nu
+
+
+_FUSED_CODE = {None: -1, False: 0, True: 1}
+_FUSED_FLAG = {-1: None, 0: False, 1: True}
+
+
+@torch.library.custom_op(
+    "stochattn::sdpa", mutates_args=("rng",),
+    schema="(Tensor query, Tensor key, Tensor value, Tensor? attn_mask, bool is_causal, float? scale, bool enable_gqa, "
+           "int nu, Tensor? nu_rows, Tensor(a!) rng, str method, int fused) -> Tensor",
+)  # fmt: skip
+def sdpa_op(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor], is_causal: bool,
+            scale: Optional[float], enable_gqa: bool, nu: int, nu_rows: Optional[Tensor], rng: Tensor, method: str,
+            fused: int) -> Tensor:  # fmt: skip
+    """:func:`scaled_dot_product_attention` with SA at ``nu`` (``nu_rows``, an int64 tensor broadcastable to
+    (..., Hq, L), replaces it where given: per head / row, 0 = deterministic) as one operator: the explicit path on
+    the CPU, the fused Triton kernel on CUDA (``fused``: -1 where it can run, 0 never, 1 always). Its random numbers
+    come from the stream ``rng`` (:func:`call_generator`, whose offset it advances), an input of the graph, so a
+    compiled graph draws fresh weights on every call and the stream's seed reproduces a run. Opaque to
+    ``torch.compile`` (no graph break: a fake implementation gives the output's shape)."""
+    generator = call_generator(rng, query.device)
+    return scaled_dot_product_attention(query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa,
+                                        nu=_nu_arg(nu, nu_rows), generator=generator, method=method,
+                                        fused=_FUSED_FLAG[fused])  # fmt: skip
+
+
+@sdpa_op.register_fake
+def _(query, key, value, attn_mask, is_causal, scale, enable_gqa, nu, nu_rows, rng, method, fused):
+    return query.new_empty(*query.shape[:-1], value.shape[-1], dtype=value.dtype)
+
+
+@torch.library.custom_op(
+    "stochattn::attend", mutates_args=("rng",),
+    schema="(Tensor probs, Tensor value, int nu, Tensor? nu_rows, Tensor(a!) rng, str method) -> Tensor",
+)
+def attend_op(probs: Tensor, value: Tensor, nu: int, nu_rows: Optional[Tensor], rng: Tensor, method: str) -> Tensor:
+    """:func:`stochastic_attention` (``probs`` (..., L, S) -> (..., L, D)) as an operator; the RNG as in
+    :func:`sdpa_op`."""
+    generator = call_generator(rng, probs.device)
+    return stochastic_attention(probs, value, _nu_arg(nu, nu_rows), generator=generator, method=method)
+
+
+@attend_op.register_fake
+def _(probs, value, nu, nu_rows, rng, method):
+    return probs.new_empty(*probs.shape[:-1], value.shape[-1], dtype=value.dtype)
+
+
+@torch.library.custom_op(
+    "stochattn::weights", mutates_args=("rng",),
+    schema="(Tensor probs, int nu, Tensor? nu_rows, Tensor(a!) rng, str method) -> Tensor",
+)
+def weights_op(probs: Tensor, nu: int, nu_rows: Optional[Tensor], rng: Tensor, method: str) -> Tensor:
+    """:func:`stochastic_weights` (same shape as ``probs``) as an operator; the RNG as in :func:`sdpa_op`."""
+    generator = call_generator(rng, probs.device)
+    return stochastic_weights(probs, _nu_arg(nu, nu_rows), generator=generator, method=method,
+                              validate=False)  # fmt: skip
+
+
+@weights_op.register_fake
+def _(probs, nu, nu_rows, rng, method):
+    return torch.empty_like(probs)

@@ -37,6 +37,7 @@ import fnmatch
 import math
 import numbers
 import re
+import sys
 import threading
 import types
 import warnings
@@ -48,7 +49,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .attention import Method, check_nu, scaled_dot_product_attention, stochastic_attention, stochastic_weights
+from .attention import (
+    _FUSED_CODE,
+    Method,
+    call_generator,
+    check_nu,
+    new_stream,
+    scaled_dot_product_attention,
+    stochastic_attention,
+    stochastic_weights,
+)
 
 NuSpec = Union[None, int, Sequence, Mapping, Tensor]
 
@@ -73,27 +83,71 @@ def generator_on(
     return derived[key]
 
 
+class _Call:
+    """One patched forward in progress: whether it made a stochastic draw (an object created per call, so that a
+    compiled forward records the draw without reading a counter that changes between calls)."""
+
+    def __init__(self) -> None:
+        self.drew = False
+
+
+def _needs_grad(*tensors: Tensor) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
 @dataclass
 class SAState:
-    """What one patched attention module needs at call time."""
+    """What one patched attention module needs at call time.
+
+    Random numbers: every call draws from a generator seeded from the module's *stream* ``rng`` (an int64 CPU tensor
+    ``[seed, offset]``, the seed drawn from ``generator`` when the patch is made or the generator set, the offset
+    advanced per call; :func:`stochattn.attention.call_generator`). The stream is an explicit input of SA's operators
+    (``torch.ops.stochattn.sdpa`` / ``attend`` / ``weights``), so a ``torch.compile``'d forward, which cannot call a
+    ``torch.Generator``, draws fresh weights on every call, and the same generator seed reproduces a run, compiled
+    or not (both draw the same weights)."""
 
     nu: Union[None, int, Tensor]  # None, an int, or an int64 tensor of shape (n_heads, 1) (0 = deterministic head)
     generator: Optional[torch.Generator]
     method: Method
     derived: Dict[str, torch.Generator] = field(default_factory=dict)  # generators on other devices (shared)
     fused: Optional[bool] = None  # the fused Triton kernel on the SDPA path: None where it can run, True / False forced
-    draws: int = 0  # stochastic draws made so far (one per weights / attend / sdpa call)
+    draws: int = 0  # stochastic draws made so far in eager calls (one per weights / attend / sdpa call)
+    rng: Optional[Tensor] = None  # the stream [seed, offset]; drawn from ``generator`` on first use when not set
+    call: Optional[_Call] = None  # the patched forward in progress
+
+    def _stream(self) -> Tensor:
+        if self.rng is None:
+            self.rng = new_stream(self.generator)[0]
+        return self.rng
+
+    def _drew(self) -> None:
+        if self.call is not None:
+            self.call.drew = True
+        if not torch.compiler.is_compiling():
+            self.draws += 1
+
+    @staticmethod
+    def _nu_args(nu: Union[int, Tensor]) -> tuple:
+        return (0, nu) if isinstance(nu, Tensor) else (nu, None)
 
     def weights(self, probs: Tensor) -> Tensor:
         """probs (B, H, L, S) -> stochastic weights of the same shape (identity when nu is None)."""
-        gen = generator_on(self.generator, probs.device, self.derived)
-        self.draws += 1
+        if self.nu is None:
+            return probs
+        self._drew()
+        if torch.compiler.is_compiling() and not _needs_grad(probs):
+            return torch.ops.stochattn.weights(probs, *self._nu_args(self.nu), self._stream(), self.method)
+        gen = call_generator(self._stream(), probs.device)
         return stochastic_weights(probs, self.nu, generator=gen, method=self.method, validate=False)
 
     def attend(self, probs: Tensor, value: Tensor) -> Tensor:
         """probs (B, H, L, S), value (B, H, S, D) -> stochastic attention output (B, H, L, D)."""
-        gen = generator_on(self.generator, probs.device, self.derived)
-        self.draws += 1
+        if self.nu is None:
+            return probs @ value
+        self._drew()
+        if torch.compiler.is_compiling() and not _needs_grad(probs, value):
+            return torch.ops.stochattn.attend(probs, value, *self._nu_args(self.nu), self._stream(), self.method)
+        gen = call_generator(self._stream(), probs.device)
         return stochastic_attention(probs, value, self.nu, generator=gen, method=self.method)
 
     def sdpa(
@@ -102,9 +156,14 @@ class SAState:
     ) -> Tensor:
         """``F.scaled_dot_product_attention`` semantics (no dropout) with SA at ``nu`` (an int or a tensor
         broadcastable to (..., Hq, L)): query (..., Hq, L, E), key (..., Hk, S, E), value (..., Hk, S, Ev) ->
-        (..., Hq, L, Ev)."""
-        gen = generator_on(self.generator, query.device, self.derived)
-        self.draws += 1
+        (..., Hq, L, Ev). Through the operator ``torch.ops.stochattn.sdpa`` (explicit path on the CPU, the fused
+        kernel on CUDA), except with autograd through the inputs (the function itself, the same draws)."""
+        self._drew()
+        if not _needs_grad(query, key, value):
+            return torch.ops.stochattn.sdpa(query, key, value, attn_mask, is_causal, scale, enable_gqa,
+                                            *self._nu_args(nu), self._stream(), self.method,
+                                            _FUSED_CODE[self.fused])  # fmt: skip
+        gen = call_generator(self._stream(), query.device)
         return scaled_dot_product_attention(
             query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa, nu=nu, generator=gen, method=self.method,
             fused=self.fused,
@@ -120,13 +179,17 @@ class AttentionAdapter:
     under attention dropout) on its (B, H, L, S) attention probabilities. ``n_heads(module)`` gives H (None where
     unknown: per-head nu is then refused). ``calls_original``: the adapter runs ``original_forward`` (with a swapped
     attention function) rather than re-implementing it, so it also serves subclasses that override ``forward``.
-    ``kind`` names the mechanism in reports.
+    ``kind`` names the mechanism in reports; ``acquire`` / ``release`` (optional) set up and tear down what the
+    adapter needs process-wide while a patch using it is applied.
     """
 
     forward: Callable[..., Any]
     n_heads: Callable[[nn.Module], Optional[int]]
     calls_original: bool = False
     kind: str = "adapter"
+    #: called once per applied patch that has a module of this adapter, and again when the patch is removed
+    acquire: Optional[Callable[[], None]] = None
+    release: Optional[Callable[[], None]] = None
 
 
 _REGISTRY: Dict[type, AttentionAdapter] = {}
@@ -164,9 +227,21 @@ def adapter_for(module: nn.Module) -> Optional[AttentionAdapter]:
     return None
 
 
+def _named_modules(model: nn.Module) -> Iterator[tuple]:
+    """``model.named_modules()`` with the wrapper of ``torch.compile`` (``OptimizedModule._orig_mod``) left out of
+    the names, so a compiled model and its original report (and match ``nu`` patterns) under the same names."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")  # none exists before torch.compile is first used
+    wrapper = getattr(eval_frame, "OptimizedModule", ())
+    for name, module in model.named_modules():
+        if isinstance(module, wrapper):
+            continue
+        yield re.sub(r"(^|\.)_orig_mod(\.|$)", lambda m: m.group(1) if m.group(2) else "", name).strip("."), module
+
+
 def attention_modules(model: nn.Module) -> Dict[str, nn.Module]:
-    """Qualified name -> module, for every module SA can patch (:func:`adapter_for`), in model order."""
-    return {name: m for name, m in model.named_modules() if adapter_for(m) is not None}
+    """Qualified name -> module, for every module SA can patch (:func:`adapter_for`), in model order. A module
+    compiled with ``torch.compile`` (an ``OptimizedModule``) is seen through: its names are the original model's."""
+    return {name: m for name, m in _named_modules(model) if adapter_for(m) is not None}
 
 
 _ATTENTION_LIKE = re.compile(r"attention|attn", re.IGNORECASE)
@@ -178,7 +253,7 @@ def unpatched_attention(model: nn.Module, patched: Mapping[str, nn.Module]) -> D
     ``BertAttention`` around the patched ``BertSelfAttention`` is covered)."""
     names = list(patched)
     out = {}
-    for name, module in model.named_modules():
+    for name, module in _named_modules(model):
         if name in patched or not any(_ATTENTION_LIKE.search(c.__name__) for c in type(module).__mro__):
             continue
         inside = any(p == "" or name.startswith(p + ".") for p in names)
@@ -311,6 +386,13 @@ class StochasticAttention:
     the fused Triton kernel (:mod:`stochattn.triton_sa`) where it can (``None``: CUDA, fp32 / bf16 / fp16, nu per
     module or head), always (``True``: an error where it cannot) or never (``False``). Adapters that form the
     probabilities themselves (``nn.MultiheadAttention``, rtdl, the TimesFM / ClimaX adapters) keep the explicit path.
+
+    ``torch.compile``: patch then compile, or compile then patch (``torch.compile(model)``, ``model.compile()``, a
+    compiled ``forward`` as TimesFM's loader makes): a patched forward is an instance attribute, which Dynamo guards
+    on, so applying or removing the patch recompiles; SA runs as registered operators (``torch.ops.stochattn.*``)
+    whose random stream is a graph input, so every call of the compiled graph draws fresh weights, the same ones as
+    eager calls from the same generator seed. A new ``nu`` (an int) recompiles too. Names are the original model's
+    (``torch.compile``'s ``_orig_mod`` is left out).
     """
 
     def __init__(
@@ -343,7 +425,13 @@ class StochasticAttention:
         self._fastpath = any(isinstance(m, nn.MultiheadAttention) for m in self.modules.values())
         self._silent: set = set()  # modules already reported for a forward without a draw
         self.set_nu(nu)
+        self._seed_streams()
         self.apply()
+
+    def _seed_streams(self) -> None:
+        """One random stream per module (:class:`SAState`), the seeds drawn from the generator in model order."""
+        for state, rng in zip(self._states.values(), new_stream(self.generator, len(self._states))):
+            state.rng = rng
 
     @property
     def patched(self) -> Dict[str, str]:
@@ -378,6 +466,7 @@ class StochasticAttention:
         self._derived.clear()
         for state in self._states.values():
             state.generator = generator
+        self._seed_streams()
 
     @property
     def nu(self) -> Dict[str, Union[None, int, Tensor]]:
@@ -407,13 +496,19 @@ class StochasticAttention:
             def patched(self_module, *args, _adapter=adapter, _state=state, _original=original, _name=name, **kwargs):
                 if _state.nu is None:
                     return _original(*args, **kwargs)
-                before = _state.draws
-                out = _adapter.forward(self_module, _state, _original, *args, **kwargs)
-                if _state.draws == before:
+                call = _state.call = _Call()
+                try:
+                    out = _adapter.forward(self_module, _state, _original, *args, **kwargs)
+                finally:
+                    _state.call = None
+                if not call.drew:
                     self._no_draw(_name)
                 return out
 
             module.forward = types.MethodType(patched, module)
+        self._hooks = [a for a in {adapter_for(m): None for m in self.modules.values()} if a.acquire is not None]
+        for adapter in self._hooks:
+            adapter.acquire()
         if self._fastpath:
             _fastpath_off()
         self._applied = True
@@ -422,8 +517,11 @@ class StochasticAttention:
         """Restore every attention module's original forward."""
         for module in self.modules.values():
             module.__dict__.pop("forward", None)
-        if self._applied and self._fastpath:
-            _fastpath_release()
+        if self._applied:
+            for adapter in self._hooks:
+                adapter.release()
+            if self._fastpath:
+                _fastpath_release()
         self._applied = False
 
     def __enter__(self) -> "StochasticAttention":

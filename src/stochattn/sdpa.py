@@ -1,16 +1,16 @@
 """Stochastic attention for attention computed by ``F.scaled_dot_product_attention`` (SDPA), timm and Hugging Face.
 
-**The SDPA path.** A patched module runs its *own* forward inside a frame: a ``ContextVar`` holding the module and
-its :class:`~stochattn.patch.SAState`. While at least one frame is open (in any thread),
-``torch.nn.functional.scaled_dot_product_attention`` is a dispatcher: a call made in a context with an open frame is
-computed with SA at that frame's nu (:meth:`SAState.sdpa`: :func:`stochattn.attention.scaled_dot_product_attention`,
-the masked softmax then the same exact samplers); any other call goes to torch's function unchanged. The dispatcher
-is installed when the first frame opens and torch's function is put back when the last one closes (a reference
-count under a lock), so nothing outside a patched module's forward is touched; a thread that runs another model
-during that window passes through to torch (one Python call more). The innermost frame wins, so nested patched
-modules each use their own nu, per head as well (a per-head nu of shape (H, 1) is matched to the query's heads).
-Code that bound the function before the patch (``from torch.nn.functional import scaled_dot_product_attention``)
-or a ``torch.compile``'d forward does not see the dispatcher: such a module makes no draw, which warns.
+**The SDPA path.** A patched module runs its *own* forward inside a frame: a ``torch.overrides.TorchFunctionMode``
+(:class:`SAMode`) holding the module and its :class:`~stochattn.patch.SAState`, entered around the forward. Every
+call of ``torch._C._nn.scaled_dot_product_attention`` made while the mode is on the stack reaches it, however the
+function was bound (``F.scaled_dot_product_attention``, an alias imported before the patch, ``torch._C._nn``'s own
+name, a reference stored on the module), and is computed with SA at the frame's nu (:meth:`SAState.sdpa`: the
+operator ``torch.ops.stochattn.sdpa``, the masked softmax then the same exact samplers; the fused kernel on CUDA);
+every other torch call passes through unchanged. Nothing global is swapped: torch's function modes are per thread,
+so another thread (or code outside a patched forward) never sees the frame. The innermost frame wins, so nested
+patched modules each use their own nu, per head as well (a per-head nu of shape (H, 1) is matched to the query's
+heads). Dynamo traces through the mode (no graph break): a ``torch.compile``'d model reaches SA too, whichever of
+compiling and patching came first (see :class:`~stochattn.patch.StochasticAttention`).
 
 SDPA semantics kept: boolean masks (True = attend) and additive float masks, ``is_causal`` (top-left), ``scale``,
 ``enable_gqa`` (K/V heads repeated per query group, as torch). A row with no attendable key (all False / all -inf)
@@ -22,110 +22,88 @@ masked keys. So no masked key is ever drawn (NOTE[DIFF] from torch, for those ro
 training: in eval mode it is ignored with a warning (NOTE[DIFF]: torch would drop at inference; SA is the only
 randomness wanted), in training mode it raises.
 
-**Which modules.** A module whose class's ``forward`` calls ``scaled_dot_product_attention`` (source inspection,
-cached per class) is patched this way; a ``fused_attn`` flag (timm's ``Attention``, ``AttentionPoolLatent``, ...)
-is forced on during the patched forward, since timm's explicit path is the same attention computed by hand.
+**Which modules.** A module whose class's ``forward`` calls ``scaled_dot_product_attention`` is patched this way.
+The call is found in the forward's *code object*, not its source (:func:`calls_sdpa`): a name
+``scaled_dot_product_attention`` among the names it loads, or a global / closure variable bound to torch's function
+under any name, also in the functions of its own module that it calls (one level). So a class defined through
+``exec``, in a script fed on standard input or shipped as bytecode only is found as well as one in a file. A
+``fused_attn`` flag (timm's ``Attention``, ``AttentionPoolLatent``, ...) is forced on during the patched forward,
+since timm's explicit path is the same attention computed by hand. What no code object says (SDPA reached only
+through an attribute set at run time, e.g. ``self.attn_fn = F.scaled_dot_product_attention``) is not found; such a
+module, when its class name says attention, is reported unpatched (:class:`~stochattn.patch.SACoverageWarning`).
 
 **Hugging Face transformers (5.x).** Every attention module picks its function per call:
 ``ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)``. "sdpa" gives
 ``integrations.sdpa_attention.sdpa_attention_forward``, which calls SDPA; "eager" gives the *default argument*, a
 private ``eager_attention_forward`` copied into each modeling file, which computes the softmax by hand. So the
 registry alone cannot reach eager (its function is not in the registry), and wrapping the hundreds of per-file
-copies would mean re-implementing their variants. The hook chosen: a module whose forward calls the registry (the
-source test transformers itself uses to decide whether a model can switch implementations) is patched like any
-SDPA module, and while its frame is open ``AttentionInterface.get_interface`` returns transformers' own
-``sdpa_attention_forward`` for "eager", "sdpa" and None. That function handles GQA (``repeat_kv``, ``enable_gqa``,
-``pack_gqa``), ``is_causal``, cache cropping and position bias, and its SDPA call lands in the dispatcher; eager's
-4-D additive masks are valid SDPA masks, and transformers tests eager against sdpa. Other implementations (flash,
-flex, paged) are left alone, make no draw and so warn. A family whose models all declare ``_supports_sdpa = False``
-is patched only when its eager function is a copy of BERT's or Llama's (:func:`_routable`), else reported as
-unpatched; eager-only features refuse loudly (softcapping raises in transformers' sdpa function, sinks raise here).
-Under SA the attention weights are not returned (None, as with sdpa). Rejected: switching
-``config._attn_implementation`` (shared by every layer, often by other models, and read when masks are built).
+copies would mean re-implementing their variants. The hook chosen: a module whose forward loads the registry is
+patched like any SDPA module, and while a patch with such a module is applied ``AttentionInterface.get_interface``
+is wrapped: inside a Hugging Face frame (the innermost :class:`SAMode` on this thread's stack) it returns
+transformers' own ``sdpa_attention_forward`` for "eager", "sdpa" and None, elsewhere the registry's answer. That
+function handles GQA (``repeat_kv``, ``enable_gqa``, ``pack_gqa``), ``is_causal``, cache cropping and position
+bias, and its SDPA call lands in the frame; eager's 4-D additive masks are valid SDPA masks, and transformers tests
+eager against sdpa. Other implementations (flash, flex, paged) are left alone, make no draw and so warn. A family
+whose models all declare ``_supports_sdpa = False`` is patched only when its eager function is a copy of BERT's or
+Llama's (:func:`_routable`), else reported as unpatched; eager-only features refuse loudly (softcapping raises in
+transformers' sdpa function, sinks raise here). Under SA the attention weights are not returned (None, as with
+sdpa). Rejected: switching ``config._attn_implementation`` (shared by every layer, often by other models, and read
+when masks are built).
 """
 from __future__ import annotations
 
-import contextvars
 import functools
 import inspect
 import sys
 import threading
+import types
 import warnings
-from contextlib import contextmanager
-from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
 
 from .extras import requires
 from .patch import _DETECTORS, AttentionAdapter, SAState
 
 
-@dataclass(frozen=True)
-class _Frame:
-    module: nn.Module
-    state: SAState
-    hf: bool  # route Hugging Face's attention registry to its sdpa function
+#: torch's SDPA: ``F.scaled_dot_product_attention`` is this builtin, which consults the function modes on every call
+TORCH_SDPA: Callable[..., Tensor] = torch._C._nn.scaled_dot_product_attention
 
 
-_FRAME: contextvars.ContextVar[Optional[_Frame]] = contextvars.ContextVar("stochattn_sdpa_frame", default=None)
-_LOCK = threading.Lock()
-_open_frames = 0
-_torch_sdpa: Callable[..., Tensor] = F.scaled_dot_product_attention
-_hf_get_interface: Optional[Callable[..., Callable]] = None
+class SAMode(TorchFunctionMode):
+    """The frame of one patched forward: SDPA calls made while it is on this thread's function-mode stack are
+    computed with SA at ``state``'s nu; ``hf`` routes Hugging Face's attention registry to its sdpa function."""
+
+    def __init__(self, module: nn.Module, state: SAState, hf: bool = False) -> None:
+        super().__init__()
+        self.module, self.state, self.hf = module, state, hf
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if kwargs is None:
+            kwargs = {}
+        if func is TORCH_SDPA and self.state.nu is not None:
+            return _sa_sdpa(self, *args, **kwargs)
+        return func(*args, **kwargs)
 
 
-def _hf_interface_class() -> Optional[type]:
-    """transformers' ``AttentionInterface`` if transformers is already imported (never imported from here)."""
-    modeling_utils = sys.modules.get("transformers.modeling_utils")
-    return getattr(modeling_utils, "AttentionInterface", None)
+def sa_frame(module: nn.Module, state: SAState, hf: bool = False) -> SAMode:
+    """SDPA calls made inside this block (on this thread) are computed with SA at ``state``'s nu."""
+    return SAMode(module, state, hf)
 
 
-def _install() -> None:
-    global _open_frames, _torch_sdpa, _hf_get_interface
-    with _LOCK:
-        if _open_frames == 0:
-            if F.scaled_dot_product_attention is not _dispatch_sdpa:
-                _torch_sdpa = F.scaled_dot_product_attention
-            F.scaled_dot_product_attention = _dispatch_sdpa
-            interface = _hf_interface_class()
-            if interface is not None:
-                _hf_get_interface = interface.get_interface
-                interface.get_interface = _get_interface
-        _open_frames += 1
+def _innermost_frame() -> Optional[SAMode]:
+    """The innermost :class:`SAMode` on this thread's function-mode stack (None outside every patched forward)."""
+    for mode in reversed(torch.overrides._get_current_function_mode_stack()):
+        if isinstance(mode, SAMode):
+            return mode
+    return None
 
 
-def _uninstall() -> None:
-    global _open_frames, _hf_get_interface
-    with _LOCK:
-        _open_frames -= 1
-        if _open_frames == 0:
-            if F.scaled_dot_product_attention is _dispatch_sdpa:
-                F.scaled_dot_product_attention = _torch_sdpa
-            interface = _hf_interface_class()
-            if _hf_get_interface is not None and interface is not None:
-                interface.get_interface = _hf_get_interface
-            _hf_get_interface = None
-
-
-@contextmanager
-def sa_frame(module: nn.Module, state: SAState, hf: bool = False) -> Iterator[None]:
-    """SDPA calls made inside this block (in this context) are computed with SA at ``state``'s nu."""
-    _install()
-    token = _FRAME.set(_Frame(module, state, hf))
-    try:
-        yield
-    finally:
-        _FRAME.reset(token)
-        _uninstall()
-
-
-# --------------------------------------------------------------------------------------------------------------
-# the dispatcher
-# --------------------------------------------------------------------------------------------------------------
-def _dispatch_sdpa(
+def _sa_sdpa(
+    frame: SAMode,
     query: Tensor,
     key: Tensor,
     value: Tensor,
@@ -135,13 +113,7 @@ def _dispatch_sdpa(
     scale: Optional[float] = None,
     enable_gqa: bool = False,
 ) -> Tensor:
-    """Stands in for ``F.scaled_dot_product_attention`` while a frame is open anywhere (same signature)."""
-    frame = _FRAME.get()
-    if frame is None or frame.state.nu is None:
-        return _torch_sdpa(
-            query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
-            enable_gqa=enable_gqa,
-        )
+    """An SDPA call inside ``frame`` (same signature as torch's), computed with SA at the frame's nu."""
     if dropout_p > 0.0:
         if frame.module.training:
             raise NotImplementedError(
@@ -150,7 +122,7 @@ def _dispatch_sdpa(
             )
         warnings.warn(
             f"{type(frame.module).__qualname__} calls SDPA with dropout_p={dropout_p} in eval mode; stochastic "
-            "attention ignores it", stacklevel=2,
+            "attention ignores it", stacklevel=3,
         )
     nu = frame.state.nu
     if isinstance(nu, Tensor):
@@ -177,10 +149,15 @@ def _per_head(nu: Tensor, query: Tensor, module: nn.Module) -> Tensor:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Hugging Face: route eager and sdpa to transformers' sdpa function while an HF frame is open
+# Hugging Face: route eager and sdpa to transformers' sdpa function inside an HF frame
 # --------------------------------------------------------------------------------------------------------------
+_HF_LOCK = threading.Lock()
+_hf_users = 0
+_hf_get_interface: Optional[Callable[..., Callable]] = None
+
+
 def _hf_sa_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask, **kwargs):
-    """transformers' ``sdpa_attention_forward`` (its SDPA call then goes through the dispatcher)."""
+    """transformers' ``sdpa_attention_forward`` (its SDPA call then reaches the frame)."""
     with requires("hf"):
         from transformers.integrations.sdpa_attention import sdpa_attention_forward
     if kwargs.get("s_aux") is not None or kwargs.get("sinks") is not None:
@@ -189,10 +166,34 @@ def _hf_sa_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tenso
 
 
 def _get_interface(self: Any, attn_implementation: Optional[str], default: Callable) -> Callable:
-    frame = _FRAME.get()
+    frame = _innermost_frame()
     if frame is not None and frame.hf and attn_implementation in (None, "eager", "sdpa"):
         return _hf_sa_attention
     return _hf_get_interface(self, attn_implementation, default)
+
+
+def _hf_acquire() -> None:
+    """Wrap ``AttentionInterface.get_interface`` while any patch with a Hugging Face module is applied (counted)."""
+    global _hf_users, _hf_get_interface
+    with requires("hf"):
+        from transformers.modeling_utils import AttentionInterface
+    with _HF_LOCK:
+        if _hf_users == 0:
+            _hf_get_interface = AttentionInterface.get_interface
+            AttentionInterface.get_interface = _get_interface
+        _hf_users += 1
+
+
+def _hf_release() -> None:
+    global _hf_users, _hf_get_interface
+    from transformers.modeling_utils import AttentionInterface
+
+    with _HF_LOCK:
+        _hf_users -= 1
+        if _hf_users == 0:
+            if _hf_get_interface is not None:
+                AttentionInterface.get_interface = _hf_get_interface
+            _hf_get_interface = None
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -231,18 +232,48 @@ def _hf_forward(module: nn.Module, state: SAState, original: Callable, *args, **
 
 
 SDPA_ADAPTER = AttentionAdapter(forward=_sdpa_forward, n_heads=n_heads, calls_original=True, kind="sdpa")
-HF_ADAPTER = AttentionAdapter(forward=_hf_forward, n_heads=n_heads, calls_original=True, kind="transformers")
+HF_ADAPTER = AttentionAdapter(forward=_hf_forward, n_heads=n_heads, calls_original=True, kind="transformers",
+                              acquire=_hf_acquire, release=_hf_release)
 
 
-@functools.lru_cache(maxsize=None)
-def _forward_source(cls: type) -> str:
-    forward = getattr(cls, "forward", None)
-    if forward is None or forward is nn.Module.forward:
-        return ""
-    try:
-        return inspect.getsource(forward)
-    except (OSError, TypeError):
-        return ""
+def _is_torch_sdpa(obj: Any) -> bool:
+    return obj is TORCH_SDPA or obj is F.scaled_dot_product_attention
+
+
+def _names(code: types.CodeType) -> set:
+    """The global / attribute names a code object loads, its nested code objects (lambdas, comprehensions)
+    included."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names(const)
+    return names
+
+
+def calls_sdpa(fn: Any, _depth: int = 1) -> bool:
+    """Whether ``fn``'s code calls ``scaled_dot_product_attention``, read from its code object (no source needed):
+    the name among the names it loads (``F.``, ``torch.nn.functional.``, ``torch._C._nn.``), a global or closure
+    variable bound to torch's function under any name, or (``_depth`` levels) a Python function of ``fn``'s own
+    module that it loads by name and that does so."""
+    fn = inspect.unwrap(getattr(fn, "__func__", fn))
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return False
+    names = _names(code)
+    if "scaled_dot_product_attention" in names:
+        return True
+    cells = [c.cell_contents for c in fn.__closure__ or () if c.cell_contents is not None] if fn.__closure__ else []
+    if any(_is_torch_sdpa(c) for c in cells):
+        return True
+    scope = getattr(fn, "__globals__", {})
+    bound = [scope[n] for n in names if n in scope]
+    if any(_is_torch_sdpa(b) for b in bound):
+        return True
+    if _depth > 0:
+        own = getattr(fn, "__module__", None)
+        return any(isinstance(b, types.FunctionType) and b.__module__ == own and calls_sdpa(b, _depth - 1)
+                   for b in bound + cells)  # fmt: skip
+    return False
 
 
 def _code(fn: Callable) -> tuple:
@@ -274,15 +305,24 @@ def _routable(cls: type) -> bool:
     return _code(eager) in (_code(modeling_bert.eager_attention_forward), _code(modeling_llama.eager_attention_forward))
 
 
+@functools.lru_cache(maxsize=None)
+def _forward_calls_sdpa(forward: Callable) -> bool:
+    return calls_sdpa(forward)
+
+
 def detect(cls: type) -> Union[None, AttentionAdapter]:
-    """HF_ADAPTER for a forward calling transformers' attention registry (when :func:`_routable`), SDPA_ADAPTER for
-    one calling ``scaled_dot_product_attention``, else None."""
-    source = _forward_source(cls)
-    if "ALL_ATTENTION_FUNCTIONS.get_interface(" in source or "ALL_ATTENTION_FUNCTIONS[" in source:
+    """HF_ADAPTER for a forward loading transformers' attention registry (when :func:`_routable`), SDPA_ADAPTER for
+    one calling ``scaled_dot_product_attention`` (:func:`calls_sdpa`), else None. Read from the forward's code
+    object, so a class whose source cannot be read (``exec``, standard input, bytecode only) is decided the same."""
+    forward = getattr(cls, "forward", None)
+    if forward is None or forward is nn.Module.forward:
+        return None
+    forward = inspect.unwrap(forward)  # decorators (functools.wraps): the function they wrap
+    if getattr(forward, "__code__", None) is None:
+        return None
+    if "ALL_ATTENTION_FUNCTIONS" in _names(forward.__code__):
         return HF_ADAPTER if _routable(cls) else None
-    if "scaled_dot_product_attention(" in source:
-        return SDPA_ADAPTER
-    return None
+    return SDPA_ADAPTER if _forward_calls_sdpa(forward) else None
 
 
 _DETECTORS.append(detect)

@@ -1,0 +1,371 @@
+"""SA under torch.compile (issue 45) and SDPA reached however it was bound (issue 50, part 5).
+
+SA's operators (``torch.ops.stochattn.sdpa`` / ``attend`` / ``weights``) take the module's random stream as a graph
+input, so: no graph break (the ops appear in the one graph), a compiled graph draws fresh weights on every call, the
+same weights as eager calls from the same generator seed, and the law (mean pi, covariance (diag(pi) - pi pi^T)/nu,
+masked keys never drawn) holds through inductor's code. Compiling before or after patching both work. Modules
+defined through ``exec`` (no source) or calling SDPA through an alias bound before the patch are reached too.
+Compiles are kept small (tiny models, CPU inductor only where the law or the generated code matters)."""
+
+import math
+import warnings
+from collections import Counter
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from stochattn.patch import SACoverageWarning, StochasticAttention
+
+TORCH_SDPA = F.scaled_dot_product_attention
+Z_MAX = 5.0  # |z| over up to ~500 standard-normal comparisons per test: P(|z| > 5) ~ 6e-7 each
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def counting_backend(store: list):
+    """A Dynamo backend that records, per graph, how many SA operators it holds, then runs it as traced."""
+
+    def backend(gm, example_inputs):
+        store.append(Counter(str(n.target) for n in gm.graph.nodes
+                             if n.op == "call_function" and str(n.target).startswith("stochattn.")))  # fmt: skip
+        return gm
+
+    return backend
+
+
+class SDPAModule(nn.Module):
+    def __init__(self, num_heads: int = 2) -> None:
+        super().__init__()
+        self.num_heads = num_heads
+
+    def forward(self, q, k, v, **kwargs):
+        return F.scaled_dot_product_attention(q, k, v, **kwargs)
+
+
+class Block(nn.Module):
+    """A pre-norm block whose attention calls F.scaled_dot_product_attention."""
+
+    def __init__(self, dim: int = 16, heads: int = 2) -> None:
+        super().__init__()
+        self.num_heads, self.qkv, self.proj = heads, nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.num_heads, -1).permute(2, 0, 3, 1, 4)
+        return x + self.proj(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, n, c))
+
+
+def _encoder(depth: int = 2) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(*[Block() for _ in range(depth)]).eval()
+
+
+def _qkv(B, H=2, L=3, S=5, E=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, H, L, E, generator=g, dtype=torch.float64) * 1.5
+    k = torch.randn(1, H, S, E, generator=g, dtype=torch.float64)
+    v = torch.eye(S, dtype=torch.float64).expand(1, H, S, S)  # V = identity: the output *is* the weights
+    return tuple(t.expand(B, *t.shape[1:]).contiguous() for t in (q, k, v))
+
+
+def law_z(w, pi, nu):
+    """(max |z| of the mean, max |z| of the covariance) of draws w (N, H, L, S) against pi (H, L, S) at nu."""
+    N = w.shape[0]
+    se = torch.sqrt(pi * (1 - pi) / nu / N)
+    z_mean = ((w.mean(0) - pi) / torch.where(se > 0, se, 1.0)).abs().max()
+    dev = w - pi
+    prods = dev[..., :, None] * dev[..., None, :]
+    cov = (torch.diag_embed(pi) - pi[..., :, None] * pi[..., None, :]) / nu
+    se = prods.std(0) / math.sqrt(N)
+    z_cov = ((prods.mean(0) - cov) / torch.where(se > 0, se, 1.0)).abs().max()
+    return float(z_mean), float(z_cov)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# no graph break, fresh draws, eager = compiled, both orders
+# --------------------------------------------------------------------------------------------------------------
+def test_patched_encoder_compiles_to_one_graph_with_the_sa_operator():
+    model, x = _encoder(), torch.randn(2, 5, 16)
+    with torch.no_grad(), StochasticAttention(model, nu=4, generator=torch.Generator().manual_seed(0)):
+        explained = torch._dynamo.explain(model)(x)
+        assert explained.graph_break_count == 0 and explained.graph_count == 1
+        torch._dynamo.reset()
+        graphs: list = []
+        compiled = torch.compile(model, backend=counting_backend(graphs))
+        a, b = compiled(x), compiled(x)
+    assert len(graphs) == 1 and graphs[0] == Counter({"stochattn.sdpa": 2})
+    assert not torch.equal(a, b)  # fresh weights on every call of the same graph
+
+
+def test_inductor_draws_the_same_weights_as_eager_from_the_same_seed():
+    model, x = _encoder(), torch.randn(2, 5, 16)
+    compiled = torch.compile(model)  # inductor, CPU
+    with torch.no_grad(), StochasticAttention(model, nu=3, generator=torch.Generator().manual_seed(7)) as sa:
+        eager = [model(x) for _ in range(3)]
+        sa.set_generator(torch.Generator().manual_seed(7))
+        inductor = [compiled(x) for _ in range(3)]
+    det = model(x)
+    for e, c in zip(eager, inductor):
+        assert torch.allclose(e, c, atol=1e-5, rtol=1e-5)
+        assert not torch.allclose(c, det, atol=1e-4)
+    assert not torch.equal(inductor[0], inductor[1])
+
+
+def test_compile_then_patch_then_remove():
+    model, x = _encoder(), torch.randn(2, 5, 16)
+    compiled = torch.compile(model, backend="aot_eager")
+    with torch.no_grad():
+        det = compiled(x)
+        with StochasticAttention(model, nu=2, generator=torch.Generator().manual_seed(0)) as sa:
+            a, b = compiled(x), compiled(x)  # the patch is guarded: the graph is rebuilt with SA in it
+            assert not torch.allclose(a, det) and not torch.equal(a, b)
+            sa.set_nu(None)
+            assert torch.equal(compiled(x), det)
+            sa.set_nu(64)  # another nu: recompiled, smaller spread than at nu = 2
+            c = compiled(x)
+            assert 0 < (c - det).abs().max() < (a - det).abs().max()
+        assert torch.equal(compiled(x), det)  # removed: deterministic again
+
+
+@pytest.mark.parametrize("how", ["torch.compile(model)", "model.compile()", "forward"])
+def test_a_compiled_model_reports_the_same_modules_and_draws(how):
+    model, x = _encoder(3), torch.randn(2, 5, 16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SACoverageWarning)
+        reference = StochasticAttention(model, nu=4)
+        names, unpatched = dict(reference.patched), dict(reference.unpatched)
+        reference.remove()
+        if how == "torch.compile(model)":
+            target = torch.compile(model, backend="eager")
+        elif how == "model.compile()":
+            target = model
+            model.compile(backend="eager")
+        else:
+            target = model
+            model.forward = torch.compile(model.forward, backend="eager")  # as TimesFM's loader does
+        with torch.no_grad(), StochasticAttention(target, nu={"1": 4}) as sa:
+            assert sa.patched == names and sa.unpatched == unpatched and list(sa.nu) == ["0", "1", "2"]
+            a, b = target(x), target(x)
+    assert not torch.equal(a, b)
+
+
+class Branching(nn.Module):
+    """Calls SDPA only when ``use_sdpa`` is set (otherwise its own softmax): a patched module that may make no draw."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.num_heads, self.use_sdpa = 2, False
+
+    def forward(self, q, k, v):
+        if self.use_sdpa:
+            return F.scaled_dot_product_attention(q, k, v)
+        return torch.softmax(q @ k.transpose(-1, -2), -1) @ v
+
+
+def test_a_compiled_forward_without_a_draw_still_warns():
+    q, k, v = _qkv(B=2)
+    module = Branching()
+    compiled = torch.compile(module, backend="eager")
+    with torch.no_grad(), StochasticAttention(module, nu=2):
+        with pytest.warns(SACoverageWarning, match="made no stochastic draw"):
+            compiled(q, k, v)
+        module.use_sdpa = True
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", SACoverageWarning)
+            out = compiled(q, k, v)
+    assert not torch.allclose(out, TORCH_SDPA(q, k, v))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# the law through the compiled operator (CPU inductor)
+# --------------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", ["bool", "causal"])
+@pytest.mark.parametrize("nu", [1, 7])
+def test_law_through_the_compiled_operator(kind, nu):
+    N = 4000
+    q, k, v = _qkv(B=N)
+    if kind == "bool":
+        mask = torch.rand(3, 5, generator=torch.Generator().manual_seed(1)) > 0.4
+        mask[:, 0] = True
+        kwargs = {"attn_mask": mask}
+    else:
+        kwargs = {"is_causal": True}
+    module = SDPAModule()
+    pi = TORCH_SDPA(q[:1], k[:1], v[:1], **kwargs)[0]
+    compiled = torch.compile(module)
+    with torch.no_grad(), StochasticAttention(module, nu=nu, generator=torch.Generator().manual_seed(nu)):
+        w = compiled(q, k, v, **kwargs)
+    z_mean, z_cov = law_z(w, pi, nu)
+    assert z_mean < Z_MAX and z_cov < Z_MAX, (z_mean, z_cov)
+    assert torch.all(w[:, pi == 0] == 0), "a masked key was drawn"
+    assert torch.allclose(w * nu, (w * nu).round(), atol=1e-9)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# SDPA however it was bound, classes without source (issue 50, part 5)
+# --------------------------------------------------------------------------------------------------------------
+from torch.nn.functional import scaled_dot_product_attention as bound_before  # noqa: E402  (an alias)
+
+
+class AliasSDPA(SDPAModule):
+    def forward(self, q, k, v, **kwargs):
+        return bound_before(q, k, v, **kwargs)
+
+
+class CNameSDPA(SDPAModule):
+    def forward(self, q, k, v, **kwargs):
+        return torch._C._nn.scaled_dot_product_attention(q, k, v, **kwargs)
+
+
+def _helper(q, k, v, kwargs):
+    return bound_before(q, k, v, **kwargs)
+
+
+class HelperSDPA(SDPAModule):
+    def forward(self, q, k, v, **kwargs):
+        return _helper(q, k, v, kwargs)
+
+
+EXEC_SOURCE = '''
+import torch.nn.functional as F
+from torch.nn.functional import scaled_dot_product_attention as sdpa_alias
+from torch import nn
+
+class ExecSDPA(nn.Module):
+    num_heads = 2
+    def forward(self, q, k, v, **kwargs):
+        return F.scaled_dot_product_attention(q, k, v, **kwargs)
+
+class ExecAliasSDPA(nn.Module):
+    num_heads = 2
+    def forward(self, q, k, v, **kwargs):
+        return sdpa_alias(q, k, v, **kwargs)
+'''
+
+
+def _exec_classes():
+    """The classes of EXEC_SOURCE run as ``python - < script.py`` runs it: in a module of its own (``__main__``
+    there) whose code comes from no file, so ``inspect`` cannot read their source."""
+    import sys
+    import types
+
+    module = sys.modules.get("stochattn_exec_defined")
+    if module is None:
+        module = types.ModuleType("stochattn_exec_defined")
+        exec(compile(EXEC_SOURCE, "<stdin>", "exec"), module.__dict__)  # noqa: S102
+        sys.modules[module.__name__] = module
+    return module.ExecSDPA, module.ExecAliasSDPA
+
+
+@pytest.mark.parametrize("cls", ["alias", "torch._C._nn", "helper", "exec", "exec+alias"])
+def test_sdpa_is_reached_however_it_was_bound_and_without_source(cls):
+    import inspect
+
+    exec_plain, exec_alias = _exec_classes()
+    module = {"alias": AliasSDPA, "torch._C._nn": CNameSDPA, "helper": HelperSDPA, "exec": exec_plain,
+              "exec+alias": exec_alias}[cls]()  # fmt: skip
+    if cls.startswith("exec"):
+        with pytest.raises(OSError):
+            inspect.getsource(type(module).forward)  # no source: decided from the code object
+    N, nu = 3000, 3
+    q, k, v = _qkv(B=N)
+    pi = TORCH_SDPA(q[:1], k[:1], v[:1], is_causal=True)[0]
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", SACoverageWarning)
+        with StochasticAttention(module, nu=nu, generator=torch.Generator().manual_seed(1)) as sa:
+            assert sa.patched == {"": f"sdpa: {type(module).__qualname__}"}
+            w = module(q, k, v, is_causal=True)
+            compiled = torch.compile(module, backend="eager")(q[:8], k[:8], v[:8], is_causal=True)
+    z_mean, z_cov = law_z(w, pi, nu)
+    assert z_mean < Z_MAX and z_cov < Z_MAX, (z_mean, z_cov)
+    assert torch.all(w[:, pi == 0] == 0)
+    assert not torch.allclose(compiled, pi.expand_as(compiled))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# model families: no graph break after patching (Hugging Face, torch's MHA, TimesFM 2.5)
+# --------------------------------------------------------------------------------------------------------------
+def _hf_case(name):
+    T = pytest.importorskip("transformers")
+    tokens = torch.arange(12).view(2, 6) % 50
+    pad = torch.tensor([[1, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 1]])
+    if name == "bert":
+        model = T.BertModel(T.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                         intermediate_size=32, attn_implementation="eager"), add_pooling_layer=False)
+        return model, lambda m: m(tokens, attention_mask=pad).last_hidden_state, 2
+    if name == "vit":
+        model = T.ViTModel(T.ViTConfig(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
+                                       image_size=8, patch_size=4, attn_implementation="sdpa"), add_pooling_layer=False)
+        return model, lambda m: m(torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(0))).last_hidden_state, 2
+    model = T.PatchTSTModel(T.PatchTSTConfig(num_input_channels=2, context_length=16, patch_length=4, patch_stride=4,
+                                             d_model=16, num_attention_heads=2, num_hidden_layers=2, ffn_dim=32,
+                                             attn_implementation="sdpa"))  # fmt: skip
+    series = torch.randn(2, 16, 2, generator=torch.Generator().manual_seed(0))
+    return model, lambda m: m(past_values=series).last_hidden_state, 2
+
+
+def _case(name):
+    if name in ("bert", "vit", "patchtst"):
+        return _hf_case(name)
+    if name == "mha":
+        model = nn.TransformerEncoder(nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True), 2,
+                                      enable_nested_tensor=False)  # fmt: skip
+        x = torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(0))
+        return model, lambda m: m(x), 2
+    pytest.importorskip("timesfm")
+    from stochattn.backbones.timesfm import build_timesfm
+
+    model = build_timesfm()
+    inputs = torch.randn(2, 4, 32, generator=torch.Generator().manual_seed(0))
+    masks = torch.zeros(2, 4, 32, dtype=torch.bool)
+    return model, lambda m: m(inputs, masks)[0][2], len(model.stacked_xf)
+
+
+@pytest.mark.parametrize("name", ["bert", "vit", "patchtst", "mha", "timesfm"])
+def test_model_families_compile_without_a_graph_break(name):
+    torch.manual_seed(0)
+    model, run, layers = _case(name)
+    model.eval()
+
+    class Call(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self):
+            return run(self.model)
+
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("error", SACoverageWarning)
+        det = run(model)
+        with StochasticAttention(model, nu=8, generator=torch.Generator().manual_seed(0)):
+            explained = torch._dynamo.explain(Call())()
+            torch._dynamo.reset()
+            graphs: list = []
+            compiled = torch.compile(Call(), backend=counting_backend(graphs))
+            a, b = compiled(), compiled()
+    assert explained.graph_break_count == 0, explained.break_reasons
+    assert len(graphs) == 1 and sum(graphs[0].values()) == layers, graphs
+    assert not torch.equal(a, b) and not torch.allclose(a, det)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# CUDA graphs (device only)
+# --------------------------------------------------------------------------------------------------------------
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+def test_reduce_overhead_replays_draw_fresh_weights():
+    model = _encoder().cuda()
+    x = torch.randn(2, 64, 16, device="cuda")
+    compiled = torch.compile(model, mode="reduce-overhead")
+    with torch.no_grad(), StochasticAttention(model, nu=4, generator=torch.Generator().manual_seed(0)):
+        outs = [compiled(x).clone() for _ in range(5)]  # warm-up, recording, replays
+    det = model(x)
+    assert all(not torch.allclose(o, det) for o in outs)
+    assert all(not torch.equal(outs[i], outs[i + 1]) for i in range(len(outs) - 1))
