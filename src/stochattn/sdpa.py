@@ -186,8 +186,8 @@ def _hf_acquire() -> None:
 
 def _hf_release() -> None:
     global _hf_users, _hf_get_interface
-    from transformers.modeling_utils import AttentionInterface
-
+    with requires("hf"):
+        from transformers.modeling_utils import AttentionInterface
     with _HF_LOCK:
         _hf_users -= 1
         if _hf_users == 0:
