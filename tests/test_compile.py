@@ -369,3 +369,44 @@ def test_reduce_overhead_replays_draw_fresh_weights():
     det = model(x)
     assert all(not torch.allclose(o, det) for o in outs)
     assert all(not torch.equal(outs[i], outs[i + 1]) for i in range(len(outs) - 1))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# TimesFM 2.5 as its own loader builds it (torch_compile=True: the forward compiled by inductor)
+# --------------------------------------------------------------------------------------------------------------
+def test_timesfm_compiled_by_its_loader_draws_the_eager_law(tmp_path):
+    pytest.importorskip("timesfm")
+    from timesfm.timesfm_2p5.timesfm_2p5_torch import TimesFM_2p5_200M_torch
+
+    from stochattn.backbones.timesfm import build_timesfm, point_forecast, sa_forecast_samples
+    from stochattn.rehearsal import write_timesfm_checkpoint
+
+    dims = {"num_layers": 2, "model_dims": 64, "num_heads": 4, "hidden_dims": 64, "output_quantile_len": 128}
+    write_timesfm_checkpoint(tmp_path, seed=0, dims=dims)  # random weights, the public layout, as the rehearsal does
+    size = dict(num_layers=2, model_dims=64, num_heads=4, hidden_dims=64, output_quantile_len=128)
+    eager = build_timesfm(**size)
+    eager.load_checkpoint(str(tmp_path / "model.safetensors"))
+    loaded = TimesFM_2p5_200M_torch(torch_compile=True)
+    loaded.model = build_timesfm(**size)  # the loader's own path below, at a reduced size
+    loaded.load_checkpoint(str(tmp_path))
+    assert "forward" in loaded.model.__dict__  # compiled by timesfm: model.forward = torch.compile(model.forward)
+    context = torch.sin(torch.arange(2 * 96, dtype=torch.float32).view(2, 96) / 5) + 2
+    counters = torch._dynamo.utils.counters
+    counters.clear()
+    point_forecast(loaded, context, horizon=16)  # timesfm's own decode breaks its graph once (a cache index .item())
+    own_breaks = set(counters["graph_break"])
+    counters.clear()
+    N, nu = 400, 4
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SACoverageWarning)  # the compiled forward draws: no "made no draw" warning
+        runs = {name: sa_forecast_samples(model, context, horizon=16, nu=nu, num_samples=N, max_rows=None,
+                                          generator=torch.Generator().manual_seed(seed))
+                for name, model, seed in (("eager", eager, 1), ("compiled", loaded, 2))}  # fmt: skip
+    assert counters["stats"]["unique_graphs"] >= 1 and set(counters["graph_break"]) <= own_breaks  # SA adds none
+    e, c = runs["eager"].double(), runs["compiled"].double()
+    assert c.std(0).min() > 0  # the ensemble varies
+    # the same law: means within their standard errors, variances within theirs (normal approximation)
+    z_mean = (e.mean(0) - c.mean(0)) / torch.sqrt((e.var(0) + c.var(0)) / N)
+    se_var = torch.sqrt(((e - e.mean(0)) ** 2).var(0) / N + ((c - c.mean(0)) ** 2).var(0) / N)
+    z_var = (e.var(0) - c.var(0)) / se_var
+    assert z_mean.abs().max() < Z_MAX and z_var.abs().max() < Z_MAX, (z_mean.abs().max(), z_var.abs().max())

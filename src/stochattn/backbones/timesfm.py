@@ -366,7 +366,9 @@ def _timesfm_attention_forward(module, state: SAState, original, *args, **kwargs
     # for the duration of this call, by the masked softmax followed by SA (stochattn.attention's SDPA for timesfm's
     # SDPA function: the fused kernel on CUDA, the explicit path elsewhere). So the adapter is exact by
     # construction and cannot drift from timesfm's forward. (Not safe for concurrent calls of one module from
-    # several threads, and a torch.compile'd forward would not see the swap: use torch_compile=False.)
+    # several threads.) A forward compiled by timesfm's loader (``TimesFM_2p5_200M_torch(torch_compile=True)``:
+    # ``model.forward = torch.compile(model.forward)``) is traced through this swap: the patch is guarded, so the
+    # graph is rebuilt with SA's operator in it (tests/test_compile.py).
     fn = module.attention_fn
     kind = _ATTENTION_FNS.get(fn)
     if kind is None:
