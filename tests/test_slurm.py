@@ -337,8 +337,9 @@ def test_swag_phase_signalled_before_its_time_limit_resumes_on_slurm(slurm, tmp_
         started, ended = (datetime.datetime.fromisoformat(re.search(rf"{key}=(\S+)", shown_k).group(1)).timestamp()
                           for key in ("StartTime", "EndTime"))  # fmt: skip
         limit = 60 * int(re.search(r"TimeLimit=(?:\d+-)?(\d+):(\d+):\d+", shown_k).group(2))
+        where = f"epoch {epoch} step {step}" if step != "0" else f"the end of epoch {int(epoch) - 1}"
         print(f"attempt {k + 1} ({states[k]}, limit {limit} s): {signame} {saved_at - started:.0f} s after its start, "
-              f"saved after its step (epoch {epoch} step {step} of {epochs}) and resumed there by attempt {k + 2}: "
+              f"saved at {where} (of {epochs} epochs) and resumed there by attempt {k + 2}: "
               f"training lost 0 s; the job ended {max(0.0, ended - saved_at):.0f} s after the save (its teardown; "
               f"SLURM's times: whole seconds), {started + limit - ended:.0f} s before its limit")
 
