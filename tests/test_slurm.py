@@ -47,12 +47,16 @@ def slurm():
 
 
 def _profile(path: Path) -> Path:
-    """./slurm with this cluster's values: its one partition (a fake GPU) in the plugin's partition file, no account,
-    squeue status (no accounting). The rules declare their GPUs and threads (the tiny config: 1 GPU, 1 thread)."""
+    """./slurm with this cluster's values: its one partition (a fake GPU) in the plugin's partition file, the
+    profile's account expression (no $SBATCH_ACCOUNT here: the plugin submits without -A), squeue status (no
+    accounting). The rules declare their GPUs and threads (the tiny config: 1 GPU, 1 thread)."""
     cfg = yaml.safe_load((REPO / "slurm" / "config.yaml").read_text())
-    cfg.update({"jobs": 4, "latency-wait": 5, "slurm-no-account": True, "slurm-status-command": "squeue",
+    cfg.update({"jobs": 4, "latency-wait": 5, "slurm-status-command": "squeue",
                 "slurm-init-seconds-before-status-checks": 2, "retries": 0, "keep-going": False})  # fmt: skip
-    cfg["default-resources"] = {"mem_mb": 1000, "runtime": 10}
+    # the shipped account expression ($SBATCH_ACCOUNT is unset here: the plugin's sacct guess fails without accounting
+    # and it submits without -A); this node's memory and a short default runtime
+    cfg["default-resources"] = {"slurm_account": cfg["default-resources"]["slurm_account"], "mem_mb": 1000,
+                                "runtime": 10}
     assert not {"set-resources", "set-threads"} & set(cfg), "the profile must not keep per-rule lists"
     path.mkdir(parents=True)
     partitions = path / "partitions.yaml"
@@ -365,7 +369,7 @@ def test_preflight_names_the_jobs_a_short_partition_cannot_run(slurm, tmp_path):
     (profile / "partitions.yaml").write_text(yaml.safe_dump({"partitions": {
         "short": {"max_runtime": 1440, "max_gpu": 0}, "debug": {"max_runtime": 1440, "max_gpu": 1}}}))  # fmt: skip
     cmd = [sys.executable, "-m", "stochattn.cli", "preflight", "--profile", str(profile), "-d",
-           str(tmp_path / "work")]  # fmt: skip
+           str(tmp_path / "work"), "--probe-wait", "30"]  # fmt: skip
     res = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
     assert re.search(r"^short\s+1 min\s+1\s", res.stdout, re.M), res.stdout[-2000:]  # SLURM's MaxTime
