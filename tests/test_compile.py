@@ -410,3 +410,38 @@ def test_timesfm_compiled_by_its_loader_draws_the_eager_law(tmp_path):
     se_var = torch.sqrt(((e - e.mean(0)) ** 2).var(0) / N + ((c - c.mean(0)) ** 2).var(0) / N)
     z_var = (e.var(0) - c.var(0)) / se_var
     assert z_mean.abs().max() < Z_MAX and z_var.abs().max() < Z_MAX, (z_mean.abs().max(), z_var.abs().max())
+
+
+class AttributeBound(nn.Module):
+    """SDPA through an attribute set at run time: no code object says so."""
+
+    def __init__(self):
+        super().__init__()
+        self.num_heads, self.attend = 2, F.scaled_dot_product_attention
+
+    def forward(self, q, k, v):
+        return self.attend(q, k, v)
+
+
+def test_sdpa_through_an_attribute_is_reported_then_registered():
+    from stochattn.sdpa import register_sdpa_caller
+
+    class Wrapper(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.self_attn = AttributeBound()
+
+    q, k, v = _qkv(B=2)
+    with pytest.raises(ValueError, match="no supported attention module"):
+        StochasticAttention(Wrapper(), nu=2)  # found nowhere in the code: named in the error, never silent
+    register_sdpa_caller(AttributeBound)
+    try:
+        model = Wrapper()
+        with torch.no_grad(), StochasticAttention(model, nu=2) as sa:
+            assert sa.patched == {"self_attn": "sdpa: AttributeBound"}
+            out = model.self_attn(q, k, v)
+        assert not torch.allclose(out, TORCH_SDPA(q, k, v))
+    finally:
+        import stochattn.patch as patch_mod
+
+        patch_mod._REGISTRY.pop(AttributeBound)

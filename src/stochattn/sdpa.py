@@ -30,7 +30,8 @@ under any name, also in the functions of its own module that it calls (one level
 ``fused_attn`` flag (timm's ``Attention``, ``AttentionPoolLatent``, ...) is forced on during the patched forward,
 since timm's explicit path is the same attention computed by hand. What no code object says (SDPA reached only
 through an attribute set at run time, e.g. ``self.attn_fn = F.scaled_dot_product_attention``) is not found; such a
-module, when its class name says attention, is reported unpatched (:class:`~stochattn.patch.SACoverageWarning`).
+module, when its class name says attention, is reported unpatched (:class:`~stochattn.patch.SACoverageWarning`);
+:func:`register_sdpa_caller` puts its class on this path.
 
 **Hugging Face transformers (5.x).** Every attention module picks its function per call:
 ``ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)``. "sdpa" gives
@@ -66,7 +67,7 @@ from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
 from .extras import requires
-from .patch import _DETECTORS, AttentionAdapter, SAState
+from .patch import _DETECTORS, _REGISTRY, AttentionAdapter, SAState
 
 
 #: torch's SDPA: ``F.scaled_dot_product_attention`` is this builtin, which consults the function modes on every call
@@ -303,6 +304,14 @@ def _routable(cls: type) -> bool:
         from transformers.models.bert import modeling_bert
         from transformers.models.llama import modeling_llama
     return _code(eager) in (_code(modeling_bert.eager_attention_forward), _code(modeling_llama.eager_attention_forward))
+
+
+def register_sdpa_caller(cls: type) -> type:
+    """Patch ``cls`` (and its subclasses) on the SDPA path although its code does not show the call (SDPA reached
+    through an attribute set at run time, or a function of another module): its forward then runs inside a frame
+    like any detected SDPA caller. Usable as a class decorator."""
+    _REGISTRY[cls] = SDPA_ADAPTER
+    return cls
 
 
 @functools.lru_cache(maxsize=None)
