@@ -30,6 +30,12 @@ AUTO_CATEGORICAL_PER_KEY * n_k`` and ``binomial`` beyond (crossovers measured wi
 ``nu`` may be ``None`` (deterministic: the input is returned unchanged), a positive integer, or an integer tensor
 broadcastable to ``pi.shape[:-1]`` (per-row / per-head / per-query concentration). Inside a tensor, the value 0
 marks rows that stay deterministic; this is how a per-head ``None`` is encoded by :mod:`stochattn.patch`.
+
+**Operators.** :func:`sdpa_op`, :func:`attend_op` and :func:`weights_op` (``torch.ops.stochattn.sdpa`` / ``attend``
+/ ``weights``) are this module's SDPA, :func:`stochastic_attention` and :func:`stochastic_weights` registered with
+``torch.library.custom_op``: opaque to ``torch.compile`` (fake implementations give the shapes), with the random
+state an explicit input, a stream ``[seed, offset]`` whose offset the call advances (:func:`call_generator`), so a
+compiled graph draws fresh weights on every call and the stream's seed reproduces the draws, compiled or eager.
 """
 
 from __future__ import annotations

@@ -113,7 +113,7 @@ class SAState:
     fused: Optional[bool] = None  # the fused Triton kernel on the SDPA path: None where it can run, True / False forced
     draws: int = 0  # stochastic draws made so far in eager calls (one per weights / attend / sdpa call)
     rng: Optional[Tensor] = None  # the stream [seed, offset]; drawn from ``generator`` on first use when not set
-    call: Optional[_Call] = None  # the patched forward in progress
+    call: Optional[_Call] = None  # the record of the patched forward in progress
 
     def _stream(self) -> Tensor:
         if self.rng is None:
@@ -496,12 +496,16 @@ class StochasticAttention:
             def patched(self_module, *args, _adapter=adapter, _state=state, _original=original, _name=name, **kwargs):
                 if _state.nu is None:
                     return _original(*args, **kwargs)
+                # A record made for this call, marked by a draw traced by torch.compile (here, or in a compiled frame
+                # below an eager one); eager draws also count on the module's counter, never read while compiling
+                # (a guard on it would recompile every call). Other threads' draws can only hide a missing one.
+                before = None if torch.compiler.is_compiling() else _state.draws
                 call = _state.call = _Call()
                 try:
                     out = _adapter.forward(self_module, _state, _original, *args, **kwargs)
                 finally:
                     _state.call = None
-                if not call.drew:
+                if not (call.drew or before is not None and _state.draws != before):
                     self._no_draw(_name)
                 return out
 
