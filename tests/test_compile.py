@@ -445,3 +445,26 @@ def test_sdpa_through_an_attribute_is_reported_then_registered():
         import stochattn.patch as patch_mod
 
         patch_mod._REGISTRY.pop(AttributeBound)
+
+
+def test_per_head_nu_and_nested_frames_when_compiled():
+    """Per-head nu (0 = a deterministic head) and the innermost frame's nu, through a compiled graph."""
+
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.num_heads, self.inner = 2, SDPAModule()
+
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q, k, v), self.inner(q, k, v)
+
+    q, k, v = _qkv(B=4)
+    pi = TORCH_SDPA(q, k, v)
+    model = Outer()
+    compiled = torch.compile(model, backend="aot_eager")
+    with torch.no_grad(), StochasticAttention(model, nu={"": [3, None], "inner": 10**6}) as sa:
+        assert set(sa.patched) == {"", "inner"}
+        outer, inner = compiled(q, k, v)
+    assert torch.allclose(outer[:, 1], pi[:, 1], atol=1e-12) and not torch.allclose(outer[:, 0], pi[:, 0], atol=1e-3)
+    assert torch.allclose(outer[:, 0] * 3, (outer[:, 0] * 3).round(), atol=1e-9)  # nu = 3: counts / 3
+    assert not torch.equal(inner, pi) and torch.allclose(inner, pi, atol=0.01)  # the inner module's own nu = 10^6
