@@ -468,3 +468,23 @@ def test_per_head_nu_and_nested_frames_when_compiled():
     assert torch.allclose(outer[:, 1], pi[:, 1], atol=1e-12) and not torch.allclose(outer[:, 0], pi[:, 0], atol=1e-3)
     assert torch.allclose(outer[:, 0] * 3, (outer[:, 0] * 3).round(), atol=1e-9)  # nu = 3: counts / 3
     assert not torch.equal(inner, pi) and torch.allclose(inner, pi, atol=0.01)  # the inner module's own nu = 10^6
+
+
+def test_the_operators_pass_torch_library_opcheck():
+    """The registered operators' schemas, fake implementations and mutation of the stream, by torch's own checker."""
+    from torch.library import opcheck
+
+    from stochattn.attention import new_stream
+
+    q, k, v = _qkv(B=2)
+    gqa_q = torch.randn(2, 4, 3, 4, dtype=torch.float64)
+    mask = torch.ones(3, 5, dtype=torch.bool).tril()
+    probs = torch.softmax(torch.randn(2, 2, 3, 5, dtype=torch.float64), -1)
+    for args in ((q, k, v, None, True, None, False, 3, None), (q, k[:1], v[:1], mask, False, 0.5, False, 2, None),
+                 (gqa_q, k, v, None, False, None, True, 0, torch.tensor([[2], [0], [5], [1]]))):  # fmt: skip
+        opcheck(torch.ops.stochattn.sdpa.default, (*args, new_stream()[0], "auto", -1),
+                test_utils=("test_schema", "test_faketensor"))
+    opcheck(torch.ops.stochattn.attend.default, (probs, v, 4, None, new_stream()[0], "auto"),
+            test_utils=("test_schema", "test_faketensor"))
+    opcheck(torch.ops.stochattn.weights.default, (probs, 4, None, new_stream()[0], "categorical"),
+            test_utils=("test_schema", "test_faketensor"))

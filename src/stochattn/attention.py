@@ -488,7 +488,11 @@ def sdpa_op(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tenso
 
 @sdpa_op.register_fake
 def _(query, key, value, attn_mask, is_causal, scale, enable_gqa, nu, nu_rows, rng, method, fused):
-    return query.new_empty(*query.shape[:-1], value.shape[-1], dtype=value.dtype)
+    if enable_gqa:  # heads: the query's; other leading dims broadcast as in torch's SDPA
+        lead = (*torch.broadcast_shapes(query.shape[:-3], key.shape[:-3], value.shape[:-3]), query.shape[-3])
+    else:
+        lead = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    return query.new_empty(*lead, query.shape[-2], value.shape[-1], dtype=value.dtype)
 
 
 @torch.library.custom_op(
