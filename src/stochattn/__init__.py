@@ -14,7 +14,7 @@ Modules (one concept each):
 ``calibrate_sampler``, imported on first use so that ``import stochattn`` does not import torch.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.1.0"  # the one source of the version: pyproject.toml reads it (setuptools dynamic); CHANGELOG.md
 
 _LAZY = {"calibrate_sampler": "calibrate", "CalibratedSampler": "calibrate"}
 
