@@ -105,8 +105,8 @@ def forward_table(name: str, model: nn.Module, call, repeats: int, methods=("aut
 
 
 def kernel_paths(repeats: int) -> None:
-    print("\nkernel paths alone, ms for all rows (inverse-CDF draws / binomial chain / gather output incl. nothing else;"
-          " 'dense V' = the W @ V product the gather path replaces)")
+    print("\nkernel paths alone, ms for all rows (inverse-CDF draws / binomial chain / gather output incl. nothing "
+          "else; 'dense V' = the W @ V product the gather path replaces)")
     for n_k, groups, d in ((17, 8192, 24), (512, 16, 32)):
         p = torch.softmax(torch.randn(groups, n_k, n_k), -1).numpy()
         v = torch.randn(groups, n_k, d).numpy()
@@ -117,10 +117,12 @@ def kernel_paths(repeats: int) -> None:
               f"{cpu_kernels.categorical_limit(n_k)}, gather_limit {cpu_kernels.gather_limit(n_k)}")
         for nu in (1, 4, 16, 64, 256, 1024, 10_000, 1_000_000):
             one = np.array([nu])
-            cat = timed(lambda: cpu_kernels.multinomial_weights(p.reshape(-1, n_k), one, 1, w, limit=10**9), repeats) if nu <= 1024 else float("nan")
+            cat = (timed(lambda: cpu_kernels.multinomial_weights(p.reshape(-1, n_k), one, 1, w, limit=10**9), repeats)
+                   if nu <= 1024 else float("nan"))  # fmt: skip
             chain = timed(lambda: cpu_kernels.multinomial_weights(p.reshape(-1, n_k), one, 1, w, limit=0), repeats)
             gather = timed(lambda: cpu_kernels.gather_output(p, v, one, 1, o), repeats) if nu <= 256 else float("nan")
-            print(f"    nu {nu:>6}: categorical {cat * 1e3:8.1f}   chain {chain * 1e3:8.1f}   gather {gather * 1e3:8.1f}")
+            print(f"    nu {nu:>6}: categorical {cat * 1e3:8.1f}   chain {chain * 1e3:8.1f}   "
+                  f"gather {gather * 1e3:8.1f}")
 
 
 @numba.njit(parallel=True, cache=False)
@@ -171,7 +173,8 @@ def main() -> None:
     enc = nn.TransformerEncoder(layer, num_layers=6, enable_nested_tensor=False).eval()
     seq = torch.randn(2, 512, 256)
     torch.backends.mha.set_fastpath_enabled(False)  # the patched run cannot use the fused path: compare like with like
-    det_enc = forward_table("6-layer encoder (d 256, 8 heads), batch 2 x 512 tokens", enc, lambda: enc(seq), max(3, repeats // 2))
+    det_enc = forward_table("6-layer encoder (d 256, 8 heads), batch 2 x 512 tokens", enc, lambda: enc(seq),
+                            max(3, repeats // 2))  # fmt: skip
     uniform_floor("6-layer encoder", det_enc, 6 * 2 * 8 * 512, 512, repeats)
     torch.backends.mha.set_fastpath_enabled(True)
     print(f"numba threading layer: {numba.threading_layer()}")

@@ -4,7 +4,8 @@ loader, and the cost of a compiled SA pass (issue 45; docs/library/cost.md).
     python benchmarks/bench_compile.py breaks            # torch._dynamo.explain per model, patched
     python benchmarks/bench_compile.py law               # z-scores of mean and covariance through CPU inductor
     python benchmarks/bench_compile.py timesfm [--dir D] # TimesFM_2p5_200M_torch(torch_compile=True), full size
-    python benchmarks/bench_compile.py cost              # eager / compiled, deterministic / SA: 6-layer encoder, TimesFM
+    python benchmarks/bench_compile.py cost              # eager / compiled, deterministic / SA: 6-layer encoder,
+                                                         # TimesFM
 
 ``breaks`` runs against any version of the library (``PYTHONPATH=<old checkout>/src`` gives the "before" column):
 per model the graph breaks ``torch._dynamo.explain`` counts with SA applied, the graphs, SA operators in them,

@@ -66,9 +66,10 @@ def main() -> None:
     torch.manual_seed(0)
     layer = nn.TransformerEncoderLayer(256, 8, dim_feedforward=1024, dropout=0.0, batch_first=True)
     mha_model = nn.TransformerEncoder(layer, num_layers=6, enable_nested_tensor=False).eval()
-    sdpa_model = nn.Sequential(*(SDPALayer(l) for l in mha_model.layers)).eval()
+    sdpa_model = nn.Sequential(*(SDPALayer(layer) for layer in mha_model.layers)).eval()
     x = torch.randn(2, 512, 256)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; 6-layer encoder d 256, 8 heads, 2 x 512 tokens")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; "
+          "6-layer encoder d 256, 8 heads, 2 x 512 tokens")
     with torch.no_grad():
         torch.backends.mha.set_fastpath_enabled(False)
         same = torch.allclose(sdpa_model(x), mha_model(x), atol=1e-4)

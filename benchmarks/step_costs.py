@@ -11,8 +11,8 @@ the attention projections and MLP linears), at the configuration's mini-batch (1
 For each: seconds per AdamW training step of the adapters (``training.standard_step``: the adapter, SWAG and
 MultiSWAG epochs, Contextual Dropout and HSA training are such steps), per IVON step (``baselines.ivon.ivon_step``,
 one weight sample), per deterministic forward pass in ``no_grad`` of a batch of 256 (the prediction and sampling
-batch: one predictive sample of 256 inputs), per SA forward pass (nu=16) of the same batch, and the peak GPU memory of a training step and of those
-prediction passes. Each figure is the median over
+batch: one predictive sample of 256 inputs), per SA forward pass (nu=16) of the same batch, and the peak GPU memory
+of a training step and of those prediction passes. Each figure is the median over
 ``repeats`` timed calls after two warm-up calls, the device synchronised around each. The JSON it writes is what
 ``stochattn.resources`` prices the GPU rules' runtime requests with (config/step_costs.json, ``gpu_minutes``).
 """
@@ -73,7 +73,7 @@ def step_costs(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, x_eval:
     step = ivon_step(1)
     ivon_s = timed(lambda: step(model, ivon, x, y, F.mse_loss), device, repeats)
     model.eval()
-    del adamw, ivon
+    adamw = ivon = None  # the optimisers' state freed before empty_cache
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
@@ -129,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
              "timesfm_h192": lambda: timesfm_case(device, args.small, 192)}  # fmt: skip
     record = {"device": name, "torch": torch.__version__, "small": args.small, "sa_nu": SA_NU, "costs": {}}
     print(f"step costs on {name} (torch {torch.__version__}), batch {BATCH}")
-    print(f"{'model':<14} {'train s':>9} {'ivon s':>9} {'fwd256 s':>9} {'SA256 s':>9} {'peak GPU MB':>12} {'eval peak MB':>12}")
+    print(f"{'model':<14} {'train s':>9} {'ivon s':>9} {'fwd256 s':>9} {'SA256 s':>9} {'peak GPU MB':>12} "
+          f"{'eval peak MB':>12}")
     for key, build in cases.items():
         if args.models and key not in args.models:
             continue

@@ -44,7 +44,8 @@ def test_metrics(samples: np.ndarray, point: np.ndarray, y: np.ndarray, seed: in
     """Pooled-PIT W1 with its floor, PI-95 coverage and the PIT mean's z of one predictive on the test part."""
     values = pit(samples, y, seed)
     return {"w1": w1_uniform(values), "w1_floor": w1_null_floor(values.size),
-            "coverage_95": float(coverage_and_width(samples, y, [0.95])[0.95]["coverage"]), "pit_mean_z": pit_mean_z(values)[1]}
+            "coverage_95": float(coverage_and_width(samples, y, [0.95])[0.95]["coverage"]),
+            "pit_mean_z": pit_mean_z(values)[1]}
 
 
 def _dropout(net: torch.nn.Module, on: bool) -> None:

@@ -105,7 +105,8 @@ def main() -> None:
     rows = []
     for path, lr, batch in itertools.product(args.prepared, args.lr, args.batch):
         split_dir = Path(path).parent  # results/uci/<dataset>/split<k>
-        save = None if args.save is None else Path(args.save) / split_dir.parent.name / split_dir.name / f"lr{lr:g}_b{batch}"
+        run = f"lr{lr:g}_b{batch}"
+        save = None if args.save is None else Path(args.save) / split_dir.parent.name / split_dir.name / run
         c = curve(path, cfg["model"], lr, batch, args.max_epochs, cfg["train"]["weight_decay"], args.seed,
                   args.patience, save)
         for p in args.patience:
@@ -118,9 +119,11 @@ def main() -> None:
     df = pd.DataFrame(rows)
     if args.out:
         df.to_csv(args.out, index=False)
-    summary = df.groupby(["lr", "batch", "patience"]).agg(val_nrmse=("val_nrmse", "mean"), epochs=("epochs_run", "mean"),
-                                                         seconds=("seconds", "mean"), splits=("val_nrmse", "size"))
-    print("\nchosen on val_nrmse (mean over splits):\n" + summary.sort_values("val_nrmse").to_string(float_format="%.4g"))
+    summary = df.groupby(["lr", "batch", "patience"]).agg(val_nrmse=("val_nrmse", "mean"),
+                                                         epochs=("epochs_run", "mean"), seconds=("seconds", "mean"),
+                                                         splits=("val_nrmse", "size"))  # fmt: skip
+    table = summary.sort_values("val_nrmse").to_string(float_format="%.4g")
+    print("\nchosen on val_nrmse (mean over splits):\n" + table)
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ model = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=16,
                           embed_dim=48, depth=2, num_heads=3)  # fmt: skip
 optimiser = torch.optim.AdamW(model.parameters(), lr=2e-3)
 rng = np.random.default_rng(0)
-for step in range(200):  # 1. an ordinary deterministic model
+for _ in range(200):  # 1. an ordinary deterministic model
     batch = torch.from_numpy(rng.choice(train, 64))
     loss = torch.nn.functional.mse_loss(model(images[batch]).squeeze(-1), y[batch])
     optimiser.zero_grad()

@@ -37,7 +37,7 @@ class Regressor(nn.Module):
 
 model = Regressor()
 optimiser = torch.optim.AdamW(model.parameters(), lr=3e-3)
-for step in range(300):  # 1. an ordinary deterministic model
+for _ in range(300):  # 1. an ordinary deterministic model
     batch = torch.from_numpy(rng.choice(train, 128))
     loss = nn.functional.mse_loss(model(x[batch]), y[batch])
     optimiser.zero_grad()

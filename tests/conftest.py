@@ -1,6 +1,7 @@
 """Shared test fixtures."""
 
 import os
+import urllib.response
 
 import pytest
 import torch
@@ -258,12 +259,11 @@ def assert_gpu_runtimes_cover_the_measured_work(dry_run_output, repo, retries=2)
                        "ett_multiswag_member"}, checked  # fmt: skip
 
 
-def served(data: bytes, request) -> "urllib.response.addinfourl":
+def served(data: bytes, request) -> urllib.response.addinfourl:
     """What ``urllib.request.urlopen(request)`` returns for a 200 answer with body ``data`` (for fakes of urlopen:
     ``request`` a URL or a ``urllib.request.Request``)."""
     import email.message
     import io
-    import urllib.response
 
     headers = email.message.Message()
     headers["Content-Length"] = str(len(data))

@@ -57,7 +57,8 @@ def test_weights_are_multinomial_counts_and_skip_zero_probability_tokens(method,
     pi = _row(n_k=13, zeros=(0, 4, 12))
     pi[7] = 1e-30  # a tiny but positive probability next to zeros
     pi = pi / pi.sum()
-    w = stochastic_weights(pi.expand(5000, -1).float().contiguous(), nu, generator=torch.Generator().manual_seed(3), method=method)
+    g = torch.Generator().manual_seed(3)
+    w = stochastic_weights(pi.expand(5000, -1).float().contiguous(), nu, generator=g, method=method)
     counts = (w.double() * nu).round()
     assert torch.allclose(w.double() * nu, counts, atol=1e-3 * max(1, nu) ** 0.5)
     assert torch.all(counts.sum(-1) == nu)
@@ -68,7 +69,8 @@ def test_weights_are_multinomial_counts_and_skip_zero_probability_tokens(method,
 def test_weight_marginals_match_binomial_law(method):
     """Each W_j ~ Binomial(nu, pi_j): check E and Var of the counts per token against the exact values."""
     pi, nu, N = _row(n_k=9, zeros=(3,)), 11, 50_000
-    counts = stochastic_weights(pi.expand(N, -1).contiguous(), nu, generator=torch.Generator().manual_seed(5), method=method) * nu
+    g = torch.Generator().manual_seed(5)
+    counts = stochastic_weights(pi.expand(N, -1).contiguous(), nu, generator=g, method=method) * nu
     mean, var = nu * pi, nu * pi * (1 - pi)
     z = (counts.mean(0) - mean) / torch.sqrt(var / N).clamp_min(1e-12)
     assert z.abs().max() < Z_MAX
@@ -99,7 +101,8 @@ def test_nu_none_is_identity_and_sdpa_is_bit_identical():
     assert stochastic_weights(pi, None) is pi
     mask = torch.rand(5, 5, generator=g) > 0.3
     for kwargs in ({}, {"attn_mask": mask}, {"is_causal": True}, {"scale": 0.3}):
-        assert torch.equal(scaled_dot_product_attention(q, k, v, nu=None, **kwargs), F.scaled_dot_product_attention(q, k, v, **kwargs))
+        assert torch.equal(scaled_dot_product_attention(q, k, v, nu=None, **kwargs),
+                           F.scaled_dot_product_attention(q, k, v, **kwargs))  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -137,7 +140,10 @@ def test_masked_probs_follow_sdpa_semantics_and_sa_respects_masks(mask_kind):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
-@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))])
+@pytest.mark.parametrize(
+    "device",
+    ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device"))],
+)
 def test_dtypes_and_devices(dtype, device):
     g = torch.Generator(device=device).manual_seed(0)
     pi = torch.softmax(torch.randn(64, 10, generator=g, device=device), -1).to(dtype)
@@ -172,8 +178,9 @@ def test_tensor_nu_per_head_and_deterministic_rows():
 
 @pytest.mark.parametrize(
     "nu, match",
-    [(0, "nu must be a positive integer"), (-3, "nu must be a positive integer"), (2.5, "nu must be a positive integer"),
-     ("4", "nu must be a positive integer"), (torch.tensor([1.5]), "nu must hold integers")],
+    [(0, "nu must be a positive integer"), (-3, "nu must be a positive integer"),
+     (2.5, "nu must be a positive integer"), ("4", "nu must be a positive integer"),
+     (torch.tensor([1.5]), "nu must hold integers")],
 )
 def test_bad_nu(nu, match):
     pi = torch.softmax(torch.randn(3, 4), -1)

@@ -61,7 +61,8 @@ def test_corrupted_raw_file_is_named(tiny_chain, tmp_path):
 
 
 def test_library_change_without_rerun_is_stale(tiny_chain, monkeypatch):
-    """A changed evaluate_split() (stochattn.experiments.evaluate) makes every metrics.json stale, nothing above or below."""
+    """A changed evaluate_split() (stochattn.experiments.evaluate) makes every metrics.json stale, nothing above or
+    below."""
     real = audit_mod.code_version
 
     def changed(entries, exclude=()):
@@ -137,13 +138,13 @@ def test_fetched_and_generated_files_are_checked_against_their_own_records(tmp_p
     (folder / "geopotential" / "a.nc").write_bytes(b"field")
     (folder / ".snakemake_timestamp").write_bytes(b"")  # Snakemake's marker is not data
     common = {"config_subset": {}, "seeds": None, "started": time.time()}
-    write_sidecar(ckpt, rule="fetch_checkpoint", inputs=[], extra={"fetched": True, "expected_sha256": sha256_file(ckpt)},
-                  **common)  # fmt: skip
+    write_sidecar(ckpt, rule="fetch_checkpoint", inputs=[],
+                  extra={"fetched": True, "expected_sha256": sha256_file(ckpt)}, **common)  # fmt: skip
     code = code_version(["stochattn.metrics:crps"])
     write_sidecar(folder, rule="generate", inputs=[], code=code, **common)
     table.write_text("a,b\n")
-    write_provenance(table, provenance_record(rule="table", inputs=[ckpt, folder], outputs=[table], finished=time.time(),
-                                              extra={"code": code}, **common))  # fmt: skip
+    write_provenance(table, provenance_record(rule="table", inputs=[ckpt, folder], outputs=[table],
+                                              finished=time.time(), extra={"code": code}, **common))  # fmt: skip
     assert audit_mod.audit(table, tmp_path).children and not list(audit_mod._failures(audit_mod.audit(table, tmp_path)))
 
     (folder / ".snakemake_timestamp").write_bytes(b"touched")

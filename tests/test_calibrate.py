@@ -53,7 +53,9 @@ def test_posterior_recovers_known_slope_and_intercept():
     assert np.allclose(post.mean, np.linalg.lstsq(X, np.log(s), rcond=None)[0])
 
 
-@pytest.mark.parametrize("a, ln_b, eps2, s0", [(-0.5, 0.0, 0.01, 0.2), (-0.3, 1.2, 0.2, 0.5), (-1.1, -0.4, 0.0001, 0.01)])
+@pytest.mark.parametrize(
+    "a, ln_b, eps2, s0", [(-0.5, 0.0, 0.01, 0.2), (-0.3, 1.2, 0.2, 0.5), (-1.1, -0.4, 0.0001, 0.01)]
+)
 def test_closed_form_nu_cont_matches_numerical_minimisation(a, ln_b, eps2, s0):
     res = optimize.minimize_scalar(
         lambda t: surrogate_objective(np.exp(t), a, ln_b, eps2, s0), bounds=(-20, 40), method="bounded",
@@ -189,7 +191,7 @@ def test_bo_recovers_nu_true_on_a_constructed_sa_problem():
         s0 = target_scale(y, point)
         for seed in (0, 1, 2):
             gen = torch.Generator().manual_seed(seed)
-            evaluate = lambda nu: eval_stats(  # noqa: E731
+            evaluate = lambda nu, gen=gen: eval_stats(  # noqa: E731 - gen bound now (B023)
                 nu, sampler, x, y, point, batch_size=300, num_batches=2, num_passes=8, generator=gen
             )
             res = bo_calibrate(evaluate, s0, domain=IntegerDomain(1, 1024), budget=10, seed=seed)
@@ -210,11 +212,13 @@ def test_eval_stats_rejects_nan_and_bad_shapes():
     r = eval_stats(4, ok, x, y, point, batch_size=5, num_batches=2, num_passes=3)
     assert r.scale == 0 and r.loss > 0
     with pytest.raises(ValueError, match="contain NaN"):
-        eval_stats(4, lambda nu, xb, m: torch.full((m, len(xb)), float("nan")), x, y, point, batch_size=5, num_batches=1, num_passes=2)
+        eval_stats(4, lambda nu, xb, m: torch.full((m, len(xb)), float("nan")), x, y, point, batch_size=5,
+                   num_batches=1, num_passes=2)  # fmt: skip
     with pytest.raises(ValueError, match="point .* contains NaN"):
         eval_stats(4, ok, x, y, torch.full((10,), float("nan")), batch_size=5, num_batches=1, num_passes=2)
     with pytest.raises(ValueError, match="sample_fn returned shape"):
-        eval_stats(4, lambda nu, xb, m: torch.zeros(m, len(xb), 2), x, y, point, batch_size=5, num_batches=1, num_passes=2)
+        eval_stats(4, lambda nu, xb, m: torch.zeros(m, len(xb), 2), x, y, point, batch_size=5, num_batches=1,
+                   num_passes=2)  # fmt: skip
     with pytest.raises(ValueError, match="same shape"):
         target_scale(y, torch.zeros(9))
 

@@ -15,6 +15,7 @@ from stochattn.rehearsal import climax_official_state_dict, lightning_checkpoint
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 VARS = ("geopotential_500", "temperature_850", "2m_temperature", "land_sea_mask")
+N_VARS = len(VARS)
 TINY = dict(default_vars=VARS, img_size=(8, 16), patch_size=2, embed_dim=32, depth=2, num_heads=4, seed=0)
 
 
@@ -33,7 +34,7 @@ def random_weights(seed=3):
     return m
 
 
-def fields(batch=2, n_vars=len(VARS), hw=(8, 16), seed=1):
+def fields(batch=2, n_vars=N_VARS, hw=(8, 16), seed=1):
     return torch.randn(batch, n_vars, *hw, generator=torch.Generator().manual_seed(seed))
 
 
@@ -343,6 +344,6 @@ def test_fetch_checkpoint_records_and_verifies_the_hash(tmp_path):
     src.write_bytes(b"checkpoint bytes")
     got = fetch_climax_checkpoint(tmp_path / "a.ckpt", url=f"file://{src}")
     assert got["sha256"] == sha256_file(src) and (tmp_path / "a.ckpt").read_bytes() == b"checkpoint bytes"
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError):
         fetch_climax_checkpoint(tmp_path / "b.ckpt", url=f"file://{src}", sha256="0" * 64)
     assert not (tmp_path / "b.ckpt").exists()

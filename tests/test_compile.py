@@ -303,7 +303,8 @@ def _hf_case(name):
     if name == "vit":
         model = T.ViTModel(T.ViTConfig(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=32,
                                        image_size=8, patch_size=4, attn_implementation="sdpa"), add_pooling_layer=False)
-        return model, lambda m: m(torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(0))).last_hidden_state, 2
+        images = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+        return model, lambda m: m(images).last_hidden_state, 2
     model = T.PatchTSTModel(T.PatchTSTConfig(num_input_channels=2, context_length=16, patch_length=4, patch_stride=4,
                                              d_model=16, num_attention_heads=2, num_hidden_layers=2, ffn_dim=32,
                                              attn_implementation="sdpa"))  # fmt: skip

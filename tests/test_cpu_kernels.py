@@ -121,7 +121,8 @@ def test_results_do_not_depend_on_the_thread_count():
         runs = []
         for threads in (1, 2):
             torch.set_num_threads(threads)
-            runs.append([stochastic_weights(pi, nu, generator=torch.Generator().manual_seed(9)) for nu in (1, 50, 10_000)])
+            runs.append([stochastic_weights(pi, nu, generator=torch.Generator().manual_seed(9))
+                         for nu in (1, 50, 10_000)])  # fmt: skip
     finally:
         torch.set_num_threads(before)
     assert all(torch.equal(a, b) for a, b in zip(*runs))

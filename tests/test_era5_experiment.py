@@ -42,7 +42,8 @@ def stages(tmp_path_factory):
     _write_climate(root / "raw", {2001: 8, 2002: 12, 2003: 5}, 0)
     proc = root / "proc"
     era5_data.preprocess_climax(root / "raw", proc, ["geopotential", "temperature"],
-                                {"train": [2001], "val": [2002], "test": [2003]}, num_shards=1, constants={})  # fmt: skip
+                                {"train": [2001], "val": [2002], "test": [2003]}, num_shards=1,
+                                constants={})  # fmt: skip
     pre = {"steps": 4, "batch_size": 4, "lr": 1e-3, "warmup": 1, "eval_every": 2, "lead_hours": [6, 72],
            "val_pairs": 4}  # fmt: skip
     backbone = era5.pretrain_standin(proc, root / "bb.pt", model=MODEL, pretrain=pre, seed=0, progress=False)

@@ -302,7 +302,8 @@ def test_cost_table_puts_each_method_against_sas_bo_seconds(era5):
     for m, path in era5["metas"].items():
         sec = load_json(path)["seconds"]
         assert value(tidy, m, "seconds_adaptation") == sec["train"] + sec["calibrate"]
-        assert value(tidy, m, "adaptation_over_sa_calibration") == pytest.approx((sec["train"] + sec["calibrate"]) / 2.0)
+        adaptation = sec["train"] + sec["calibrate"]
+        assert value(tidy, m, "adaptation_over_sa_calibration") == pytest.approx(adaptation / 2.0)
         assert value(tidy, m, "seconds_total") == pytest.approx(E.total_seconds(path))
     _, again = E.build_table("climax_cost", metas=list(era5["metas"].values()))
     pd.testing.assert_frame_equal(again, tidy)
@@ -377,7 +378,7 @@ def test_teaser_maps_refuses_samples_of_another_file(era5, tmp_path):
 def test_tables_of_another_target_name_its_label_and_units(era5):
     """A T850 case: the row label names the target and lead, every description its units (K), none the paper's
     Z500 or m^2 s^-2; the paper's own target keeps the paper's text."""
-    for name, spec in E.ERA5_TABLE_SPECS.items():
+    for spec in E.ERA5_TABLE_SPECS.values():
         t850 = E.for_target(spec, "T850", "K")
         for text in (t850.description, t850.latex_description):
             assert "Z500" not in text and "Z_{500}" not in text and "m^2 s^-2" not in text and "m$^2$" not in text

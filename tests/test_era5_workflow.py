@@ -83,8 +83,10 @@ def test_every_era5_table_and_figure_audits_clean(era5_run, tmp_path):
     nodes = {n.path: n for n in audit._iter(audit.audit("results/tables/climax_crps_decomp.csv", work))}
     rules = {n.rule for n in nodes.values()}
     assert {"era5_standin", "era5_preprocess", "era5_prepare", "era5_pretrain_standin", "era5_adapt",
-            "era5_calibrate_sa", "era5_swag", "era5_method", "era5_evaluate", "era5_analyses"} <= rules, rules  # fmt: skip
-    assert {"results/era5/runs/sa/spatial.json", "results/era5/data/finetune", "results/era5/data/pretrain"} <= set(nodes)
+            "era5_calibrate_sa", "era5_swag", "era5_method", "era5_evaluate",
+            "era5_analyses"} <= rules, rules  # fmt: skip
+    assert {"results/era5/runs/sa/spatial.json", "results/era5/data/finetune",
+            "results/era5/data/pretrain"} <= set(nodes)  # fmt: skip
     out = tmp_path / "chain.prov.json"
     exe = Path(sys.executable).with_name("stochattn")
     res = subprocess.run([str(exe), "audit", "results/figures/latency_appendix.png", "-d", str(work), "--prov",

@@ -3,7 +3,6 @@ normalisation, Informer windows that never cross a split border, the 10 % adapta
 
 import gzip
 import hashlib
-import io
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -323,7 +322,6 @@ def test_normalisation_uses_training_rows_only(h1):
 # ------------------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", list(ETT_DATASETS))
 def test_windows_never_cross_split_borders(name):
-    ds = ETT_DATASETS[name]
     for context in (512, 96):
         for horizon in (96, 192):
             for part in ("train", "val", "test"):

@@ -128,7 +128,8 @@ def test_swag_run_keeps_the_posterior_it_sampled_as_multiswag_component_0(workdi
     post = tmp_path / "swag" / "posterior.pt"
     swag_meta = uci.run_method("swag", workdir / "prepared.npz", tmp_path / "swag",
                                backbone_path=workdir / "backbone/model.pt", model=MODEL, train=TRAIN,
-                               method_cfg=CFG["swag"], num_samples=S, seed=1, swag_member=post, progress=False)  # fmt: skip
+                               method_cfg=CFG["swag"], num_samples=S, seed=1, swag_member=post,
+                               progress=False)  # fmt: skip
     rec = load_json(post.with_suffix(".json"))
     assert rec["component"] == 0 and rec["selection"]["member_of"] == "swag"
     assert rec["seconds"] == pytest.approx(load_json(workdir / "backbone/meta.json")["seconds"]
@@ -149,8 +150,9 @@ def test_swag_run_keeps_the_posterior_it_sampled_as_multiswag_component_0(workdi
     assert np.all(np.isfinite(pooled)) and pooled.std(0).mean() > 0
     assert meta["seconds"]["train"] == pytest.approx(rec["seconds"] + load_json(comp1.with_suffix(".json"))["seconds"])
     with pytest.raises(ValueError, match="swag_member"):
-        uci.run_method("mc_dropout", workdir / "prepared.npz", tmp_path / "x", backbone_path=workdir / "backbone/model.pt",
-                       model=MODEL, train=TRAIN, method_cfg={}, num_samples=S, seed=1, swag_member=tmp_path / "p.pt")
+        uci.run_method("mc_dropout", workdir / "prepared.npz", tmp_path / "x",
+                       backbone_path=workdir / "backbone/model.pt", model=MODEL, train=TRAIN, method_cfg={},
+                       num_samples=S, seed=1, swag_member=tmp_path / "p.pt")  # fmt: skip
 
 
 def test_bad_method_and_missing_backbone(workdir):

@@ -190,7 +190,7 @@ def _fake_sinusoid(root: Path, n: int = 80, s: int = 19, seed: int = 0):
     save_npz(prepared, x_test=((x_raw - x_mean) / x_std)[perm, None], y_test=y[perm], x_mean=np.array([x_mean]),
              x_std=np.array([x_std]), y_mean=np.float64(0.0), y_std=np.float64(1.0))
     paths = {}
-    for i, (method, sd) in enumerate({"sa": 0.3, "mc_dropout": 0.1, "swag": 0.05, "hsa": 0.6}.items()):
+    for method, sd in {"sa": 0.3, "mc_dropout": 0.1, "swag": 0.05, "hsa": 0.6}.items():
         samples = trend[perm] + rng.normal(0.0, sd * (1 + 0.5 * np.abs(x_raw[perm])), (s, n))
         paths[method] = root / "toy" / "sinusoid" / "split0" / method / "samples.npz"
         save_npz(paths[method], y=y[perm], point=trend[perm], samples=samples)

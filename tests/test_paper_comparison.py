@@ -148,7 +148,8 @@ def test_both_operating_points_floor_and_bias_flag():
     assert P.to_markdown(twice, "hdr").count("- yacht, SA: PIT-mean bias") == 1
     md = P.to_markdown(out, "hdr")
     # counted: SA (arg-min, 4x: differs > 2x) and SWAG (within 10%); the scale-matching row apart
-    assert "Verdicts (ours / paper; SA at Algorithm 2's loss arg-min): within 10%: 1, within 2x: 0, differs > 2x: 1" in md
+    verdicts = "Verdicts (ours / paper; SA at Algorithm 2's loss arg-min): within 10%: 1, within 2x: 0, differs > 2x: 1"
+    assert verdicts in md
     assert "w1_native_pooled: loss arg-min 0, scale-match 1" in md and "3.91-3.95" in md
     assert "- yacht, SA: PIT-mean bias (z = +5.2)" in md
 
@@ -157,8 +158,8 @@ def test_write_comparison_is_atomic_with_provenance(tmp_path):
     out = P.compare(P.paper_cells(REFERENCE), {}, {"uci": "reduced"})
     written = P.write_comparison(out, tmp_path / "paper_comparison", "hdr",
                                  {"rule": "test", "inputs": [], "config_subset": {}, "seeds": {}})  # fmt: skip
-    assert [p.name for p in written] == ["paper_comparison.csv", "paper_comparison.md", "paper_comparison.csv.prov.json",
-                                         "paper_comparison.md.prov.json"]  # fmt: skip
+    assert [p.name for p in written] == ["paper_comparison.csv", "paper_comparison.md",
+                                         "paper_comparison.csv.prov.json", "paper_comparison.md.prov.json"]  # fmt: skip
     back = pd.read_csv(written[0])
     assert len(back) == len(out) and set(back["verdict"]) == {"not run"}
     assert not list(tmp_path.glob(".*tmp"))

@@ -69,7 +69,8 @@ def test_per_layer_nu_keeps_a_none_layer_deterministic():
     mods = attention_modules(model)
     hooks = [mods[n].register_forward_hook(lambda m, i, o, n=n: captured[n].append(o.detach().clone())) for n in names]
     f = _forward(model)
-    with torch.no_grad(), StochasticAttention(model, nu={names[1]: 2}, generator=torch.Generator().manual_seed(0)) as sa:
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad(), StochasticAttention(model, nu={names[1]: 2}, generator=g) as sa:
         assert sa.nu == {names[0]: None, names[1]: 2, names[2]: None}
         f(X)
         f(X)
@@ -128,7 +129,8 @@ def test_torch_mha_adapter_recomputes_the_original_attention(monkeypatch, batch_
     x = torch.randn(B, L, 16) if batch_first else torch.randn(L, B, 16)
     kwargs = {}
     if mask == "key_padding":
-        kwargs["key_padding_mask"] = torch.tensor([[False] * 5, [False, False, False, True, True], [False] * 4 + [True]])
+        kwargs["key_padding_mask"] = torch.tensor([[False] * 5, [False, False, False, True, True],
+                                                   [False] * 4 + [True]])  # fmt: skip
     elif mask == "bool_attn":
         kwargs["attn_mask"] = torch.rand(L, L) > 0.7
         kwargs["attn_mask"].fill_diagonal_(False)

@@ -12,7 +12,7 @@ import pytest
 from stochattn.io import load_json
 from stochattn.provenance import file_record, git_state, provenance_record, write_provenance
 
-T0 = dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+T0 = dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
 T1 = T0 + dt.timedelta(seconds=90.5)
 
 

@@ -583,8 +583,9 @@ def test_table_rule_entries_resolve_and_hash_their_own_table_only():
     entries = ["stochattn.report:load_runs", "stochattn.report:write_table"]
     master = code_closure([*entries, "stochattn.experiments.uci_tables:MASTER_TABLE"])
     crps = code_closure([*entries, "stochattn.experiments.uci_tables:CRPS_TABLE"])
-    for key in ("stochattn.experiments.uci_tables:uci_master_table", "stochattn.experiments.uci_tables:_width_ratio_rows",
-                "stochattn.report:TableSpec", "stochattn.report:ColumnGroup", "stochattn.report:_cells",
+    for key in ("stochattn.experiments.uci_tables:uci_master_table",
+                "stochattn.experiments.uci_tables:_width_ratio_rows", "stochattn.report:TableSpec",
+                "stochattn.report:ColumnGroup", "stochattn.report:_cells",
                 "stochattn.report:mean_row", "stochattn.report:METHOD_LABELS", "stochattn.report:to_latex"):
         assert key in master, key
     assert "stochattn.experiments.uci_tables:uci_crps_table" not in master
@@ -595,9 +596,8 @@ def test_table_rule_entries_resolve_and_hash_their_own_table_only():
 def test_sa_rows_name_their_nu_and_the_boundary():
     """A one-data-set table (rows = methods) labels each method with a recorded nu as the paper does ("SA (nu=4)"),
     and marks a calibration that ended at nu = 1 wanting more dispersion ("SA (nu=1, boundary)")."""
-    spec = R.TableSpec(name="t", groups=(R.ColumnGroup(metric="crps", title="CRPS", latex_title="CRPS"),), description="",
-                       latex_description="",
-                       label="tab:t", rows="methods")  # fmt: skip
+    spec = R.TableSpec(name="t", groups=(R.ColumnGroup(metric="crps", title="CRPS", latex_title="CRPS"),),
+                       description="", latex_description="", label="tab:t", rows="methods")  # fmt: skip
     rows = [R.mean_row("Z500", m, "crps", [v]) for m, v in (("sa", 1.0), ("sa_match", 1.1), ("swag", 2.0))]
     rows += [R.mean_row("Z500", "sa", "nu", [1.0]), R.mean_row("Z500", "sa", "at_boundary", [1.0]),
              R.mean_row("Z500", "sa_match", "nu", [4.0]), R.mean_row("Z500", "sa_match", "at_boundary", [0.0])]

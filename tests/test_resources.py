@@ -210,7 +210,8 @@ def test_gpu_architecture_without_kernels_fails_clearly(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=0: "Tesla V100-SXM2-32GB")
     monkeypatch.setattr("stochattn.cuda_builds.local_driver_version", lambda: "580.95.05")
     monkeypatch.setattr(torch.version, "cuda", "13.0")  # PyPI's CUDA 13 build
-    with pytest.raises(RuntimeError, match=r"no kernels for the Tesla V100-SXM2-32GB \(compute capability 7.0\)") as err:
+    no_kernels = r"no kernels for the Tesla V100-SXM2-32GB \(compute capability 7.0\)"
+    with pytest.raises(RuntimeError, match=no_kernels) as err:
         check_gpu_arch()
     assert "whl/cu126" in str(err.value) and "sm_75" in str(err.value)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=0: (9, 0))

@@ -670,7 +670,8 @@ def test_a_uci_multiswag_component_signalled_in_its_swag_phase_resumes_in_its_jo
         with resumable(checkpoint) if checkpoint else contextlib.nullcontext():
             uci.train_multiswag_component(tmp_path / "prepared.npz", tmp_path / name / "1.pt", component=1,
                                           model=model, train=train, method_cfg={"components": 2}, seed=0,
-                                          num_samples=4, first_path=tmp_path / "first.json", progress=False)  # fmt: skip
+                                          num_samples=4, first_path=tmp_path / "first.json",
+                                          progress=False)  # fmt: skip
         return torch.load(tmp_path / name / "1.pt", weights_only=True)
 
     ref = job("ref", Step())

@@ -89,10 +89,14 @@ def _images(m):
     return m(torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(0)))
 
 
+def _series():
+    return torch.randn(2, 16, 2, generator=torch.Generator().manual_seed(0))
+
+
 FAMILIES = {  # name -> (builder, forward(model) -> tensor, attention modules)
     "bert": (bert, _tokens_out, 2),
     "vit": (vit, lambda m: _images(m).last_hidden_state, 2),
-    "patchtst": (patchtst, lambda m: m(past_values=torch.randn(2, 16, 2, generator=torch.Generator().manual_seed(0))).last_hidden_state, 2),
+    "patchtst": (patchtst, lambda m: m(past_values=_series()).last_hidden_state, 2),
     "gpt2": (gpt2, _tokens_out, 2),
     "llama": (llama, _tokens_out, 2),
     "siglip": (siglip, lambda m: _images(m).pooler_output, 3),
@@ -224,7 +228,8 @@ def test_gqa_per_head_nu_in_prefill_and_one_token_decoding():
 def test_a_family_whose_eager_attention_sdpa_cannot_compute_is_reported_not_patched():
     """Gemma 2 is eager-only (attention-logit softcapping): its attention is named, not silently run as sdpa."""
     cfg = transformers.Gemma2Config(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                    num_key_value_heads=1, head_dim=8, intermediate_size=32, attn_implementation="eager")
+                                    num_key_value_heads=1, head_dim=8, intermediate_size=32,
+                                    attn_implementation="eager")  # fmt: skip
     with pytest.raises(ValueError, match="no supported attention module.*Gemma2Attention"):
         StochasticAttention(transformers.Gemma2Model(cfg).eval(), nu=4)
 

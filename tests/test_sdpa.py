@@ -93,10 +93,12 @@ def test_law_with_per_head_nu_and_a_deterministic_head():
     q, k, v = _qkv(B=N, H=3)
     module = SDPAModule(3)
     pi = TORCH_SDPA(q[:1], k[:1], v[:1], is_causal=True)[0]
-    with torch.no_grad(), StochasticAttention(module, nu={"": np.array([2, 0, 9])}, generator=torch.Generator().manual_seed(0)) as sa:
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad(), StochasticAttention(module, nu={"": np.array([2, 0, 9])}, generator=g) as sa:
         assert sa.nu[""].view(-1).tolist() == [2, 0, 9]  # 0 = deterministic head
         w = module(q, k, v, is_causal=True)
-    assert torch.allclose(w[:, 1], pi[1].expand(N, -1, -1), atol=1e-12, rtol=0)  # our masked softmax, not torch's kernel
+    # our masked softmax, not torch's kernel
+    assert torch.allclose(w[:, 1], pi[1].expand(N, -1, -1), atol=1e-12, rtol=0)
     _check_law(w[:, [0, 2]], pi[[0, 2]], torch.tensor([2.0, 9.0], dtype=torch.float64))
 
 
@@ -214,7 +216,8 @@ def test_unpatched_attention_like_modules_warn_or_raise_with_strict():
     assert not list(patch_mod.iter_patched(model))
     with pytest.raises(ValueError, match="no supported attention module") as err:
         StochasticAttention(HandAttention(), nu=4)
-    for name in ("register_attention", "stochattn.backbones.timesfm", "stochattn.backbones.climax", "MultiheadAttention"):
+    for name in ("register_attention", "stochattn.backbones.timesfm", "stochattn.backbones.climax",
+                 "MultiheadAttention"):
         assert name in str(err.value)
 
 

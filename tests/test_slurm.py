@@ -168,7 +168,8 @@ def test_training_killed_at_its_time_limit_resumes_on_slurm(slurm, tmp_path):
     profile = _profile(tmp_path / "profile")
     prof = yaml.safe_load((profile / "config.yaml").read_text())
     prof["retries"] = 5
-    (profile / "partitions.yaml").write_text(yaml.safe_dump({"partitions": {"short": {"max_runtime": 1, "max_gpu": 1}}}))
+    partitions = {"partitions": {"short": {"max_runtime": 1, "max_gpu": 1}}}
+    (profile / "partitions.yaml").write_text(yaml.safe_dump(partitions))
     (profile / "config.yaml").write_text(yaml.safe_dump(prof, sort_keys=False))
     work = tmp_path / "work"
     cmd = ["timeout", "-k", "30", "900", *_snakemake_cmd(), "--snakefile", str(SNAKEFILE), "--directory", str(work),

@@ -1,7 +1,6 @@
 """Tests for stochattn.data.uci: mirrored/verified fetch, Gal split loading, split preparation."""
 
 import hashlib
-import io
 import re
 import urllib.error
 import urllib.request

@@ -53,7 +53,8 @@ Nu = Union[None, int, Tensor]
 Method = Literal["auto", "kernel", "categorical", "binomial"]
 _METHODS = ("auto", "kernel", "categorical", "binomial")
 
-#: Off the CPU, ``"auto"`` draws categorically while ``nu <= AUTO_CATEGORICAL_PER_KEY * n_k``, by binomial splitting beyond.
+#: Off the CPU, ``"auto"`` draws categorically while ``nu <= AUTO_CATEGORICAL_PER_KEY * n_k``, by binomial splitting
+#: beyond.
 AUTO_CATEGORICAL_PER_KEY = 2
 
 _FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -77,7 +78,8 @@ def check_nu(nu: Nu, name: str = "nu") -> Nu:
         elif nu.dtype == torch.bool or nu.dtype.is_complex:
             raise TypeError(f"{name} must be an integer tensor, got dtype {nu.dtype}")
         if nu.numel() and int(nu.min()) < 0:
-            raise ValueError(f"{name} must be >= 1 (0 inside a tensor marks a deterministic row), got min {int(nu.min())}")
+            raise ValueError(f"{name} must be >= 1 (0 inside a tensor marks a deterministic row), "
+                             f"got min {int(nu.min())}")
         return nu
     if isinstance(nu, bool) or not isinstance(nu, (int, float)) or isinstance(nu, float) and not nu.is_integer():
         raise ValueError(f"{name} must be a positive integer or None, got {nu!r}")
@@ -291,7 +293,8 @@ def stochastic_attention(
         p = pi.detach().to(work_dtype).reshape(-1, *pi.shape[-2:]).contiguous()
         v = value.detach().to(work_dtype).reshape(-1, *value.shape[-2:])
         out = torch.empty(p.shape[0], p.shape[1], v.shape[-1], dtype=work_dtype)
-        cpu_kernels.gather_output(p.numpy(), v.numpy(), _nu_rows(nu, pi.shape[:-1]), _kernel_seed(generator), out.numpy())
+        cpu_kernels.gather_output(p.numpy(), v.numpy(), _nu_rows(nu, pi.shape[:-1]), _kernel_seed(generator),
+                                  out.numpy())  # fmt: skip
         return out.view(*pi.shape[:-1], value.shape[-1]).to(value.dtype)
     return stochastic_weights(pi, nu, generator=generator, method=method, validate=False) @ value
 
@@ -314,7 +317,9 @@ def masked_attention_probs(
     logits = (query @ key.transpose(-2, -1)) * scale
     if is_causal:
         if attn_mask is not None:
-            raise ValueError("attn_mask and is_causal=True cannot be given together (as in F.scaled_dot_product_attention)")
+            raise ValueError(
+                "attn_mask and is_causal=True cannot be given together (as in F.scaled_dot_product_attention)"
+            )
         attn_mask = torch.ones(L, S, dtype=torch.bool, device=query.device).tril()
     if attn_mask is not None:
         if attn_mask.dtype == torch.bool:

@@ -55,7 +55,7 @@ class Node:
     code: str | None = None
     config: dict = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
-    children: list["Node"] = field(default_factory=list)
+    children: list[Node] = field(default_factory=list)
     seen: bool = False  # already shown above (a shared input such as prepared.npz)
 
     @property

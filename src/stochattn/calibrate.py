@@ -168,7 +168,7 @@ class SASampler:
     def close(self) -> None:
         self.patch.remove()
 
-    def __enter__(self) -> "SASampler":
+    def __enter__(self) -> "SASampler":  # noqa: UP037 - keeps the code hash
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -201,7 +201,7 @@ class LogLogPosterior:
         nu: Sequence[float],
         scale: Sequence[float],
         prior: Optional[Tuple[np.ndarray, np.ndarray, float, float]] = None,
-    ) -> "LogLogPosterior":
+    ) -> "LogLogPosterior":  # noqa: UP037 - keeps the code hash
         """nu, scale: the history (k,) -> posterior. ``prior = (m0, V0_inv, alpha0, beta0)``."""
         nu_a, s_a = np.asarray(nu, dtype=float), np.asarray(scale, dtype=float)
         if nu_a.shape != s_a.shape or nu_a.ndim != 1:
@@ -518,7 +518,9 @@ def bo_calibrate(
     )
 
 
-def grid_evaluate(evaluate: Callable[[int], EvalResult], grid: Sequence[int], progress: bool = False) -> List[EvalResult]:
+def grid_evaluate(
+    evaluate: Callable[[int], EvalResult], grid: Sequence[int], progress: bool = False
+) -> List[EvalResult]:
     """Evaluate the same loss on a fixed grid of nu (BO-landscape figure, and a check of the BO choice)."""
     iterator = list(grid)
     if progress:
@@ -836,11 +838,11 @@ def calibrate_sampler(
     post-scaling (§5.2: "scalar post-scaling on the calibration set via temperature scaling or conformal
     prediction") of SA's samples around the deterministic prediction, so that :meth:`CalibratedSampler.sample`
     and :meth:`CalibratedSampler.interval` return rescaled draws and intervals (:class:`Rescaling`;
-    ``rescaled=False`` gives SA's native ones). The calibration points are split at random (``seed``) into two disjoint parts: ``nu`` is calibrated on
-    ``1 - scale_fraction`` of them, the factor on the other ``scale_fraction`` (default half), from
-    ``num_samples`` SA draws per point at the calibrated nu. Why disjoint: nu is chosen from the calibration points'
-    residuals, so on the same points the rescaled intervals' scores are no longer exchangeable with a new point's
-    and split conformal's guarantee (coverage >= ``level`` on average over calibration draws) would not hold;
+    ``rescaled=False`` gives SA's native ones). The calibration points are split at random (``seed``) into two disjoint
+    parts: ``nu`` is calibrated on ``1 - scale_fraction`` of them, the factor on the other ``scale_fraction`` (default
+    half), from ``num_samples`` SA draws per point at the calibrated nu. Why disjoint: nu is chosen from the calibration
+    points' residuals, so on the same points the rescaled intervals' scores are no longer exchangeable with a new
+    point's and split conformal's guarantee (coverage >= ``level`` on average over calibration draws) would not hold;
     fitted on points that played no part in choosing nu, it holds exactly whatever nu is. Why half: the conformal
     quantile at 95 % needs at least 19 points and its coverage varies by about sqrt(L (1 - L) / n_scale), while
     nu only matches a mean residual scale, which fewer points pin down. ``"conformal"`` guarantees the level

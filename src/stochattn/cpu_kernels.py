@@ -65,7 +65,8 @@ def _mix64(z):
 
 @njit(inline="always", cache=True)
 def _start_row(state, seed, row):
-    """Point ``state`` (a length-1 uint64 array, advanced in place by the draws) at the start of row ``row``'s stream."""
+    """Point ``state`` (a length-1 uint64 array, advanced in place by the draws) at the start of row ``row``'s
+    stream."""
     state[0] = _mix64(seed ^ (np.uint64(row) * _ROW_KEY))
 
 
@@ -81,7 +82,8 @@ def _uniform(state):
 # --------------------------------------------------------------------------------------------------------------
 @njit(inline="always", cache=True)
 def _binomial_inversion(n, p, state):
-    """Binomial(n, p), p <= 1/2, n p < 10: sequential search of the CDF from 0 (BINV, Kachitvichyanukul & Schmeiser 1988)."""
+    """Binomial(n, p), p <= 1/2, n p < 10: sequential search of the CDF from 0 (BINV, Kachitvichyanukul & Schmeiser
+    1988)."""
     q = 1.0 - p
     s = p / q
     a = (n + 1) * s
@@ -107,7 +109,12 @@ def _log_factorial(k, table):
         return table[int(k)]
     x = k + 1.0
     inv = 1.0 / x
-    return (x - 0.5) * math.log(x) - x + 0.9189385332046728 + inv * (1.0 / 12.0 - inv * inv * (1.0 / 360.0 - inv * inv / 1260.0))
+    return (
+        (x - 0.5) * math.log(x)
+        - x
+        + 0.9189385332046728
+        + inv * (1.0 / 12.0 - inv * inv * (1.0 / 360.0 - inv * inv / 1260.0))
+    )
 
 
 @njit(inline="always", cache=True)

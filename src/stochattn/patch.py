@@ -248,8 +248,8 @@ _ATTENTION_LIKE = re.compile(r"attention|attn", re.IGNORECASE)
 
 
 def unpatched_attention(model: nn.Module, patched: Mapping[str, nn.Module]) -> Dict[str, str]:
-    """Qualified name -> class of the attention-like modules (a class in the MRO named "...Attention..."/"...Attn...") that
-    SA cannot patch and that neither contain nor sit inside a patched module (a wrapper such as Hugging Face's
+    """Qualified name -> class of the attention-like modules (a class in the MRO named "...Attention..."/"...Attn...")
+    that SA cannot patch and that neither contain nor sit inside a patched module (a wrapper such as Hugging Face's
     ``BertAttention`` around the patched ``BertSelfAttention`` is covered)."""
     names = list(patched)
     out = {}
@@ -528,7 +528,7 @@ class StochasticAttention:
                 _fastpath_release()
         self._applied = False
 
-    def __enter__(self) -> "StochasticAttention":
+    def __enter__(self) -> "StochasticAttention":  # noqa: UP037 - keeps the code hash
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -692,7 +692,9 @@ def _register_torch_mha() -> None:
         if attn_mask is not None:  # nn.MultiheadAttention: bool True = NOT allowed; float = additive
             if attn_mask.dim() == 3:
                 attn_mask = attn_mask.view(B, H, L, S)
-            logits = logits.masked_fill(attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else logits + attn_mask
+            logits = (
+                logits.masked_fill(attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else logits + attn_mask
+            )
         if key_padding_mask is not None:
             kpm = key_padding_mask.view(B, 1, 1, S)
             logits = logits.masked_fill(kpm, float("-inf")) if kpm.dtype == torch.bool else logits + kpm

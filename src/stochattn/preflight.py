@@ -353,9 +353,9 @@ def check_account(requested: str | None, partitions: Mapping[str, Partition], us
         elif default:
             account, source = default, "your default account (sbatch without -A)"
         else:
+            yours = f" (your accounts: {', '.join(sorted(mine))})" if mine else ""
             return AccountCheck(None, "none", [f"no account: SLURM knows no default account for {user} and the "
-                                               f"plugin finds no earlier job; {fix}" + (
-                                               f" (your accounts: {', '.join(sorted(mine))})" if mine else "")])  # fmt: skip
+                                               f"plugin finds no earlier job; {fix}{yours}"])  # fmt: skip
     problems = []
     key = account.lower()
     if not mine:

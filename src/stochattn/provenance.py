@@ -149,7 +149,7 @@ def _as_datetime(value: Any, name: str) -> _dt.datetime:
     if isinstance(value, _dt.datetime):
         return value.astimezone() if value.tzinfo is None else value  # naive = local time
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return _dt.datetime.fromtimestamp(float(value), tz=_dt.timezone.utc).astimezone()
+        return _dt.datetime.fromtimestamp(float(value), tz=_dt.timezone.utc).astimezone()  # noqa: UP017 - keeps the code hash
     raise TypeError(f"{name} must be a datetime or epoch seconds (time.time()), got {type(value).__name__}")
 
 

@@ -513,7 +513,7 @@ def _cells(g: ColumnGroup, pairs: list[tuple[float, float]]) -> list[_Cell]:
     texts = [fmt(v) for v in values]
     shown = [float(t) if t else math.nan for t in texts]
     cells = []
-    for (v, s), text, bold in zip(pairs, texts, _best_mask(shown, g)):
+    for (v, s), text, bold in zip(pairs, texts, _best_mask(shown, g)):  # noqa: B007 - keeps the code hash
         latex = None
         if g.show_std and text:
             latex = text

@@ -201,7 +201,7 @@ class Sizes:
     test: int
 
     @classmethod
-    def halving_validation(cls, train: int, validation: int, test: int) -> "Sizes":
+    def halving_validation(cls, train: int, validation: int, test: int) -> Sizes:
         """The validation inputs split into val (the larger half) and cal, as both slices' ``prepare`` does."""
         return cls(train=train, val=(validation + 1) // 2, cal=validation // 2, test=test)
 
@@ -219,10 +219,10 @@ class Work:
     forward_inputs: float = 0.0
     sa_inputs: float = 0.0
 
-    def __add__(self, other: "Work") -> "Work":
+    def __add__(self, other: Work) -> Work:
         return Work(*(a + b for a, b in zip(self.__dict__.values(), other.__dict__.values())))
 
-    def __mul__(self, k: float) -> "Work":
+    def __mul__(self, k: float) -> Work:
         return Work(*(k * a for a in self.__dict__.values()))
 
     __rmul__ = __mul__

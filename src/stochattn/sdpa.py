@@ -282,7 +282,7 @@ def _code(fn: Callable) -> tuple:
     return code.co_code, code.co_consts, code.co_names
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _routable(cls: type) -> bool:
     """Whether transformers' sdpa function computes what ``cls``'s family computes: yes when one of the models of its
     modeling file supports sdpa (transformers tests those against eager), or when the file's
@@ -314,7 +314,7 @@ def register_sdpa_caller(cls: type) -> type:
     return cls
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _forward_calls_sdpa(forward: Callable) -> bool:
     return calls_sdpa(forward)
 

@@ -83,7 +83,7 @@ class ValidationSplit:
             )
 
     @classmethod
-    def from_prepared(cls, data: Mapping[str, Any]) -> "ValidationSplit":
+    def from_prepared(cls, data: Mapping[str, Any]) -> "ValidationSplit":  # noqa: UP037 - keeps the code hash
         """From a prepared split (``stochattn.data.uci.load_prepared``): its ``x_train, y_train, x_val, y_val`` only."""
         return cls(data["x_train"], data["y_train"], data["x_val"], data["y_val"])
 

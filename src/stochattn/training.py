@@ -368,7 +368,9 @@ _STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGUSR1", "SIGTERM") i
 _EARLY_SIGNALS = _STOP_SIGNALS[:1] if hasattr(signal, "SIGUSR1") else ()  # SLURM's warning before a time limit
 
 
-_RESUMABLE: "contextvars.ContextVar[list | None]" = contextvars.ContextVar("stochattn_resumable", default=None)
+_RESUMABLE: "contextvars.ContextVar[list | None]" = contextvars.ContextVar(  # noqa: UP037 - keeps the code hash
+    "stochattn_resumable", default=None
+)
 
 
 @contextlib.contextmanager
@@ -493,8 +495,10 @@ class _Checkpoint:
                 raise
             aside = self.path.with_name(self.path.name + ".corrupt")
             os.replace(self.path, aside)
-            warnings.warn(f"checkpoint {self.path}: unreadable ({type(err).__name__}: {str(err)[:120]}); set aside as "
-                          f"{aside.name}, the training starts afresh")  # fmt: skip
+            warnings.warn(  # noqa: B028 - keeps the code hash
+                f"checkpoint {self.path}: unreadable ({type(err).__name__}: {str(err)[:120]}); set aside as "
+                f"{aside.name}, the training starts afresh"
+            )
             return None
         saved = state.get("fingerprint", {})
         diff = [
@@ -802,7 +806,9 @@ def fit_regressor(
                         f"training loss became {train_loss} in epoch {epoch} with no earlier best state to"
                         " fall back on; lower lr"
                     )
-                warnings.warn(f"training loss became {train_loss} in epoch {epoch}; restoring epoch {best_epoch}")
+                warnings.warn(  # noqa: B028 - keeps the code hash
+                    f"training loss became {train_loss} in epoch {epoch}; restoring epoch {best_epoch}"
+                )
                 stopped_early = True
                 break
             if has_val:

@@ -425,7 +425,7 @@ class ClimaX(nn.Module):
 
     def aggregate_variables(self, x: Tensor) -> Tensor:
         """x (B, V, L, D) -> (B, L, D): at every patch position, ``var_query`` attends over the V variable tokens."""
-        b, _, l, d = x.shape
+        b, _, l, d = x.shape  # noqa: E741 - keeps the code hash
         x = x.transpose(1, 2).flatten(0, 1)  # (B L, V, D)
         query = self.var_query.expand(x.shape[0], -1, -1)  # (B L, 1, D)
         # NOTE[DIFF]: need_weights=False (ClimaX uses the default True and discards the weights): same output up to

@@ -31,7 +31,7 @@ from typing import Any, Optional, Union
 import torch
 from torch import Tensor, nn
 
-from stochattn.attention import Method, masked_attention_probs
+from stochattn.attention import Method
 from stochattn.backbones.checkpoints import CheckpointMismatchError, state_dict_mismatch
 from stochattn.extras import requires
 from stochattn.io import atomic_path, sha256_file

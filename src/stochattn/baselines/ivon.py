@@ -208,7 +208,8 @@ def ivon_samples(
     device: str | torch.device | None = None,
     progress: bool = False,
 ) -> Tensor:
-    """IVON predictive samples ``(num_samples, n)`` or ``(num_samples, n, H)`` (float32, CPU): one eval-mode pass per weight draw.
+    """IVON predictive samples ``(num_samples, n)`` or ``(num_samples, n, H)`` (float32, CPU): one eval-mode pass per
+    weight draw.
 
     ``generator`` is a ``torch.Generator`` (one seed is drawn from it) or an int seed; IVON draws its noise from
     torch's global RNG, so the draws run under that seed (:func:`stochattn.training.seeded`), leaving the

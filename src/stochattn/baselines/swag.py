@@ -220,7 +220,7 @@ class SWAG:
         }
 
     @classmethod
-    def from_state_dict(cls, state: dict) -> "SWAG":
+    def from_state_dict(cls, state: dict) -> "SWAG":  # noqa: UP037 - keeps the code hash
         """Inverse of :meth:`state_dict`."""
         swag = cls(state["max_rank"], state["param_names"], state["var_clamp"])
         swag.load_state_dict(state)
@@ -292,7 +292,8 @@ def fit_swag(
     clock are saved with the weights and optimizer, and a rerun ends with the same posterior, bit for bit on the CPU.
     """
     for name, value, low in (("epochs", epochs, 1), ("collect_every", collect_every, 1),
-                             ("collect_per_epoch", collect_per_epoch, 1), ("anneal_epochs", anneal_epochs, 0)):  # fmt: skip
+                             ("collect_per_epoch", collect_per_epoch, 1),
+                             ("anneal_epochs", anneal_epochs, 0)):  # fmt: skip
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
             raise ValueError(f"{name}: must be an int >= {low}, got {value!r}")
     steps_per_epoch = math.ceil(len(x_train) / batch_size)
@@ -317,7 +318,8 @@ def fit_swag(
     trajectory: dict = {"optimizer": optimizer, "lr_per_epoch": [], "snapshot_steps": []}
     clock = {"epoch": 1, "step": 0, "scheduler": None}
     settings = {"epochs": epochs, "anneal_epochs": anneal_epochs, "collect_every": collect_every,
-                "collect_per_epoch": collect_per_epoch, "max_rank": max_rank, "param_names": list(param_names)}  # fmt: skip
+                "collect_per_epoch": collect_per_epoch, "max_rank": max_rank,
+                "param_names": list(param_names)}  # fmt: skip
 
     def make_optimizer(m: nn.Module) -> torch.optim.Optimizer:
         groups = parameter_groups(m, weight_decay, param_names)
@@ -385,7 +387,8 @@ class _PhaseState:
     def state_dict(self) -> dict[str, Any]:
         scheduler = self.clock["scheduler"]
         return {"swag": self.swag.state_dict(), "trajectory": self.trajectory, "epoch": self.clock["epoch"],
-                "step": self.clock["step"], "scheduler": None if scheduler is None else scheduler.state_dict()}  # fmt: skip
+                "step": self.clock["step"],
+                "scheduler": None if scheduler is None else scheduler.state_dict()}  # fmt: skip
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.swag.load_state_dict(state["swag"])
@@ -409,7 +412,8 @@ def swag_samples(
     device: str | torch.device | None = None,
     progress: bool = False,
 ) -> Tensor:
-    """SWAG predictive samples ``(num_samples, n)`` or ``(num_samples, n, H)`` (float32, CPU): one weight draw, one eval-mode pass each.
+    """SWAG predictive samples ``(num_samples, n)`` or ``(num_samples, n, H)`` (float32, CPU): one weight draw, one
+    eval-mode pass each.
 
     The covered parameters of ``model`` are restored to their values before the call afterwards (also on error).
     ``generator`` is a ``torch.Generator`` or an int seed.
@@ -463,7 +467,7 @@ def multiswag_samples(
         raise ValueError(f"num_samples: must be a positive int, got {num_samples!r}")
     gen = as_generator(generator)
     L = len(members)
-    counts = [num_samples // L + (1 if l < num_samples % L else 0) for l in range(L)]
+    counts = [num_samples // L + (1 if l < num_samples % L else 0) for l in range(L)]  # noqa: E741 - keeps the code hash
     parts = [
         swag_samples(
             model, swag, x, c, gen, scale=scale, diag_only=diag_only, batch_size=batch_size, device=device,

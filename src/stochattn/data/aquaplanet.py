@@ -205,7 +205,8 @@ def _plan(
     fixed = {FOLDERS[f][1] for f in folders} - {None}
     has_pressure = any(FOLDERS[f][1] is None and FOLDERS[f][0] not in _SURFACE_QUANTITIES for f in folders)
     computed = tuple(sorted(set(lvls if has_pressure else ()) | fixed))
-    quantities = tuple(q for q in ("z", "t", "u", "v", *_SURFACE_QUANTITIES) if any(FOLDERS[f][0] == q for f in folders))
+    quantities = tuple(q for q in ("z", "t", "u", "v", *_SURFACE_QUANTITIES)
+                       if any(FOLDERS[f][0] == q for f in folders))  # fmt: skip
     return _Plan(segs, folders, lvls if has_pressure else (), computed, quantities, int(spin_up_days),
                  float(delta_t_y), float(delta_theta_z), resolution, dt, out_h, int(seed))  # fmt: skip
 

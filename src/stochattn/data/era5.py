@@ -466,7 +466,8 @@ def resolve_target(name: str, available: Sequence[str] | None = None) -> Target:
     allowed = sorted(
         {f"{s}{lv}" for s, (stem, _) in TARGET_UNITS.items() if s not in _SURFACE_LABELS for lv in PRESSURE_LEVELS
          if available is None or f"{stem}_{lv}" in available}
-        | {s for s, (stem, _) in TARGET_UNITS.items() if s in _SURFACE_LABELS and (available is None or stem in available)},
+        | {s for s, (stem, _) in TARGET_UNITS.items()
+           if s in _SURFACE_LABELS and (available is None or stem in available)},
         key=lambda t: (t[0], len(t), t))  # fmt: skip
     match = re.fullmatch(r"([a-z]+?)(\d+)", name) if isinstance(name, str) else None
     target = None
@@ -500,7 +501,8 @@ class ForecastCase:
 
 
 def forecast_cases(targets: Sequence[str], lead_hours: int | Sequence[int], variables: Sequence[str],
-                   step_hours: int, cases: Sequence[Mapping[str, Any]] | None = None) -> list[ForecastCase]:  # fmt: skip
+                   step_hours: int, cases: Sequence[Mapping[str, Any]] | None = None,
+                   ) -> list[ForecastCase]:  # fmt: skip
     """The cases of ``targets`` x ``lead_hours`` (or the explicit ``cases``, ``[{"target", "lead_hours"}]``), the
     first being the main one, each checked against the data: the target among ``variables`` (:func:`resolve_target`)
     and the lead a multiple of ``step_hours`` (:func:`lead_steps`). ValueError naming the config key and the allowed
@@ -1022,8 +1024,8 @@ def fetch_weatherbench(
     ``url_template`` (:data:`WEATHERBENCH_URL_TEMPLATE`; the constants file from ``constants_url``,
     :data:`WEATHERBENCH_CONSTANTS_URL`), its SHA-256 recorded (WeatherBench publishes none), and the
     needed members extracted. Every file is written atomically, and every written file is opened and checked by
-    :func:`open_weatherbench` (grid, variable, times), one year at a time, so a broken download fails here. Raises FileNotFoundError
-    naming the folder, mirrors and URL when no source has the files.
+    :func:`open_weatherbench` (grid, variable, times), one year at a time, so a broken download fails here. Raises
+    FileNotFoundError naming the folder, mirrors and URL when no source has the files.
     """
     import shutil
     import tempfile
@@ -1047,7 +1049,8 @@ def fetch_weatherbench(
             record[folder] = {"source": "present"}
             continue
         found = next((m / "weatherbench" / "5.625deg" / folder for m in mirror_dirs
-                      if all((m / "weatherbench" / "5.625deg" / folder / n).is_file() for n in names)), None)  # fmt: skip
+                      if all((m / "weatherbench" / "5.625deg" / folder / n).is_file() for n in names)),
+                     None)  # fmt: skip
         if found is not None:
             for n in names:
                 link_or_copy(found / n, dest / n)  # a hard link into a store on the same file system

@@ -15,8 +15,9 @@ workflow stage:
                        BO over several seeds (surrogate posterior samples, beta* = ln nu*), per-pass latency vs nu,
                        and the SWAG variance-scale sweep on validation and test
 
-Units: targets (Z500 unless configured otherwise) are normalised by the training years' mean / std (ClimaX's normalisation); ``y_mean`` and
-``y_std`` turn them back into the target's units (m^2 s^-2 for Z500, geopotential, ERA5's ``z``), the units of every run file and table.
+Units: targets (Z500 unless configured otherwise) are normalised by the training years' mean / std (ClimaX's
+normalisation); ``y_mean`` and ``y_std`` turn them back into the target's units (m^2 s^-2 for Z500, geopotential, ERA5's
+``z``), the units of every run file and table.
 
 The validation partition serves early stopping and the baselines' selection (``val``: its first half in time)
 AND SA's nu, temperatures and conformal factors (``cal``: the rest, from one lead time after the cut; see
@@ -73,13 +74,13 @@ def _key_statistics(processed: Path, keys: Sequence[str]) -> tuple[np.ndarray, n
 
 def read_pairs(processed_dir: str | Path, part: str, keys: Sequence[str], lead: int, cap: Optional[int] = None,
                progress: bool = False, target: str = TARGET) -> Dict[str, np.ndarray]:  # fmt: skip
-    """At most ``cap`` (input at t, ``target`` (a shard key; Z500 by default) at t + ``lead`` steps) pairs of ``part`` (evenly spaced in time; None:
-    all), read shard by shard, so that a partition is never whole in memory (37 years of ClimaX's 48 variables are
-    ~130 GB).
+    """At most ``cap`` (input at t, ``target`` (a shard key; Z500 by default) at t + ``lead`` steps) pairs of ``part``
+    (evenly spaced in time; None: all), read shard by shard, so that a partition is never whole in memory (37 years of
+    ClimaX's 48 variables are ~130 GB).
 
     Returns ``x`` (n, V, 32, 64) the inputs ``keys`` normalised with the training years' mean / std, ``y`` (n, 32,
-    64) the target at t + lead in its units, ``shard`` / ``t`` (n,) the shard index and the input's time index in it, and
-    ``step`` (n,) the input's time index in the partition (its shards concatenated in time order).
+    64) the target at t + lead in its units, ``shard`` / ``t`` (n,) the shard index and the input's time index in it,
+    and ``step`` (n,) the input's time index in the partition (its shards concatenated in time order).
     """
     from ..progress import progress as show_progress
 
@@ -142,11 +143,11 @@ def prepare(
     :func:`stochattn.provenance.stage_provenance` block, and the npz's hash).
 
     ``variables``: the input keys (ClimaX's shard keys, the target among them); ``target``: a name of
-    :func:`stochattn.data.era5.resolve_target` (``z500``, the paper's; ``t850``, ``t2m``, ...); ``max_pairs``: per partition (train,
-    val, test) a cap on the pairs (evenly spaced in time; None: every pair). The validation pairs are split into
-    ``val`` and ``cal`` blocks (:func:`val_cal_split`). Arrays: ``x_<part>`` (n, V * 32 * 64) float32 normalised
-    inputs, ``y_<part>`` (n, 32 * 64) the normalised target at t + lead, ``<part>_shard`` / ``<part>_t`` (shard index,
-    input time index), ``y_mean`` / ``y_std`` (the target's normalisation), ``lat`` (32,), ``lon`` (64,),
+    :func:`stochattn.data.era5.resolve_target` (``z500``, the paper's; ``t850``, ``t2m``, ...); ``max_pairs``: per
+    partition (train, val, test) a cap on the pairs (evenly spaced in time; None: every pair). The validation pairs are
+    split into ``val`` and ``cal`` blocks (:func:`val_cal_split`). Arrays: ``x_<part>`` (n, V * 32 * 64) float32
+    normalised inputs, ``y_<part>`` (n, 32 * 64) the normalised target at t + lead, ``<part>_shard`` / ``<part>_t``
+    (shard index, input time index), ``y_mean`` / ``y_std`` (the target's normalisation), ``lat`` (32,), ``lon`` (64,),
     ``climatology`` (32 * 64,) the test partition's target time mean in its units (ClimaX's ACC reference),
     ``climatology_train`` (32 * 64,) the training years' (the climatology forecast), ``persistence_test``
     (n_test, 32 * 64) the target at t.
@@ -259,7 +260,10 @@ def pretrain_standin(
     opt = torch.optim.AdamW(net.parameters(), lr=float(pretrain["lr"]), betas=(0.9, 0.95),
                             weight_decay=float(pretrain.get("weight_decay", 1e-5)))  # fmt: skip
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda i: (i + 1) / warmup if i < warmup else 0.5 * (1 + math.cos(math.pi * (i - warmup) / max(1, steps - warmup)))
+        opt,
+        lambda i: (
+            (i + 1) / warmup if i < warmup else 0.5 * (1 + math.cos(math.pi * (i - warmup) / max(1, steps - warmup)))
+        ),
     )
     gen = np.random.default_rng(seed)
     choices = [(i, L) for i, a in enumerate(shards) for L in leads if a.shape[0] > L]
@@ -381,10 +385,11 @@ def adapt(
     provenance: Optional[Mapping[str, Any]] = None,
     checkpoint: Optional[str | Path] = None,
 ) -> Dict[str, Any]:
-    """Fit the LoRA adapter for the prepared target and lead (72 h Z500 in the paper; AdamW, MSE in normalised units, early stopping on the val pairs; best
-    epoch kept, the backbone competing as epoch 0) -> ``out_path`` and ``<stem>.json``, with the test skill
-    (latitude-weighted RMSE, ACC) of the backbone, the adapted model, persistence and climatology, which decides
-    nothing. ``checkpoint``: a file that makes the training resumable (:func:`stochattn.training.fit_regressor`).
+    """Fit the LoRA adapter for the prepared target and lead (72 h Z500 in the paper; AdamW, MSE in normalised units,
+    early stopping on the val pairs; best epoch kept, the backbone competing as epoch 0) -> ``out_path`` and
+    ``<stem>.json``, with the test skill (latitude-weighted RMSE, ACC) of the backbone, the adapted model, persistence
+    and climatology, which decides nothing. ``checkpoint``: a file that makes the training resumable
+    (:func:`stochattn.training.fit_regressor`).
 
     NOTE[DIFF]: plain MSE over the grid cells (ClimaX fine-tunes with latitude-weighted MSE): every method's
     adapter is trained by the same shared training code. AdamW at a constant learning rate (the paper: warm-up and
@@ -435,7 +440,8 @@ def _dropout_sites(net: torch.nn.Module) -> list:
 
 
 def setup(backbone_path: str | Path, adapter_path: str | Path, lora: Mapping[str, Any], train: Mapping[str, Any], *,
-          sa_sites: Sequence[str] = ("blocks", "var_agg"), allow_pickle: bool = False) -> adapters.AdapterSetup:  # fmt: skip
+          sa_sites: Sequence[str] = ("blocks", "var_agg"),
+          allow_pickle: bool = False) -> adapters.AdapterSetup:  # fmt: skip
     """The :class:`~stochattn.experiments.adapters.AdapterSetup` of the ClimaX task; SA draws at ``sa_sites``
     ("blocks": the ViT blocks' attention, "var_agg": the variable aggregation)."""
     from ..backbones.climax import climax_sa_nu
@@ -478,8 +484,9 @@ def run_method(
     ``scale_sweep.json``, :func:`swag_scale_sweep`). ``require_skill=False`` lets the baselines' selection keep
     a candidate that does not beat the training climatology (smoke runs; recorded in meta.json). MultiSWAG pools
     ``members`` (:func:`train_multiswag_member`'s files, in order) when given, else trains its members here. SWAG
-    with ``swag_member``: also its posterior, as MultiSWAG-LoRA's member 0 (:func:`adapters.write_swag_as_member`). ``candidates``: the method's grid fitted one candidate per
-    job (:func:`fit_candidate`'s files, in grid order): only the choice and the sampling run here."""
+    with ``swag_member``: also its posterior, as MultiSWAG-LoRA's member 0 (:func:`adapters.write_swag_as_member`).
+    ``candidates``: the method's grid fitted one candidate per job (:func:`fit_candidate`'s files, in grid order): only
+    the choice and the sampling run here."""
     adapters.check_method(method, num_samples, swag_member)
     data = load_pairs(prepared_path)
     data["require_skill"] = bool(require_skill)
@@ -551,7 +558,8 @@ def spatial_metrics(samples_path: str | Path, prepared_path: str | Path, tempera
 
 def evaluate_spatial(samples_paths: Mapping[str, str | Path], metrics_paths: Mapping[str, str | Path],
                      prepared_path: str | Path, out_paths: Mapping[str, str | Path],
-                     provenance: Optional[Callable[[list], Mapping[str, Any]]] = None) -> Dict[str, Dict[str, Any]]:  # fmt: skip
+                     provenance: Optional[Callable[[list], Mapping[str, Any]]] = None,
+                     ) -> Dict[str, Dict[str, Any]]:  # fmt: skip
     """:func:`spatial_metrics` of every run (temperature from its metrics.json) -> ``out_paths[method]``.
     ``provenance``: input files -> the :func:`stochattn.provenance.stage_provenance` block of a spatial.json (its
     inputs: the run's samples and metrics.json and the pairs)."""

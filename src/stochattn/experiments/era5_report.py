@@ -65,7 +65,7 @@ from stochattn.figures import (
     subplot_grid,
 )
 from stochattn.io import load_json, load_npz
-from stochattn.metrics import _level_key, calibrated_coverage, lat_weighted_rmse
+from stochattn.metrics import calibrated_coverage, lat_weighted_rmse
 from stochattn.report import (
     COST_GROUPS,
     ColumnGroup,
@@ -442,10 +442,10 @@ CLIMAX_SKILL = TableSpec(
         ColumnGroup("rmse_over_climatology", "RMSE/clim.", r"RMSE / clim.", methods=tuple(SKILL_COLUMNS.values()),
                     short_labels=False),  # fmt: skip
     ),
-    description="Deterministic Z500 test skill at the row's lead (m^2 s^-2): latitude-weighted RMSE and ACC of the backbone "
-    "zero-shot, the LoRA-adapted model, persistence (the field at the initial time) and climatology (the training "
-    "years' time mean), and each RMSE over climatology's. ACC's anomalies are taken from the test period's own time "
-    "mean per cell (ClimaX's convention; WeatherBench 2 uses a day-of-year climatology of the training years "
+    description="Deterministic Z500 test skill at the row's lead (m^2 s^-2): latitude-weighted RMSE and ACC of the "
+    "backbone zero-shot, the LoRA-adapted model, persistence (the field at the initial time) and climatology (the "
+    "training years' time mean), and each RMSE over climatology's. ACC's anomalies are taken from the test period's "
+    "own time mean per cell (ClimaX's convention; WeatherBench 2 uses a day-of-year climatology of the training years "
     "instead, which gives different values), so the climatology forecast's ACC is not 0 by construction. Best bold.",
     latex_description=r"Deterministic $Z_{500}$ test skill: latitude-weighted RMSE (m$^2$\,s$^{-2}$) and "
     r"ACC of the zero-shot backbone, the LoRA-adapted model, persistence and climatology.",
@@ -812,8 +812,8 @@ def teaser_axes(
 ) -> list[Path]:
     """Teaser panel (b), measured: one small panel per axis, one bar per method - accuracy (ACC of the ensemble
     mean, spatial.json), calibration (native W1, metrics.json), sharpness (mean temperature-scaled PI-95 width /
-    SA's native width, metrics.json ``scaled``, as the paper post-scales) and cost (:func:`total_seconds` of meta.json, log axis); values on the
-    bars, so the axes can be seen not to collapse into one ranking. Returns ``[png, pdf]``."""
+    SA's native width, metrics.json ``scaled``, as the paper post-scales) and cost (:func:`total_seconds` of meta.json,
+    log axis); values on the bars, so the axes can be seen not to collapse into one ranking. Returns ``[png, pdf]``."""
     methods = [m for m in _ordered_paths(metrics, "metrics") if m in spatial and m in metas]
     recs = {m: load_json(metrics[m]) for m in methods}
     sa_width = _sa_or_scaled(REFERENCE, recs[REFERENCE], "width_95") if REFERENCE in recs else math.nan

@@ -136,7 +136,7 @@ def pretraining_series(
         _, values, _ = ett_data.load_ett(path, ds)
         z, _, _ = ett_data.normalise(values, ds)
         cut = int(round(ds.train_end * (1 - val_fraction)))
-        for part, (lo, hi), out in (("train", (0, cut), train), ("val", (cut, ds.train_end), val)):
+        for part, (lo, hi), out in (("train", (0, cut), train), ("val", (cut, ds.train_end), val)):  # noqa: B007 - keeps the code hash
             view = np.lib.stride_tricks.sliding_window_view(z[lo:hi], length, axis=0)[::stride]  # (n, C, L)
             out.append(view.reshape(-1, length))
         record[name] = {"file": str(path), "sha256": sha256_file(path), "rows": [0, ds.train_end],
@@ -184,7 +184,9 @@ def pretrain_standin(
     dev = resolve_device(None)  # CUDA when present
     net = build_standin(model, seed).to(dev)
     result = pretrain_timesfm(
-        net, torch.tensor(x_train, dtype=torch.float32, device=dev), torch.tensor(x_val, dtype=torch.float32, device=dev),
+        net,
+        torch.tensor(x_train, dtype=torch.float32, device=dev),
+        torch.tensor(x_val, dtype=torch.float32, device=dev),
         context=context,
         steps=int(pretrain["steps"]), batch_size=int(pretrain["batch_size"]), lr=float(pretrain["lr"]), seed=seed,
         warmup=int(pretrain.get("warmup", 0)), eval_every=int(pretrain.get("eval_every", 100)), progress=progress,
@@ -193,7 +195,8 @@ def pretrain_standin(
                                      "model": dict(model)})  # fmt: skip
     meta = {
         "stand_in": True, "station": station, "sources": record, "model": dict(model), "pretrain": dict(pretrain),
-        "n_windows": {"train": n_real, "synthetic": len(x_train) - n_real, "val": len(x_val)}, "best_step": result.best_step,
+        "n_windows": {"train": n_real, "synthetic": len(x_train) - n_real, "val": len(x_val)},
+        "best_step": result.best_step,
         "best_val_loss": result.best_val_loss, "history": result.history, "seconds": result.seconds, "seed": seed,
         "parameters": sum(p.numel() for p in net.parameters()), "device": device_info(),
         "packages": package_versions(), RECORD_KEY: recorded,
@@ -351,8 +354,8 @@ def run_method(
     ``members`` (:func:`train_multiswag_member`'s files, in order) when given, else trains its members here.
     ``require_skill=False`` lets the baselines' selection keep a candidate that does not beat the training mean
     (recorded; the rehearsal's random weights). SWAG with ``swag_member``: also its posterior, as MultiSWAG-LoRA's
-    member 0 (:func:`stochattn.experiments.adapters.write_swag_as_member`). ``candidates``: the method's grid fitted one candidate per
-    job (:func:`fit_candidate`'s files, in grid order): only the choice and the sampling run here."""
+    member 0 (:func:`stochattn.experiments.adapters.write_swag_as_member`). ``candidates``: the method's grid fitted one
+    candidate per job (:func:`fit_candidate`'s files, in grid order): only the choice and the sampling run here."""
     adapters.check_method(method, num_samples, swag_member)
     data = load_windows(prepared_path)
     data["require_skill"] = bool(require_skill)

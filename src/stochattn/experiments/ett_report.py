@@ -217,7 +217,8 @@ POOLED_TABLE = TableSpec(
     "what a perfectly calibrated ensemble of as many members covers with the same interpolated interval (below "
     "95 % by construction), and PIT W1 (lowest bold; the steps of a window and the columns of a series are "
     "correlated, so a calibrated method's pooled W1 sits above the independent-values floor); nu: SA's calibrated "
-    "nu (SA: Algorithm 2's loss arg-min, SA-sm: the surrogate's scale-matching point), '(boundary)' where the calibration ended at nu = 1 wanting more dispersion. Coverage at 25/50/75 %: "
+    "nu (SA: Algorithm 2's loss arg-min, SA-sm: the surrogate's scale-matching point), '(boundary)' where the "
+    "calibration ended at nu = 1 wanting more dispersion. Coverage at 25/50/75 %: "
     "ett_pooled_levels; MAE and CRPS: ett_pooled_scores; cost: ett_cost.",
     latex_description=r"Pooled over all columns, test windows and steps (normalised units): PI-95 coverage, PIT "
     r"$W_1$ and SA's $\nu$.",

@@ -76,7 +76,7 @@ def sa_runs(data, net, cfg, num_samples, seed, progress, nu_template=None) -> Di
         for name, operating_point in SA_OPERATING_POINTS.items():
             t = time.perf_counter()
             nu = nus[operating_point]
-            draw = lambda x: sampler(nu, torch.as_tensor(x, dtype=torch.float32), num_samples)  # noqa: E731
+            draw = lambda x: sampler(nu, torch.as_tensor(x, dtype=torch.float32), num_samples)  # noqa: E731, B023 - keeps the code hash
             samples, cal_samples = draw(data["x_test"]), draw(data["x_cal"])
             runs[name] = {
                 "point": point, "samples": samples, "cal_point": point_cal, "cal_samples": cal_samples,
@@ -359,7 +359,9 @@ def ivon_search(data, build: Callable[[int], torch.nn.Module], train_cfg, cfg, n
     return Search("ivon", candidates(cfg, IVON_KEYS, defaults), fit, finish, state, load)
 
 
-def ivon_run(data, build: Callable[[int], torch.nn.Module], train_cfg, cfg, num_samples, seed, progress) -> Dict[str, Any]:
+def ivon_run(
+    data, build: Callable[[int], torch.nn.Module], train_cfg, cfg, num_samples, seed, progress
+) -> Dict[str, Any]:
     """IVON (Shen et al. 2024, ivon-opt) over the trainable parameters of ``build(seed)``; point = the
     posterior-mean weights' prediction.
 
@@ -519,7 +521,7 @@ def multiswag_run(data, members, candidate, selection, seconds: float, num_sampl
     scale = candidate["scale"]
     samples = multiswag_samples(members, data["x_test"], num_samples, seed, scale=scale)
     cal_samples = multiswag_samples(members, data["x_cal"], num_samples, seed + 1, scale=scale)
-    record = dict(selection, chosen_on="component 0 of %d, reused for the others" % len(members))
+    record = dict(selection, chosen_on="component 0 of %d, reused for the others" % len(members))  # noqa: UP031 - keeps the code hash
     return {"point": samples.mean(0), "samples": samples, "cal_point": cal_samples.mean(0), "cal_samples": cal_samples,
             "seconds": {"train": seconds, "calibrate": 0.0, "predict": time.perf_counter() - t0},
             "extra": {"selection": record}}

@@ -142,9 +142,10 @@ def compare(cells: pd.DataFrame, tables: Mapping[str, pd.DataFrame], runs: Mappi
     stand-in run at another lead); the report keeps the paper's row name.
 
     Every SA cell gets a second row at the other operating point (:data:`OPERATING_POINTS`, same paper number) where
-    our table reports that point for the metric, and both rows name the ``nearer`` of the two. ``floor``: the expected W1 of as many calibrated PIT values as our
-    pooled W1 has (``w1_floor`` rows, W1 metrics only); ``flag``: a PIT-mean bias of that (row, method) (|z| >
-    :data:`stochattn.metrics.PIT_BIAS_Z`, ``pit_mean_z`` rows of the slice's tables)."""
+    our table reports that point for the metric, and both rows name the ``nearer`` of the two. ``floor``: the expected
+    W1 of as many calibrated PIT values as our pooled W1 has (``w1_floor`` rows, W1 metrics only); ``flag``: a PIT-mean
+    bias of that (row, method) (|z| > :data:`stochattn.metrics.PIT_BIAS_Z`, ``pit_mean_z`` rows of the slice's
+    tables)."""
     aliases = dict(aliases or {})
     rows = []
     for c in cells.itertuples(index=False):

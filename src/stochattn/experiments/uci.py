@@ -19,8 +19,6 @@ validation grid, see ``stochattn.selection`` and ``meta.json["selection"]``); ``
 
 from __future__ import annotations
 
-import copy
-import math
 import time
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional, Sequence
@@ -30,7 +28,7 @@ import torch
 
 from ..backbones.ft_transformer import build_ft_transformer
 from ..data.uci import fetch_uci, load_prepared, load_uci_split, prepare_split, save_prepared  # noqa: F401
-from ..io import RECORD_KEY, load_json, load_model, save_json, save_model, save_npz
+from ..io import RECORD_KEY, load_json, load_model, save_json, save_model
 from ..provenance import device_info, package_versions
 from ..training import fit_regressor, predict, resolve_device
 from . import methods
@@ -203,7 +201,8 @@ def _mc_dropout(data, net, model_cfg, train_cfg, cfg, num_samples, seed, progres
     samples, cal_samples = draw(data["x_test"], seed), draw(data["x_cal"], seed + 1)
     return {
         "point": predict(chosen, data["x_test"]), "samples": samples, "cal_point": predict(chosen, data["x_cal"]),
-        "cal_samples": cal_samples, "seconds": {"train": t1 - t0, "calibrate": 0.0, "predict": time.perf_counter() - t1},
+        "cal_samples": cal_samples,
+        "seconds": {"train": t1 - t0, "calibrate": 0.0, "predict": time.perf_counter() - t1},
         "extra": {"selection": sel.record},
     }
 
@@ -396,8 +395,8 @@ def run_method(
             for c, path in enumerate(components):
                 train_multiswag_component(
                     prepared_path, path, component=c, model=model, train=train, method_cfg=method_cfg, seed=seed,
-                    num_samples=num_samples, first_path=None if c == 0 else components[0].with_suffix(".json"), device=device,
-                    progress=progress, provenance=provenance,
+                    num_samples=num_samples, first_path=None if c == 0 else components[0].with_suffix(".json"),
+                    device=device, progress=progress, provenance=provenance,
                 )
         if len(components) != n:
             raise ValueError(f"multiswag: method_cfg says {n} components, got {len(components)} paths")
