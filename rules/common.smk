@@ -11,7 +11,7 @@ import yaml
 
 from stochattn.data.uci import SHARPNESS_GRID_DATASETS, UCI_DATASETS, dataset_registry, locate_uci_file
 from stochattn.staging import set_staged_only
-from stochattn.protocol import NOT_PROTOCOL, dataset_section, load_paper_protocol, merged
+from stochattn.protocol import NOT_PROTOCOL, adapter_method_params, dataset_section, load_paper_protocol, merged
 from stochattn.protocol import check_multiswag_matches_swag
 from stochattn.protocol import protocol_deviations as _protocol_deviations
 from stochattn.protocol import protocol_note as _protocol_note
@@ -345,8 +345,10 @@ def _trainings(experiment, method, dataset=None):
         return len(cfg.get("grid", [{}]))
     if method == "swag":
         return 1
-    if method == "mc_dropout":  # one network per grid entry other than the backbone's own rates (an upper bound)
-        return max(0.25, len(cfg.get("grid", [])))
+    if method == "mc_dropout":  # one network per grid entry other than the backbone's own rates, and per candidate
+        # a widening may add (an upper bound)
+        widen = cfg.get("widen") or {}
+        return max(0.25, len(cfg.get("grid", [])) + (int(widen.get("max_steps", 3)) if widen else 0))
     return 0.25  # sa (BO passes) and multiswag (sampling only) on trained networks
 
 

@@ -206,8 +206,8 @@ def era5_mem_mb(base=8000):
 
 
 def era5_method_cfg(method):
-    """method_params[method] (shared with UCI) with era5.method_params[method] merged over it."""
-    return merged(config["method_params"].get(method, {}), ERA5.get("method_params", {}).get(method))
+    """method_params[method] (shared with UCI, less its UCI-only keys) with era5.method_params[method] merged over it."""
+    return adapter_method_params(config, ERA5, method)
 
 
 if "multiswag" in ERA5["methods"]:  # its member 0 is the SWAG-LoRA run (rule era5_swag)

@@ -41,8 +41,8 @@ def standin_sources(wildcards):
 
 
 def ett_method_cfg(method):
-    """method_params[method] (shared with UCI) with ett.method_params[method] merged over it."""
-    return merged(config["method_params"].get(method, {}), ETT.get("method_params", {}).get(method))
+    """method_params[method] (shared with UCI, less its UCI-only keys) with ett.method_params[method] merged over it."""
+    return adapter_method_params(config, ETT, method)
 
 
 if "multiswag" in ETT["methods"]:  # its member 0 is the SWAG-LoRA run (rule ett_swag)

@@ -253,3 +253,96 @@ def test_choose_over_records_of_separate_fits_is_the_single_search():
     assert timeless(record) == timeless(sel.record)
     with pytest.raises(SelectionError, match="no candidate beats"):
         choose("m", grid[:2], entries[:2], split.mean_predictor_rmse())
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# widening a grid whose edge was chosen (stochattn.selection.Widening)
+# ------------------------------------------------------------------------------------------------------------------
+def spread_candidates(split, best_sd=0.1, S=64, seed=0):
+    """Fit function whose candidate predicts the noise-free mean with S Gaussian samples of SD ``c["sd"]``: the
+    validation CRPS is lowest near the noise's SD (0.1), so a grid of SDs far from it has its edge chosen."""
+    w = np.array([1.0, -1.0, 0.5])
+
+    def fit(c, s):
+        mean = s.x_val @ w
+        rng = np.random.default_rng(seed)
+        return CandidateFit(c["sd"], mean, mean + c["sd"] * rng.standard_normal((S, len(mean))))
+
+    return fit
+
+
+def test_an_edge_chosen_widens_the_grid_until_the_choice_is_inside():
+    """The noise SD is 0.1; a grid of SDs 0.001-0.01 has its top edge chosen: widening by 3x fits 0.03, then 0.09
+    (better), then 0.27 (worse), and keeps 0.09, now inside; every added candidate is recorded and scored on the
+    same validation part, and the choice is the CRPS arg-min over the widened grid."""
+    from stochattn.selection import Widening
+
+    split = linear_split()
+    fit = spread_candidates(split)
+    grid = [{"sd": 0.001}, {"sd": 0.003}, {"sd": 0.01}]
+    plain = select_on_validation("swag", grid, fit, split)
+    assert plain.index == 2 and "widened" not in plain.record  # no widening asked for: the edge stays chosen
+    sel = select_on_validation("swag", grid, fit, split, widen=Widening(("sd",), factor=3.0, low=1e-4, high=10.0))
+    rec = sel.record
+    assert [c["sd"] for c in rec["widened"]] == pytest.approx([0.03, 0.09, 0.27])
+    assert sel.candidate["sd"] == pytest.approx(0.09) and rec["edge_chosen"] is False
+    assert len(rec["grid"]) == len(rec["val_crps"]) == len(rec["val_coverage_95"]) == 6
+    assert rec["chosen"]["index"] == int(np.argmin(rec["val_crps"])) == 4
+    assert sel.result == pytest.approx(0.09)  # the chosen candidate's own fit is returned
+    assert grid == [{"sd": 0.001}, {"sd": 0.003}, {"sd": 0.01}]  # the caller's grid is left as it was
+
+
+def test_widening_goes_down_at_the_low_edge_stops_at_its_bound_and_says_so():
+    from stochattn.selection import Widening
+
+    split = linear_split()
+    fit = spread_candidates(split)
+    grid = [{"sd": 0.5}, {"sd": 1.0}, {"sd": 2.0}]
+    sel = select_on_validation("m", grid, fit, split, widen=Widening(("sd",), factor=2.0, low=0.2, high=5.0))
+    # 0.5 -> 0.25 -> 0.2 (the bound) -> nothing left to add: the bound's candidate is chosen, still on the edge
+    assert [c["sd"] for c in sel.record["widened"]] == pytest.approx([0.25, 0.2])
+    assert sel.candidate["sd"] == pytest.approx(0.2) and sel.record["edge_chosen"] is True
+    capped = select_on_validation("m", grid, fit, split, widen=Widening(("sd",), 2.0, 1e-3, 5.0, max_steps=1))
+    assert len(capped.record["widened"]) == 1 and capped.record["edge_chosen"] is True  # max_steps reached
+
+
+def test_widening_follows_the_chosen_candidates_line_and_moves_its_keys_together():
+    """SWAG's grid holds two lines (SGD and AdamW rates): the edge is judged within the chosen one's line, and
+    MC Dropout's two rates move together."""
+    from stochattn.selection import Widening
+
+    w = Widening(("lr",), factor=3.0, low=1e-6, high=1.0)
+    grid = [{"optimizer": "sgd", "lr": 1e-4}, {"optimizer": "sgd", "lr": 1e-3},
+            {"optimizer": "adamw", "lr": 1e-4}, {"optimizer": "adamw", "lr": 1e-2}]
+    assert w.extension(grid, 1) == {"optimizer": "sgd", "lr": pytest.approx(3e-3)}  # the top of the SGD line
+    assert w.extension(grid, 2) == {"optimizer": "adamw", "lr": pytest.approx(1e-4 / 3)}
+    assert w.extension([{"lr": 1e-3, "k": 1}, {"lr": 1e-2, "k": 2}], 0) is None  # lines of one: no direction
+    assert w.extension([{"lr": 1e-3}, {"lr": 1e-2}, {"lr": 1e-1}], 1) is None  # inside
+    rates = Widening(("attention_dropout", "ffn_dropout"), factor=2.0, low=0.005, high=0.5)
+    mc = [{"attention_dropout": 0.01, "ffn_dropout": 0.01, "residual_dropout": 0.0},
+          {"attention_dropout": 0.2, "ffn_dropout": 0.1, "residual_dropout": 0.0},
+          {"attention_dropout": 0.4, "ffn_dropout": 0.3, "residual_dropout": 0.0}]
+    assert rates.extension(mc, 0) == {"attention_dropout": 0.005, "ffn_dropout": 0.005, "residual_dropout": 0.0}
+    assert rates.extension(mc, 2) == {"attention_dropout": 0.5, "ffn_dropout": 0.5, "residual_dropout": 0.0}
+    with pytest.raises(ValueError, match="factor"):
+        Widening(("lr",), factor=1.0, low=1e-6, high=1.0)
+    assert Widening.from_config(None) is None
+    assert Widening.from_config({"keys": ["lr"], "factor": 3, "low": 1e-5, "high": 0.1}).max_steps == 3
+
+
+def test_mc_dropout_run_widens_its_rates_when_the_lowest_is_chosen(workdir):
+    """Through uci.run_method: a grid whose lowest rate wins is widened below it, the added network trained and
+    scored on the validation part like the others (meta.json's selection record lists it)."""
+    cfg = {"grid": [{"attention_dropout": 0.02, "ffn_dropout": 0.02}, {"attention_dropout": 0.6, "ffn_dropout": 0.6}],
+           "widen": {"keys": ["attention_dropout", "ffn_dropout"], "factor": 2.0, "low": 0.01, "high": 0.9,
+                     "max_steps": 1}}
+    out = workdir / "mc_dropout_widen"
+    meta = uci.run_method("mc_dropout", workdir / "prepared.npz", out, backbone_path=workdir / "backbone/model.pt",
+                          model=MODEL, train=TRAIN, method_cfg=cfg, num_samples=S, seed=1, progress=False)
+    rec = meta["selection"]
+    assert len(rec["grid"]) == 2 + len(rec["widened"]) == len(rec["val_crps"])
+    if rec["widened"]:  # the edge 0.02 or 0.6 was chosen: one more network beyond it
+        added = rec["widened"][0]
+        assert added["attention_dropout"] in (0.01, 0.9) and added["attention_dropout"] == added["ffn_dropout"]
+        assert rec["val_crps"][2] is not None
+    assert rec["chosen"]["index"] == int(np.nanargmin([np.inf if v is None else v for v in rec["val_crps"]]))

@@ -61,6 +61,20 @@ def dataset_section(config: Mapping[str, Any], section: str, dataset: str | None
     return merged(base, override)
 
 
+UCI_ONLY_METHOD_KEYS = ("widen",)
+"""Settings of ``method_params`` that only the UCI searches read: the adapter slices (ETT, ERA5) fit each candidate
+in its own job, so a grid cannot grow there (:class:`stochattn.selection.Widening`)."""
+
+
+def adapter_method_params(config: Mapping[str, Any], section: Mapping[str, Any], method: str) -> Any:
+    """The settings an adapter slice's ``method`` runs use: ``config["method_params"][method]`` (shared with UCI)
+    without the UCI-only keys (:data:`UCI_ONLY_METHOD_KEYS`), with the slice's ``section["method_params"][method]``
+    merged over it."""
+    shared = {k: v for k, v in (config.get("method_params", {}).get(method) or {}).items()
+              if k not in UCI_ONLY_METHOD_KEYS}
+    return merged(shared, (section.get("method_params") or {}).get(method))
+
+
 def check_multiswag_matches_swag(swag_cfg: Mapping[str, Any], multiswag_cfg: Mapping[str, Any]) -> None:
     """ValueError unless MultiSWAG's settings are SWAG's (but ``components``): the workflow keeps the SWAG run as
     MultiSWAG's member 0 (:func:`stochattn.experiments.adapters.write_swag_as_member`, the UCI SWAG run likewise),

@@ -29,7 +29,7 @@ from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, Sequen
 
 import numpy as np
 
-__all__ = ["CandidateFit", "Selection", "SelectionError", "ValidationSplit", "best_index", "choose",
+__all__ = ["CandidateFit", "Selection", "SelectionError", "ValidationSplit", "Widening", "best_index", "choose",
            "entry_from_record", "entry_record", "fit_candidate", "grid_entries", "select_on_validation"]
 
 T = TypeVar("T")
@@ -44,6 +44,70 @@ def grid_entries(cfg: Mapping[str, Any]) -> List[Dict[str, Any]]:
     """The grid of a method's settings ``cfg``: its ``grid`` entries (overrides), one empty entry without a grid
     (the workflow fits each entry of a grid with more than one in its own job)."""
     return [dict(e) for e in cfg.get("grid", [{}])]
+
+
+@dataclass(frozen=True)
+class Widening:
+    """Widen a grid where its edge was chosen: a candidate beyond the edge, fitted and scored like the others.
+
+    ``keys``: the settings that move together along the grid's axis (e.g. ``("lr",)``, or both dropout rates); the
+    first orders the candidates. A candidate's *line* is the grid entries that agree with it on every other setting
+    (e.g. SWAG's SGD rates and its AdamW rates are two lines). When the chosen candidate has the largest (smallest)
+    first key of a line of at least two, the next candidate is the chosen one with every key multiplied (divided) by
+    ``factor``, clipped to ``[low, high]``; it is fitted, scored on the same validation part and joins the choice.
+    This repeats while the chosen candidate lies on an edge, at most ``max_steps`` times, and stops at a bound (the
+    clipped candidate is one already fitted). The record says what was added (``widened``) and whether the final
+    choice still lies on an edge (``edge_chosen``): a grid that could not be widened enough."""
+
+    keys: Tuple[str, ...]
+    factor: float
+    low: float
+    high: float
+    max_steps: int = 3
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "keys", tuple(self.keys))
+        if not self.keys:
+            raise ValueError("widen.keys: name at least one setting")
+        if not (self.factor > 1):
+            raise ValueError(f"widen.factor: must be > 1, got {self.factor}")
+        if not (0 < self.low < self.high):
+            raise ValueError(f"widen: needs 0 < low < high, got low {self.low}, high {self.high}")
+        if int(self.max_steps) != self.max_steps or self.max_steps < 0:
+            raise ValueError(f"widen.max_steps: must be a non-negative int, got {self.max_steps}")
+
+    @classmethod
+    def from_config(cls, cfg: Optional[Mapping[str, Any]]) -> Optional[Widening]:
+        """A method's ``widen`` setting (a mapping of this class's fields), or None without one."""
+        if not cfg:
+            return None
+        return cls(keys=tuple(cfg["keys"]), factor=float(cfg["factor"]), low=float(cfg["low"]),
+                   high=float(cfg["high"]), max_steps=int(cfg.get("max_steps", 3)))  # fmt: skip
+
+    def edge(self, grid: Sequence[Mapping[str, Any]], index: int) -> int:
+        """+1 (-1) when ``grid[index]`` has the largest (smallest) first key of its line of >= 2 entries, else 0."""
+        chosen, lead = grid[index], self.keys[0]
+        if lead not in chosen:
+            raise ValueError(f"widen.keys: {lead!r} is not a setting of the candidates ({sorted(chosen)})")
+        others = (set(chosen) - set(self.keys))
+        line = [float(c[lead]) for c in grid if all(c.get(k) == chosen.get(k) for k in others)]
+        if len(set(line)) < 2:
+            return 0
+        value = float(chosen[lead])
+        return 1 if value == max(line) else -1 if value == min(line) else 0
+
+    def extension(self, grid: Sequence[Mapping[str, Any]], index: int) -> Optional[Dict[str, Any]]:
+        """The candidate beyond the edge that ``grid[index]`` lies on, or None (not on an edge, or at a bound)."""
+        direction = self.edge(grid, index)
+        if direction == 0:
+            return None
+        step = self.factor if direction > 0 else 1.0 / self.factor
+        new = dict(grid[index])
+        for k in self.keys:
+            new[k] = float(min(self.high, max(self.low, float(new[k]) * step)))
+        if any(new == dict(c) for c in grid):
+            return None
+        return new
 
 
 class SelectionError(ValueError):
@@ -281,6 +345,7 @@ def select_on_validation(
     label: str = "",
     require_skill: bool = True,
     metric: str = "crps",
+    widen: Optional[Widening] = None,
 ) -> Selection[T]:
     """Fit every candidate with ``fit(candidate, split)`` (:func:`fit_candidate`) and keep the eligible one with the
     lowest validation score (:func:`choose`): the mean CRPS of its ``val_samples`` (``metric="crps"``), or the
@@ -300,6 +365,10 @@ def select_on_validation(
     ``require_skill=False`` keeps the best candidate even when it does not beat the mean predictor (the record's
     ``beats_mean_predictor`` says so): for smoke runs whose models are too small to have skill.
 
+    ``widen`` (:class:`Widening`): where the grid's edge is chosen, candidates beyond it are fitted and scored too
+    (the record's ``grid`` and lists include them, in the order fitted; ``widened`` lists them and ``edge_chosen``
+    says whether the final choice still lies on an edge).
+
     The workflow runs the same search split in jobs: one :func:`fit_candidate` per candidate, then :func:`choose`
     over their entries.
 
@@ -312,11 +381,30 @@ def select_on_validation(
     mean_rmse = split.mean_predictor_rmse()
     entries: List[Dict[str, Any]] = []
     best: Optional[CandidateFit[T]] = None
-    for i, candidate in enumerate(grid):
+    added: List[Dict[str, Any]] = []
+
+    def run(candidate: Dict[str, Any]) -> None:
+        nonlocal best
         out, entry = fit_candidate(method, candidate, fit, split, metric)
         entries.append(entry)
-        if best_index(entries, mean_rmse, require_skill) == i:
+        if best_index(entries, mean_rmse, require_skill) == len(entries) - 1:
             best = out
+
+    for candidate in list(grid):
+        run(candidate)
+    while widen is not None and len(added) < widen.max_steps:
+        index = best_index(entries, mean_rmse, require_skill)
+        new = None if index < 0 else widen.extension(grid, index)
+        if new is None:
+            break
+        grid.append(new)
+        added.append(new)
+        run(new)
     index, record = choose(method, grid, entries, mean_rmse, reference=reference, label=label,
                            require_skill=require_skill, metric=metric)  # fmt: skip
+    if widen is not None:
+        record["widen"] = {"keys": list(widen.keys), "factor": widen.factor, "low": widen.low, "high": widen.high,
+                           "max_steps": widen.max_steps}
+        record["widened"] = added
+        record["edge_chosen"] = widen.edge(grid, index) != 0
     return Selection(result=best.result, index=index, candidate=grid[index], record=record)

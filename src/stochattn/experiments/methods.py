@@ -110,12 +110,14 @@ def selection_options(data) -> Dict[str, Any]:
     return {"label": str(data.get("source", "")), "require_skill": bool(data.get("require_skill", True))}
 
 
-def select(method, data, grid, fit, reference=None):
-    from ..selection import ValidationSplit, select_on_validation
+def select(method, data, grid, fit, reference=None, widen=None):
+    """:func:`stochattn.selection.select_on_validation` on ``data``'s fitting and validation parts; ``widen``: a
+    method's ``widen`` setting (:class:`stochattn.selection.Widening`'s fields) or None."""
+    from ..selection import ValidationSplit, Widening, select_on_validation
 
     # only the fitting and validation arrays go in: the test and calibration parts cannot reach the choice
     return select_on_validation(method, grid, fit, ValidationSplit.from_prepared(data), reference=reference,
-                                **selection_options(data))  # fmt: skip
+                                widen=Widening.from_config(widen), **selection_options(data))  # fmt: skip
 
 
 def trainable_state(net: torch.nn.Module) -> Dict[str, torch.Tensor]:
@@ -153,13 +155,14 @@ class Search:
     load: Callable[[Mapping[str, Any], Mapping[str, Any]], Any]
     reference: Optional[Dict[str, float]] = None
     extra: Dict[str, Any] = field(default_factory=dict)
+    widen: Optional[Mapping[str, Any]] = None  # the method's ``widen`` setting (single-job searches only)
 
 
 def search_run(search: Search, data) -> Dict[str, Any]:
     """Every candidate fitted here, one after the other (:func:`select`), then the chosen one sampled; ``train``
     seconds: the whole search."""
     t0 = time.perf_counter()
-    sel = select(search.method, data, search.grid, search.fit, reference=search.reference)
+    sel = select(search.method, data, search.grid, search.fit, reference=search.reference, widen=search.widen)
     return search.finish(sel, time.perf_counter() - t0)
 
 
@@ -251,7 +254,8 @@ def swag_select(method, data, net, cfg, seed, progress, num_samples):
 
     start = ValidationSplit.from_prepared(data).rmse(predict(net, data["x_val"]))
     grid = candidates(cfg, SWAG_KEYS, SWAG_DEFAULTS)
-    return select(method, data, grid, swag_fit(net, seed, progress, num_samples), reference={"start_val_rmse": start})
+    return select(method, data, grid, swag_fit(net, seed, progress, num_samples), reference={"start_val_rmse": start},
+                  widen=cfg.get("widen"))
 
 
 def swag_search(data, net, cfg, num_samples, seed, progress, on_fitted=None) -> Search:
@@ -275,7 +279,8 @@ def swag_search(data, net, cfg, num_samples, seed, progress, on_fitted=None) -> 
                 "extra": {"selection": sel.record}}
 
     return Search("swag", candidates(cfg, SWAG_KEYS, SWAG_DEFAULTS), swag_fit(net, seed, progress, num_samples),
-                  finish, swag_state, swag_load(net), reference={"start_val_rmse": start})  # fmt: skip
+                  finish, swag_state, swag_load(net), reference={"start_val_rmse": start},
+                  widen=cfg.get("widen"))  # fmt: skip
 
 
 def swag_run(data, net, cfg, num_samples, seed, progress, on_fitted=None) -> Dict[str, Any]:

@@ -171,7 +171,9 @@ def _mc_dropout(data, net, model_cfg, train_cfg, cfg, num_samples, seed, progres
     Candidates (``cfg["grid"]``, entries overriding ``MC_DROPOUT_KEYS``) are networks trained with those dropout
     rates, chosen by the validation CRPS of S passes, as Gal's UCI protocol chose its dropout rate on validation
     data (by log-likelihood). The candidate with the backbone's own rates is the shared backbone itself; every other
-    is trained here on the same parts with the same schedule (from this run's seed). No grid: the backbone alone."""
+    is trained here on the same parts with the same schedule (from this run's seed). No grid: the backbone alone.
+    ``cfg["widen"]`` (optional): where the lowest or highest rate is chosen, rates beyond it are trained and scored
+    too (:class:`stochattn.selection.Widening`)."""
     import inspect
 
     from ..baselines.mc_dropout import mc_dropout_samples
@@ -195,7 +197,7 @@ def _mc_dropout(data, net, model_cfg, train_cfg, cfg, num_samples, seed, progres
         return CandidateFit(candidate, predict(candidate, split.x_val), val)
 
     t0 = time.perf_counter()
-    sel = methods.select("mc_dropout", data, grid, fit)
+    sel = methods.select("mc_dropout", data, grid, fit, widen=cfg.get("widen"))
     chosen, t1 = sel.result, time.perf_counter()
     draw = lambda x, s: mc_dropout_samples(chosen, x, num_samples, s, progress=progress)  # noqa: E731
     samples, cal_samples = draw(data["x_test"], seed), draw(data["x_cal"], seed + 1)
