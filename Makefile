@@ -11,7 +11,7 @@ LOCK := envs/cpu.lock
 # CPU index's torch page; every other package comes from PyPI.
 TORCH_CPU_WHEELS ?= $(or $(PIP_FIND_LINKS),https://download.pytorch.org/whl/cpu/torch/)
 
-.PHONY: run test bench gpu-check rehearsal venv lock docs docs-teaser clean-results
+.PHONY: run test bench gpu-check rehearsal venv lock dist docs docs-teaser clean-results
 
 venv: $(STAMP)
 
@@ -42,6 +42,14 @@ lock:
 	cp envs/cpu.lock envs/cuda.lock  # the CUDA lock starts from the CPU lock's versions and keeps them where it can
 	$(LOCK_COMPILE) --extra timm -o envs/cuda.lock
 	$(PYTHON) envs/conda_env.py  # envs/stochattn.yaml's pip section: envs/cuda.lock inline
+
+# The release artefacts in dist/: the sdist and the wheel built from it (`python -m build`), then `twine check` on both
+# (metadata, the README as the long description). No build isolation: the build uses the lock's setuptools in .venv,
+# offline and at a pinned version. tests/test_release.py builds the same way and installs the wheel in a fresh venv.
+dist: $(STAMP)
+	rm -rf dist
+	$(VENV)/bin/python -m build --no-isolation --outdir dist .
+	$(VENV)/bin/twine check --strict dist/*
 
 # --max-jobs-per-timespan: Snakemake (9.x) re-schedules ever more often as jobs finish (about n times a second after n
 # jobs: docs/measurements.md, "Snakemake's scheduler"); 10 s makes those rounds 10x rarer. Jobs still start as soon as
