@@ -1,6 +1,6 @@
 """Stochastic attention on your own transformer in ~30 lines: train, calibrate nu in one call, sample, score.
 
-    pip install "stochattn[uci]"    # the core and rtdl's FT-Transformer (from a checkout: pip install ".[uci]")
+    pip install ".[uci]"    # in a checkout: the core and rtdl's FT-Transformer (README "Install": a wheel, an index)
     python examples/quickstart.py
 
 A 1-D noisy sinusoid and a small FT-Transformer stand in for "your model"; any model whose attention modules are

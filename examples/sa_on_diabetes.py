@@ -1,7 +1,7 @@
 """Stochastic attention on real data: a small transformer regressor on scikit-learn's diabetes set (shipped with the
 package, no download), SA native against SA rescaled and a Gaussian interval from the validation residuals.
 
-    pip install stochattn scikit-learn
+    pip install . scikit-learn                   # in a checkout (README "Install")
     python examples/sa_on_diabetes.py            # 3 seeds (SEEDS=5 for more)
 
 Per seed: a 60/20/20 split of the 442 patients; a feature-token transformer (two nn.TransformerEncoder layers)

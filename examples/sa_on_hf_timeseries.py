@@ -1,6 +1,6 @@
 """Stochastic attention on a Hugging Face time-series transformer: train, calibrate nu in one call, sample, score.
 
-    pip install "stochattn[hf]"
+    pip install ".[hf]"    # in a checkout (README "Install")
     python examples/sa_on_hf_timeseries.py
 
 A PatchTST forecaster (transformers' PatchTSTForPrediction, built from a config: bring your own checkpoint with

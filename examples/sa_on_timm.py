@@ -1,6 +1,6 @@
 """Stochastic attention on a timm Vision Transformer: train, calibrate, sample.
 
-    pip install "stochattn[timm]"    # torch and torchvision first, from the same wheel index (README "Install")
+    pip install ".[timm]"    # in a checkout; torch and torchvision first, from the same wheel index (README "Install")
     python examples/sa_on_timm.py
 
 timm's Attention calls F.scaled_dot_product_attention when ``fused_attn`` is on and forms the softmax itself when

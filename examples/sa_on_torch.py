@@ -1,6 +1,6 @@
 """Stochastic attention on a plain PyTorch transformer (torch.nn.TransformerEncoder): train, calibrate, sample.
 
-    pip install stochattn
+    pip install .    # in a checkout (README "Install")
     python examples/sa_on_torch.py
 
 The encoder's nn.MultiheadAttention layers are patched as they are (the fast path is switched off while SA is on and
