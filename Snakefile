@@ -1,11 +1,23 @@
-# stochattn: the benchmark workflow of "Stochastic Attention" (UCI regression slice and the teaser's toy).
+# stochattn: the workflow that regenerates the tables and figures of "Calibrating Scientific Foundation Models with
+# Inference-Time Stochastic Attention" from three slices, every method drawing the same number of samples:
+#   UCI   regression, 8 data sets in Gal's splits, an FT-Transformer per split; SA, MC Dropout, SWAG, MultiSWAG, IVON
+#         and HSA (rules/data, train, calibrate, methods, evaluate, report.smk)
+#   ETT   forecasting, ETTh1/ETTh2/ETTm1/ETTm2 at horizons 96 and 192, TimesFM 2.5 adapted with LoRA (rules/ett*.smk)
+#   ERA5  forecasting, Z500 (era5.targets x era5.lead_hours), ClimaX adapted with LoRA (rules/era5*.smk)
+# ETT and ERA5 run SA, SWAG, MultiSWAG, IVON, Contextual Dropout and HSA; SA at two operating points everywhere (sa: the
+# BO loss arg-min, sa_match: the scale-matching nu). Besides the slices: the teaser's toy sinusoid, the teaser and the
+# reproduction report results/tables/paper_comparison (rules/paper*.smk).
 #
-#   snakemake --cores 2 --configfile=config/quick.yaml      # offline embedded default, 2 cores (`make run`)
-#   snakemake --profile slurm                               # the paper's protocol on a cluster (./slurm)
+#   make run                      # snakemake --cores <every core> --configfile=config/quick.yaml (CORES=n to choose):
+#                                 # the embedded default, offline on the CPU, stand-ins for TimesFM 2.5 and ERA5
+#   stochattn download -j 8       # on a cluster: every public file config/config.yaml needs, into data.store ...
+#   snakemake --profile slurm     # ... then the paper's protocol (config/config.yaml) as SLURM jobs (./slurm)
+#   make rehearsal                # the cluster configuration's code paths at full model size, offline on the CPU
 #
-# Targets: all (default), uci, uci_<dataset> (e.g. uci_yacht), toy, ett, ett_<dataset> (e.g. ett_ETTh1), era5 (= climax),
-# or any output path such as
-# results/uci/yacht/split0/sa/metrics.json. Every output lives under results/, every log under logs/.
+# Targets: all (default), uci, uci_<dataset> (e.g. uci_yacht), toy, ett, ett_<dataset> (e.g. ett_ETTh1), era5
+# (= climax), era5_<target>_<lead>h (e.g. era5_z500_24h), download, or any output path such as
+# results/uci/yacht/split0/sa/metrics.json. Every output lives under results/ with a .prov.json beside each table and
+# figure (stochattn audit FILE), every log under logs/.
 # The logic lives in the stochattn package; workflow_scripts/ only adapt the snakemake object to one call.
 
 import os
