@@ -56,10 +56,11 @@ def _checkout_files(dest: Path) -> None:
     out = subprocess.run([git, "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
                          capture_output=True, check=True).stdout  # fmt: skip
     for name in filter(None, out.decode().split("\0")):
-        src = REPO / name
-        if src.is_file():  # a tracked file deleted in the working tree is not part of it
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / name)
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            shutil.copy2(REPO / name, dest / name)
+        except (FileNotFoundError, IsADirectoryError):  # deleted in the working tree (or meanwhile): not part of it
+            pass
 
 
 def _run(cmd, **kw) -> subprocess.CompletedProcess:
