@@ -528,3 +528,25 @@ np.testing.assert_allclose(metrics.crps(x, y), sr.crps_ensemble(y, x, m_axis=0, 
                            rtol=1e-12)
 """
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+
+def test_bias_sources_tells_an_offset_ensemble_from_a_biased_point():
+    """Truth y = point + noise (sd 1). (a) An ensemble of the right spread shifted off the point by +0.5: its PIT mean
+    is biased (truth below the samples, z << 0), and recentring the samples on the point removes it; the point's own
+    residual is unbiased. (b) The point itself biased by -0.5 with the ensemble centred on it: the PIT bias stays
+    after recentring, and the point's residual mean says where it comes from."""
+    rng = np.random.default_rng(0)
+    n, s = 2000, 50
+    point = rng.standard_normal(n)
+    y = point + rng.standard_normal(n)
+    shifted = point + 0.5 + rng.standard_normal((s, n))
+    a = M.bias_sources(shifted, point, y, 1, sigma_y=2.0)
+    assert a["ensemble_offset_mean"] == pytest.approx(0.25, abs=0.01)  # 0.5 in units of sigma_y = 2
+    assert a["pit_mean_z"] < -M.PIT_BIAS_Z and abs(a["pit_mean_z_recentred"]) < M.PIT_BIAS_Z
+    assert abs(a["point_residual_z"]) < M.PIT_BIAS_Z and a["w1_recentred"] < a["w1"]
+    b = M.bias_sources(point - 0.5 + rng.standard_normal((s, n)), point - 0.5, y, 1)
+    assert b["point_residual_mean"] == pytest.approx(0.5, abs=0.06) and b["point_residual_z"] > M.PIT_BIAS_Z
+    assert abs(b["ensemble_offset_mean"]) < 0.01
+    assert b["pit_mean_z"] > M.PIT_BIAS_Z and b["pit_mean_z_recentred"] > M.PIT_BIAS_Z
+    with pytest.raises(ValueError, match="sigma_y"):
+        M.bias_sources(shifted, point, y, 1, sigma_y=0.0)

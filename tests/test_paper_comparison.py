@@ -163,3 +163,23 @@ def test_write_comparison_is_atomic_with_provenance(tmp_path):
     back = pd.read_csv(written[0])
     assert len(back) == len(out) and set(back["verdict"]) == {"not run"}
     assert not list(tmp_path.glob(".*tmp"))
+
+
+def test_uci_slice_comparison_puts_each_method_beside_the_paper():
+    """benchmarks/uci_paper_slice.py's table: per (data set, method) the run's native W1 with its floor, PI-95
+    coverage and PIT-mean z beside the paper's W1; SA's row also RMSE/sigma_y beside the paper's; the scale-matching
+    SA is read against the paper's SA; a method the paper has no number for gets NaN."""
+    rows = []
+    for method, w1, cov in (("sa", 0.05, 0.8), ("sa_match", 0.04, 0.9), ("mc_dropout", 0.1, 0.6)):
+        rows += [{"dataset": "energy", "method": method, "metric": "w1_native_pooled", "value": w1, "n": 3},
+                 {"dataset": "energy", "method": method, "metric": "w1_floor", "value": 0.02, "n": 3},
+                 {"dataset": "energy", "method": method, "metric": "coverage_95_native", "value": cov, "n": 3},
+                 {"dataset": "energy", "method": method, "metric": "pit_mean_z", "value": 1.0, "n": 3}]
+    rows.append({"dataset": "energy", "method": "sa", "metric": "rmse_over_sigma", "value": 0.04, "n": 3})
+    table = uci_tables.uci_slice_comparison(pd.DataFrame(rows), P.paper_cells(REFERENCE))
+    by = table.set_index("method")
+    assert by.loc["sa", "paper_w1"] == by.loc["sa_match", "paper_w1"] == 0.030  # the paper's energy SA W1
+    assert by.loc["mc_dropout", "paper_w1"] == 0.039 and by.loc["sa", "paper_rmse_over_sigma"] == 0.068
+    assert math.isnan(by.loc["mc_dropout", "rmse_over_sigma"]) and by.loc["sa", "rmse_over_sigma"] == 0.04
+    assert by.loc["mc_dropout", "coverage_95"] == 0.6 and by.loc["sa_match", "w1_floor"] == 0.02
+    assert list(table["n"]) == [3, 3, 3]

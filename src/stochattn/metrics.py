@@ -55,6 +55,7 @@ __all__ = [
     "PIT_BIAS_Z",
     "pit_mean_z",
     "spread_tracking",
+    "bias_sources",
     "climax_lat_weighted_acc",
     "normalised_energy_score",
     "ENERGY_ESTIMATORS",
@@ -679,6 +680,50 @@ def spread_tracking(samples: Any, point: Any, y: Any, bins: int = 10) -> dict[st
     rho, rho_binned = spearmanr(spread, err).statistic, spearmanr(s_bin, e_bin).statistic
     return {"spearman": float(rho), "spearman_binned": float(rho_binned), "spread": s_bin.tolist(),
             "abs_residual": e_bin.tolist(), "n": int(spread.size)}
+
+
+def bias_sources(samples: Any, point: Any, y: Any, rng: np.random.Generator | int, sigma_y: float = 1.0) -> dict[str, float]:
+    """Where a predictive's PIT bias comes from: the point prediction, or the ensemble sitting off the point.
+
+    ``samples (S, n)``, ``point (n,)``, ``y (n,)``; offsets in units of ``sigma_y``. Returns
+
+    * ``point_residual_mean`` / ``point_residual_z``: mean of ``y - point`` and its z (mean / SE): a biased point
+      prediction (the backbone's, for SA), whatever the ensemble does;
+    * ``ensemble_offset_mean`` / ``ensemble_offset_median``: mean over inputs of (ensemble mean - point) and of
+      (ensemble median - point): how far the samples sit from the point they should be centred on (for SA, the
+      deterministic prediction: the paper's mean preservation holds per attention row, not through the network's
+      nonlinear layers);
+    * ``ensemble_offset_z``: z of the per-input (mean - point) offsets;
+    * ``spread_mean``: mean per-input sample SD;
+    * ``pit_mean`` / ``pit_mean_z`` of the samples as drawn, and ``pit_mean_recentred`` / ``pit_mean_z_recentred``,
+      ``w1``, ``w1_recentred``: the same with every input's samples shifted so that their mean is the point (the
+      offset removed, the spread kept): what is left is the point's own bias. The same ``rng`` seed draws both PITs.
+    """
+    x = check_samples(samples, min_members=2)
+    p, t = _check_same_shape(point, y, "point", "y")
+    if x.ndim != 2 or x.shape[1:] != p.shape:
+        raise ValueError(f"bias_sources: samples {x.shape} do not match point {p.shape} as (S, n)")
+    if not (sigma_y > 0):
+        raise ValueError(f"sigma_y: must be positive, got {sigma_y}")
+    seed = int(_as_generator(rng).integers(2**31))
+    offset = x.mean(axis=0) - p
+    recentred = x - offset
+    pit_raw, pit_rc = pit(x, t, seed), pit(recentred, t, seed)
+    res = (t - p) / sigma_y
+    se_res = res.std(ddof=1) / math.sqrt(res.size) if res.size > 1 else math.nan
+    se_off = offset.std(ddof=1) / math.sqrt(offset.size) if offset.size > 1 else math.nan
+    return {
+        "n": float(p.size),
+        "point_residual_mean": float(res.mean()),
+        "point_residual_z": float(res.mean() / se_res) if se_res > 0 else math.nan,
+        "ensemble_offset_mean": float(offset.mean() / sigma_y),
+        "ensemble_offset_median": float((np.median(x, axis=0) - p).mean() / sigma_y),
+        "ensemble_offset_z": float(offset.mean() / se_off) if se_off > 0 else math.nan,
+        "spread_mean": float(x.std(axis=0, ddof=1).mean() / sigma_y),
+        "pit_mean": pit_mean_z(pit_raw)[0], "pit_mean_z": pit_mean_z(pit_raw)[1],
+        "pit_mean_recentred": pit_mean_z(pit_rc)[0], "pit_mean_z_recentred": pit_mean_z(pit_rc)[1],
+        "w1": w1_uniform(pit_raw), "w1_recentred": w1_uniform(pit_rc),
+    }
 
 
 # --------------------------------------------------------------------------------------------------------------

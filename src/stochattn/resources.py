@@ -46,7 +46,8 @@ def _dataset_of(parts: tuple[str, ...]) -> str | None:
 
 def read_benchmarks(root: str | Path) -> list[dict[str, Any]]:
     """One dict per record: ``rule``, ``family`` (rule, or ``rule/method`` for per-method rules), ``job`` (the
-    wildcard path), ``seconds``, ``max_rss_mb`` (None when not measured)."""
+    wildcard path), ``seconds`` (wall clock), ``cpu_seconds`` (Snakemake's ``cpu_time``: CPU time of the job's
+    processes; None when not measured), ``max_rss_mb`` (None when not measured)."""
     root = Path(root)
     rows = []
     for tsv in sorted(root.rglob("*.tsv")):
@@ -55,10 +56,10 @@ def read_benchmarks(root: str | Path) -> list[dict[str, Any]]:
         family = f"{rule}/{rel.name}" if rule in _PER_METHOD else rule
         with open(tsv, newline="") as fh:
             for rec in csv.DictReader(fh, delimiter="\t"):
-                rss = rec.get("max_rss", "NA")
+                rss, cpu = rec.get("max_rss", "NA"), rec.get("cpu_time", "NA")
                 rows.append({
                     "rule": rule, "family": family, "job": "/".join(rel.parts[1:]), "dataset": _dataset_of(rel.parts),
-                    "seconds": float(rec["s"]),
+                    "seconds": float(rec["s"]), "cpu_seconds": None if cpu in ("NA", "", None) else float(cpu),
                     "max_rss_mb": None if rss in ("NA", "", None) else float(rss),
                 })  # fmt: skip
     return rows

@@ -405,3 +405,41 @@ COVERAGE_TABLE = TableSpec(
 UCI_TABLE_SPECS: dict[str, TableSpec] = {s.name: s for s in (MASTER_TABLE, MATCHED_TABLE, CRPS_TABLE, COST_TABLE,
                                                                COVERAGE_TABLE)}  # fmt: skip
 """Table name (the ``{table}`` of ``results/tables/uci_{table}``) -> its spec."""
+
+
+# --------------------------------------------------------------------------------------------------------------
+# one run of the paper configuration beside the paper (benchmarks/uci_paper_slice.py)
+# --------------------------------------------------------------------------------------------------------------
+SLICE_METRICS = ("rmse_over_sigma", "w1_native_pooled", "w1_floor", "coverage_95_native", "pit_mean_z")
+"""The master table's metrics the slice comparison shows per (data set, method)."""
+
+
+def uci_slice_comparison(master: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
+    """Per (data set, method) of a master table (:func:`uci_master_table`'s tidy rows): ``n`` (splits),
+    ``rmse_over_sigma`` (SA's row only, the deterministic backbone's), native pooled-PIT ``w1`` with its calibrated
+    ``w1_floor``, the native PI-95 test ``coverage_95`` (mean over splits), ``pit_mean_z``, and the paper's
+    ``paper_rmse_over_sigma`` / ``paper_w1`` (``cells``: :func:`stochattn.experiments.paper_comparison.paper_cells`;
+    the scale-matching SA run is read against the paper's SA). NaN where the paper or the run has no number."""
+    paper = cells[cells["table"] == "uci_master"]
+
+    def paper_value(dataset: str, method: str, metric: str) -> float:
+        m = "sa" if method == "sa_match" else method
+        hit = paper[(paper["row"] == dataset) & (paper["method"] == m) & (paper["metric"] == metric)]
+        return float(hit["paper"].iloc[0]) if len(hit) else math.nan
+
+    rows = []
+    for dataset in dataset_order(master["dataset"]):
+        d = master[master["dataset"] == dataset]
+        for method in method_order(d["method"]):
+            m = d[d["method"] == method]
+            value = {k: float(m.loc[m["metric"] == k, "value"].iloc[0]) if (m["metric"] == k).any() else math.nan
+                     for k in SLICE_METRICS}  # fmt: skip
+            rows.append({
+                "dataset": dataset, "method": method, "n": int(m["n"].max()),
+                "rmse_over_sigma": value["rmse_over_sigma"],
+                "paper_rmse_over_sigma": paper_value(dataset, method, "rmse_over_sigma") if method == "sa" else math.nan,
+                "w1": value["w1_native_pooled"], "w1_floor": value["w1_floor"],
+                "paper_w1": paper_value(dataset, method, "w1_native_pooled"),
+                "coverage_95": value["coverage_95_native"], "pit_mean_z": value["pit_mean_z"],
+            })  # fmt: skip
+    return pd.DataFrame(rows)

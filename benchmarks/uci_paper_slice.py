@@ -1,0 +1,114 @@
+"""The paper configuration's UCI slice beside the paper, in one command (issue 46).
+
+    python benchmarks/uci_paper_slice.py WORKDIR [--datasets ...] [--splits 3] [--fewer protein=1 naval=1]
+        [--methods sa mc_dropout swag multiswag ivon hsa] [--cores 2] [--configfile extra.yaml ...] [--report-only]
+        [--out WORKDIR/uci_paper_slice.md]
+
+Runs the workflow's own rules (``snakemake -s Snakefile --directory WORKDIR --configfile config/config.yaml
+WORKDIR/slice.yaml ... results/tables/uci_master.md``) on the paper's architecture and schedules (config/config.yaml),
+the first ``--splits`` Gal splits of each data set (``--fewer`` gives some data sets fewer: what a 2-core machine can do
+with protein and naval in a session), the data from ``--mirror`` (default ../shared/data beside the repository),
+every job on the CPU with one thread. Then prints, per data set, one row per method (both SA operating points):
+RMSE/sigma_y of the deterministic backbone, native pooled-PIT W1 with the W1 of as many calibrated PIT values (its
+floor), the native PI-95 test coverage and the PIT mean's z, beside the paper's RMSE/sigma_y and W1
+(config/paper_results.yaml; the paper pools 20 splits, 5 for protein), and the data set's CPU-hours: the wall-clock
+seconds of its jobs (every job runs one thread; on a shared machine wall time exceeds CPU time) and Snakemake's
+``cpu_time`` of them (results/benchmarks/). ``--report-only`` skips the run and reads WORKDIR as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from stochattn.experiments.paper_comparison import paper_cells
+from stochattn.experiments.uci_tables import uci_slice_comparison
+from stochattn.report import method_label
+from stochattn.resources import read_benchmarks
+
+REPO = Path(__file__).resolve().parents[1]
+ALL = ["yacht", "energy", "concrete", "wine", "kin8nm", "power", "naval", "protein"]
+
+
+def slice_config(args: argparse.Namespace) -> dict:
+    fewer = dict(item.split("=") for item in args.fewer)
+    return {
+        "datasets": args.datasets, "methods": args.methods, "splits": args.splits,
+        "data": {"mirrors": [str(Path(args.mirror).resolve())]}, "require_gpu": False,
+        "cluster": {"gpus_per_job": 0, "gpu_threads": 1}, "progress": False,
+        "ett": {"enabled": False}, "era5": {"enabled": False},
+        "dataset_overrides": {d: {"splits": int(k)} for d, k in fewer.items() if d in args.datasets},
+    }
+
+
+def fmt(v: float, spec: str = ".3f") -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+
+def markdown(table, hours: dict) -> str:
+    out = []
+    for ds in dict.fromkeys(table["dataset"]):
+        d = table[table["dataset"] == ds]
+        wall, cpu = hours.get(ds, (math.nan, math.nan))
+        sa = d[d["method"] == "sa"].iloc[0] if (d["method"] == "sa").any() else None
+        acc = "" if sa is None else (f"; RMSE/σ_y {fmt(sa['rmse_over_sigma'])} (paper "
+                                     f"{fmt(sa['paper_rmse_over_sigma'])})")  # fmt: skip
+        out.append(f"\n**{ds}** ({int(d['n'].max())} splits{acc}; {fmt(wall, '.2f')} CPU-hours wall, "
+                   f"{fmt(cpu, '.2f')} by cpu_time)\n")
+        out.append("| method | splits | native W1 (floor) | paper W1 | ratio | PI-95 coverage | PIT-mean z |")
+        out.append("|:--|--:|--:|--:|--:|--:|--:|")
+        for _, r in d.iterrows():
+            ratio = r["w1"] / r["paper_w1"] if r["paper_w1"] and not math.isnan(r["paper_w1"]) else math.nan
+            out.append(f"| {method_label(r['method'])} | {int(r['n'])} | {fmt(r['w1'])} ({fmt(r['w1_floor'])}) | "
+                       f"{fmt(r['paper_w1'])} | "
+                       f"{fmt(ratio, '.2f')} | {fmt(r['coverage_95'], '.2f')} | {fmt(r['pit_mean_z'], '+.1f')} |")
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("workdir", type=Path)
+    ap.add_argument("--datasets", nargs="+", default=ALL)
+    ap.add_argument("--methods", nargs="+", default=["sa", "mc_dropout", "swag", "multiswag", "ivon", "hsa"])
+    ap.add_argument("--splits", type=int, default=3)
+    ap.add_argument("--fewer", nargs="*", default=["protein=1", "naval=1"], help="DATASET=SPLITS")
+    ap.add_argument("--mirror", default=str(REPO.parent / "shared" / "data"))
+    ap.add_argument("--cores", type=int, default=2)
+    ap.add_argument("--configfile", nargs="*", default=[], help="more config files merged over the slice's")
+    ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--out", type=Path, default=None)
+    args = ap.parse_args()
+    work = args.workdir.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    if not args.report_only:
+        (work / "slice.yaml").write_text(yaml.safe_dump(slice_config(args), sort_keys=False))
+        env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(work),
+               "--configfile", str(REPO / "config" / "config.yaml"), str(work / "slice.yaml"),
+               *map(str, args.configfile), "--cores", str(args.cores), "--max-jobs-per-timespan", "100/10s",
+               "results/tables/uci_master.md"]  # fmt: skip
+        print(" ".join(cmd), flush=True)
+        subprocess.run(cmd, env=env, cwd=REPO, check=True)
+    import pandas as pd
+
+    master = pd.read_csv(work / "results" / "tables" / "uci_master.csv")
+    table = uci_slice_comparison(master, paper_cells(REPO / "config" / "paper_results.yaml"))
+    hours: dict = {}
+    for rec in read_benchmarks(work / "results" / "benchmarks"):
+        wall, cpu = hours.get(rec["dataset"], (0.0, 0.0))
+        hours[rec["dataset"]] = (wall + rec["seconds"] / 3600, cpu + (rec["cpu_seconds"] or 0.0) / 3600)
+    text = markdown(table, hours)
+    print(text)
+    out = args.out or work / "uci_paper_slice.md"
+    out.write_text(text)
+    table.to_csv(out.with_suffix(".csv"), index=False)
+
+
+if __name__ == "__main__":
+    main()
