@@ -65,7 +65,10 @@ def test_quick_config_names_its_reductions(tmp_path):
     # the global entry (the per-data-set ones, e.g. dataset_overrides.yacht.method_params.multiswag, come first)
     group = note.split("; method_params.multiswag: ")[1].split(";")[0]
     for key, value in cfg["method_params"]["multiswag"].items():
-        if key != "components":  # stated by the paper: under "Reduced"
+        if isinstance(value, dict):  # a nested setting (widen) is its own group, each of its values named
+            nested = note.split(f"; method_params.multiswag.{key}: ")[1].split(";")[0]
+            assert all(f"{k}={fmt(v)}" in nested for k, v in value.items())
+        elif key != "components":  # stated by the paper: under "Reduced"
             assert f"{key}={fmt(value)}" in group
 
 
