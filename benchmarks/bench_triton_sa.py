@@ -1,6 +1,6 @@
 """The fused Triton SA kernel (stochattn.triton_sa) against the deterministic fused pass, on a CUDA device.
 
-    python benchmarks/bench_triton_sa.py [--repeats 20] [--memory-tokens 8192 16384]
+    python benchmarks/bench_triton_sa.py [--repeats 20] [--memory-tokens 8192 16384] [--kernel-table] [--warm 12]
 
 1. Time of one attention call, SA fused kernel / ``F.scaled_dot_product_attention`` (median of per-repeat ratios,
    the two timed back to back with the device synchronised), at nu in {1, 4, 16, 64, 512}, on the attention shapes
@@ -10,6 +10,12 @@
    TimesFM 2.5 200M: B 32 series, H 16, L = S = 16 patches (a 512-step context in patches of 32), E 80, causal.
    The explicit path (stochattn.attention.scaled_dot_product_attention) is timed alongside.
 2. Peak memory of one call at long contexts (B 1, H 16, E 64, bf16, nu 16): explicit path vs kernel vs SDPA.
+3. ``--kernel-table``: the kernel alone against ``F.scaled_dot_product_attention`` (whichever fused backend torch
+   picks) on the same bf16 tensors, (B*H, L = S) in {(64, 1024), (32, 4096), (8, 16384)}, head dim 64 and 80,
+   nu in {1, 4, 16, 64, 512, 4096}: time ratio (CUDA-event medians, ``triton.testing.do_bench``) with the first
+   version's fixed tiles (``LEGACY_TILES``, "before") and with the autotuned tiles ("after"), the configuration
+   the autotuner chose and every configuration's time (``--json``). ``--warm N`` first compiles every variant in N
+   processes (Triton's compiler is single-threaded; the cache is shared), so the timed process compiles nothing.
 
 Without CUDA (or triton) it says so and exits 0. :func:`fused_rows` gives gpu_check.py-style rows.
 """
@@ -123,12 +129,122 @@ def memory_rows(device: torch.device, tokens=(8192, 16384), nu: int = 16) -> lis
     return rows
 
 
+KERNEL_SHAPES = ((64, 1024), (32, 4096), (8, 16384))  # (B * H, L = S)
+KERNEL_NUS = (1, 4, 16, 64, 512, 4096)
+KERNEL_HEAD_DIMS = (64, 80)
+
+
+def _kernel_cells():
+    """(E, B, H, n, nu) of the kernel table, in its order."""
+    for E in KERNEL_HEAD_DIMS:
+        for bh, n in KERNEL_SHAPES:
+            B, H = (bh // 16, 16) if bh >= 16 else (1, bh)
+            for nu in KERNEL_NUS:
+                yield E, B, H, n, nu
+
+
+def _kernel_inputs(E, B, H, n, device):
+    g = torch.Generator(device=device).manual_seed(E + n)
+    return [torch.randn(B, H, n, E, generator=g, device=device, dtype=torch.bfloat16) for _ in range(3)]
+
+
+def _ms(fn) -> float:
+    """Median milliseconds of fn by CUDA events (triton.testing.do_bench: warm-up, cache flushed between calls)."""
+    from triton.testing import do_bench
+
+    return float(do_bench(fn, warmup=10, rep=60, return_mode="median"))
+
+
+def _describe(config) -> str:
+    kw = ", ".join(f"{k} {v}" for k, v in sorted(config.kwargs.items()))
+    return f"{kw}, {config.num_warps} warps, {config.num_stages} stages"
+
+
+def _timings(tuner) -> dict:
+    """{configuration: [median, 20th, 80th percentile ms]} of the autotuner's last tuning."""
+    timings = getattr(tuner, "configs_timings", None) or {}
+    return {_describe(c): (list(t) if isinstance(t, (list, tuple)) else t) for c, t in timings.items()}
+
+
+def kernel_rows(device: torch.device, timings: list | None = None) -> list[dict]:
+    """The kernel table: one row per (head dim, B*H, L, nu) with SDPA's time and the before / after ratios.
+    ``timings`` (a list) receives every autotuned configuration's time per cell."""
+    from stochattn import triton_sa
+
+    kernels, _ = triton_sa._kernels()
+    stats, sample, single = triton_sa._tuned(kernels)
+    rows, cache = [], {}
+    for E, B, H, n, nu in _kernel_cells():
+        if (E, n) not in cache:
+            cache.clear()
+            q, k, v = _kernel_inputs(E, B, H, n, device)
+            cache[(E, n)] = (q, k, v, _ms(lambda: F.scaled_dot_product_attention(q, k, v)))
+        q, k, v, sdpa_ms = cache[(E, n)]
+        before = _ms(lambda: triton_sa.sa_attention_fused(q, k, v, nu, seed=1, tiles=triton_sa.LEGACY_TILES))
+        triton_sa.sa_attention_fused(q, k, v, nu, seed=1)  # the autotuner times its configurations here
+        after = _ms(lambda: triton_sa.sa_attention_fused(q, k, v, nu, seed=1))
+        chosen = f"pass 1: {_describe(stats.best_config)}; pass 2: {_describe(sample.best_config)}"
+        if timings is not None:
+            timings.append({"E": E, "BH": B * H, "L": n, "nu": nu, "sdpa_ms": sdpa_ms, "before_ms": before,
+                            "after_ms": after, "pass1": _timings(stats), "pass2": _timings(sample)})  # fmt: skip
+        rows.append({"check": f"E {E}, B*H {B * H}, L=S {n}, nu {nu}: kernel / SDPA", "ok": True,
+                     "value": f"before {before / sdpa_ms:.2f}x, after {after / sdpa_ms:.2f}x (SDPA {sdpa_ms:.3f} ms; "
+                              f"{chosen})"})  # fmt: skip
+        print(rows[-1]["check"], rows[-1]["value"], flush=True)
+    return rows
+
+
+def warm_cache(part: int, parts: int) -> None:
+    """Compile (and autotune) every kernel variant of the tables in this process's share of the cells."""
+    from stochattn import triton_sa
+
+    device = torch.device("cuda")
+    jobs = [("kernel", cell) for cell in _kernel_cells()]
+    jobs += [("model", (name, nu)) for name in SHAPES for nu in NUS]
+    for i, (kind, cell) in enumerate(jobs):
+        if i % parts != part:
+            continue
+        if kind == "kernel":
+            E, B, H, n, nu = cell
+            q, k, v = _kernel_inputs(E, B, H, n, device)
+            causal = False
+        else:
+            q, k, v, causal = _inputs(SHAPES[cell[0]], torch.float32, device)
+            nu = cell[1]
+        for tiles in (triton_sa.LEGACY_TILES, None):
+            triton_sa.sa_attention_fused(q, k, v, nu, is_causal=causal, seed=1, tiles=tiles)
+    torch.cuda.synchronize()
+
+
+def _warm(parts: int) -> float:
+    """Run warm_cache in ``parts`` processes; seconds taken."""
+    import os
+    import subprocess
+
+    start = time.perf_counter()
+    env = {**os.environ, "TRITON_PRINT_AUTOTUNING": "0"}
+    procs = [subprocess.Popen([sys.executable, __file__, "--warm-part", f"{i}/{parts}"], env=env)
+             for i in range(parts)]  # fmt: skip
+    codes = [p.wait() for p in procs]
+    if any(codes):
+        raise RuntimeError(f"warming the Triton cache failed in {sum(c != 0 for c in codes)} of {parts} processes")
+    return time.perf_counter() - start
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--memory-tokens", type=int, nargs="*", default=[8192, 16384])
     parser.add_argument("--skip-explicit", action="store_true", help="leave out the explicit path's timings")
+    parser.add_argument("--kernel-table", action="store_true", help="the kernel vs SDPA table, before / after tuning")
+    parser.add_argument("--warm", type=int, default=0, help="compile every variant first in this many processes")
+    parser.add_argument("--json", help="write the kernel table's timings (every autotuned configuration) here")
+    parser.add_argument("--warm-part", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.warm_part:
+        part, parts = (int(x) for x in args.warm_part.split("/"))
+        warm_cache(part, parts)
+        return 0
     if not torch.cuda.is_available():
         print(f"bench_triton_sa: no CUDA device here (torch {torch.__version__}); nothing to measure.")
         return 0
@@ -136,7 +252,19 @@ def main(argv: list[str] | None = None) -> int:
 
     device = torch.device("cuda")
     print(f"bench_triton_sa on {torch.cuda.get_device_name(device)} (torch {torch.__version__})", flush=True)
-    rows = fused_rows(device, args.repeats)
+    if args.warm:
+        print(f"compiled every variant in {args.warm} processes: {_warm(args.warm):.0f} s", flush=True)
+    rows = []
+    if args.kernel_table:
+        timings = []
+        rows += kernel_rows(device, timings)
+        if args.json:
+            import json
+
+            with open(args.json, "w") as f:
+                json.dump(timings, f, indent=1)
+        print(table(rows), flush=True)
+    rows += fused_rows(device, args.repeats)
     print(table(rows), flush=True)
     if not args.skip_explicit:
         rows += explicit_rows(device, args.repeats)

@@ -1,8 +1,9 @@
 """``make gpu-check``: what only a CUDA machine can check, in one summary table.
 
-    python benchmarks/gpu_check.py [--repeats 10] [--skip-dag] [--device cuda]
+    python benchmarks/gpu_check.py [--repeats 10] [--skip-dag] [--skip-tests] [--skip-kernel] [--device cuda]
 
-1. The CUDA-only tests (``pytest -m cuda``-style: every test whose id names ``cuda``, skipped elsewhere).
+1. The CUDA-only tests (``pytest -m cuda``-style: every test whose id names ``cuda``, skipped elsewhere), and the
+   fused kernel's law on the GPU (tests/test_triton_sa_cuda.py, in a process of its own).
 2. SA against the deterministic pass on the FULL-SIZE modules, random weights (their public architectures: TimesFM
    2.5 200M, 20 layers, d 1280, a batch of 32 series with a 512-step context, a 96-step point forecast; ClimaX
    5.625 deg, 48 variables, D 1024, 8 blocks, a batch of 4 fields, SA in the blocks and the variable aggregation):
@@ -147,12 +148,23 @@ def arch_row() -> dict:
         return {"check": "kernels for this GPU in the torch build", "ok": False, "value": str(err)}
 
 
-def cuda_tests() -> dict:
-    """The CUDA-only tests: pytest over the tests whose ids name cuda."""
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-k", "cuda", "-p", "no:cacheprovider", "tests"],
-                         cwd=REPO, capture_output=True, text=True)  # fmt: skip
-    last = (res.stdout.strip().splitlines() or ["(no output)"])[-1]
-    return {"check": "CUDA-only tests (pytest -k cuda)", "ok": res.returncode == 0, "value": last}
+def cuda_tests(workers: int = 0) -> list[dict]:
+    """The CUDA-only tests: pytest over the tests whose ids name cuda; then the fused kernel's CUDA tests
+    (tests/test_triton_sa_cuda.py) in a process of their own (the interpreter tests set TRITON_INTERPRET=1 for
+    theirs), in ``workers`` pytest-xdist processes where given (each compiles its share of the kernel variants)."""
+    rows = []
+    kernel_tests = "tests/test_triton_sa_cuda.py"
+    parallel = ["-n", str(workers)] if workers > 1 else []
+    runs = (("CUDA-only tests (pytest -k cuda)", ["-k", "cuda", "--ignore", kernel_tests, "tests"]),
+            ("fused kernel on CUDA (tests/test_triton_sa_cuda.py)", [*parallel, kernel_tests]))
+    for label, args in runs:
+        res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args], cwd=REPO,
+                             capture_output=True, text=True)  # fmt: skip
+        lines = res.stdout.strip().splitlines() or ["(no output)"]
+        if res.returncode:
+            print(f"{label} failed; the end of its output:", *lines[-60:], sep="\n", file=sys.stderr)
+        rows.append({"check": label, "ok": res.returncode == 0, "value": lines[-1]})
+    return rows
 
 
 def tiny_dags() -> list[dict]:
@@ -189,7 +201,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda", help="cuda (default) or cpu (with --small: the self-test)")
     parser.add_argument("--small", action="store_true", help="reduced modules instead of the full-size ones")
     parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--skip-dag", action="store_true", help="leave out the tiny DAGs (part 3)")
+    parser.add_argument("--skip-dag", action="store_true", help="leave out the tiny DAGs (part 4)")
+    parser.add_argument("--skip-tests", action="store_true", help="leave out the CUDA-only tests (part 1)")
+    parser.add_argument("--skip-kernel", action="store_true", help="leave out the fused kernel's rows (part 3)")
+    parser.add_argument("--test-workers", type=int, default=0, help="pytest-xdist processes for the kernel tests")
     args = parser.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -198,9 +213,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"gpu-check on {name} (torch {torch.__version__})", flush=True)
-    parts = [lambda: [arch_row(), cuda_tests()]] if device.type == "cuda" else []
+    parts = []
+    if device.type == "cuda":
+        parts.append(lambda: [arch_row()] + ([] if args.skip_tests else cuda_tests(args.test_workers)))
     parts.append(lambda: sa_rows(device, args.repeats, args.small))
-    if device.type == "cuda":  # the fused Triton kernel against fused SDPA, and memory at long contexts
+    if device.type == "cuda" and not args.skip_kernel:  # the fused kernel against fused SDPA; memory
         from bench_triton_sa import fused_rows, memory_rows
 
         def fused() -> list[dict]:  # never compiled on a GPU before this check: a failure is a row, not the end

@@ -1,6 +1,7 @@
 """Compile the fused SA kernels (stochattn.triton_sa_kernels) for CUDA targets ahead of time: no GPU needed.
 
     python benchmarks/triton_compile_check.py [--arch 70 75 80 90 120] [--head-dim 64 80] [--dtype fp32 bf16 fp16]
+    python benchmarks/triton_compile_check.py --configs --arch 90 --dtype bf16 --head-dim 80   # the autotuner's
 
 Triton's whole pipeline runs here (front end -> TTIR -> TTGIR -> LLVM IR -> PTX -> cubin through the ptxas its wheel
 ships) for every kernel variant the entry point launches (fp32 / bf16 / fp16; no mask, boolean, additive, causal;
@@ -21,7 +22,14 @@ import sys
 import tempfile
 
 DTYPES = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}
-VARIANTS = (("none", 0, False), ("bool", 1, False), ("additive", 2, False), ("causal", 0, True))
+VARIANTS = (
+    ("none", 0, False),
+    ("bool", 1, False),
+    ("additive", 2, False),
+    ("causal", 0, True),
+    ("none, one pass", 0, False),
+    ("causal, one pass", 0, True),
+)
 
 
 def _signature(fn, dtype: str, mask_kind: int, constexprs: dict) -> dict:
@@ -70,28 +78,60 @@ def compile_rows(archs=(90,), dtypes=("fp32", "bf16"), variants=VARIANTS, head_d
     from triton.compiler import ASTSource
 
     from stochattn import triton_sa_kernels as kernels
-    from stochattn.triton_sa import _blocks, _next_power_of_2
+    from stochattn.triton_sa import LEGACY_TILES, _next_power_of_2
 
-    tiles, launch = _blocks(False, nu_max)
-    tiles = {**tiles, **{k: v for k, v in tile_overrides.items() if k != "num_warps"}}
-    warps = {kernel: tile_overrides.get("num_warps", opts["num_warps"]) for kernel, opts in launch.items()}
+    tiles = {**LEGACY_TILES, "NU_BLOCK": min(LEGACY_TILES["NU_BLOCK"], _next_power_of_2(nu_max)), **tile_overrides}
     rows = []
     for arch, dtype, e, (variant, mask_kind, causal) in itertools.product(archs, dtypes, head_dims, variants):
         block_e = max(16, _next_power_of_2(e))
-        meta = {"MASK_KIND": mask_kind, "IS_CAUSAL": causal, "BLOCK_M": tiles["BLOCK_M"], "BLOCK_N": tiles["BLOCK_N"],
-                "BLOCK_E": block_e, "PRECISION": "ieee" if dtype == "fp32" else "tf32", "UPCAST": False}  # fmt: skip
-        sample = {"BLOCK_EV": block_e, "NU_BLOCK": tiles["NU_BLOCK"], "WEIGHTS_IN_V_DTYPE": dtype != "fp32"}
-        for fn, constexprs, kernel in ((kernels._stats_kernel, meta, "stats"),
-                                       (kernels._sample_kernel, {**meta, **sample}, "sample")):  # fmt: skip
+        one_pass = variant.endswith("one pass")
+        meta = {"MASK_KIND": mask_kind, "IS_CAUSAL": causal, "BLOCK_M": tiles["BLOCK_M"],
+                "BLOCK_N": 64 if one_pass else tiles["BLOCK_N"], "BLOCK_E": block_e,
+                "PRECISION": "ieee" if dtype == "fp32" else "tf32", "UPCAST": False}  # fmt: skip
+        sample = {"BLOCK_EV": block_e, "NU_BLOCK": tiles["NU_BLOCK"], "WEIGHTS_IN_V_DTYPE": dtype != "fp32",
+                  "ONE_PASS": one_pass, "SEARCH": tiles["search"]}  # fmt: skip
+        kernels_here = [(kernels._sample_kernel, {**meta, **sample}, "sample")]
+        if not one_pass:
+            kernels_here.insert(0, (kernels._stats_kernel, meta, "stats"))
+        for fn, constexprs, kernel in kernels_here:
             src = ASTSource(fn, _signature(fn, DTYPES[dtype], mask_kind, constexprs),
                             constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})  # fmt: skip
             try:
-                options = {"num_warps": warps[kernel]}
+                options = {"num_warps": tiles[f"{kernel}_warps"]}
                 compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
                 ok, value = True, _resources(compiled.asm["cubin"]) or f"{len(compiled.asm['cubin'])} B cubin"
             except Exception as err:  # noqa: BLE001 (a row of the table)
                 ok, value = False, f"{type(err).__name__}: {str(err).strip()[:300]}"
             rows.append({"check": f"sm_{arch} {dtype} E={e} {variant}: {fn.__name__}", "ok": ok, "value": value})
+    return rows
+
+
+def config_rows(arch: int = 90, dtype: str = "bf16", head_dim: int = 80, nu_max: int = 512) -> list[dict]:
+    """One row per configuration the autotuner may choose (stochattn.triton_sa's STATS_CONFIGS, SAMPLE_CONFIGS and
+    ONE_PASS_CONFIGS, no mask), with its registers and spills: what the autotuner times on a GPU."""
+    from stochattn.triton_sa import ONE_PASS_CONFIGS, SAMPLE_CONFIGS, STATS_CONFIGS, _next_power_of_2
+
+    def label(kernel, m, n, nb, w, se):
+        place = "" if se is None else (", search" if se else ", compare tile")
+        size = f"{m} x {n}" if n else f"{m} rows, one pass"
+        return (
+            f"sm_{arch} {dtype} E={head_dim} {kernel} {size}"
+            + ("" if nb is None else f", {nb} draws")
+            + f", {w} warps{place}"
+        )
+
+    rows = []
+    cap = _next_power_of_2(nu_max)
+    for m, n, w, _stages in STATS_CONFIGS:
+        row = compile_rows((arch,), (dtype,), VARIANTS[:1], (head_dim,), nu_max, BLOCK_M=m, BLOCK_N=n,
+                           stats_warps=w)[0]  # fmt: skip
+        rows.append({**row, "check": label("pass 1", m, n, None, w, None)})
+    for configs, variant in ((SAMPLE_CONFIGS, VARIANTS[0]), (ONE_PASS_CONFIGS, VARIANTS[4])):
+        for m, n, nb, w, se in configs:
+            tiles = {"BLOCK_M": m, "NU_BLOCK": min(nb, cap), "sample_warps": w, "search": se}
+            row = compile_rows((arch,), (dtype,), (variant,), (head_dim,), nu_max, **tiles,
+                               **({"BLOCK_N": n} if n else {}))[-1]  # fmt: skip
+            rows.append({**row, "check": label("pass 2", m, n, min(nb, cap), w, se)})
     return rows
 
 
@@ -101,8 +141,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", nargs="+", default=list(DTYPES), choices=list(DTYPES))
     ap.add_argument("--head-dim", type=int, nargs="+", default=[64, 80])
     ap.add_argument("--nu-max", type=int, default=512, help="the largest nu (sets the draw tile)")
+    ap.add_argument("--configs", action="store_true", help="every autotuner configuration (first arch, dtype, head "
+                    "dim) instead of every variant at the first version's fixed tiles")  # fmt: skip
     args = ap.parse_args(argv)
-    rows = compile_rows(args.arch, args.dtype, VARIANTS, args.head_dim, args.nu_max)
+    if args.configs:
+        rows = config_rows(args.arch[0], args.dtype[0], args.head_dim[0], args.nu_max)
+    else:
+        rows = compile_rows(args.arch, args.dtype, VARIANTS, args.head_dim, args.nu_max)
     width = max(len(r["check"]) for r in rows)
     for r in rows:
         print(f"{r['check']:<{width}}  {'ok' if r['ok'] else 'FAIL':<4}  {r['value']}", flush=True)

@@ -14,12 +14,11 @@ pytest.importorskip("triton", reason="triton is not installed (optional: the fus
 
 from stochattn import triton_sa  # noqa: E402
 from stochattn.attention import masked_attention_probs, scaled_dot_product_attention  # noqa: E402
+from sa_law import Z_MAX, assert_counts, assert_law  # noqa: E402
 
 if not triton_sa.available("cpu")[0]:
     pytest.skip(f"kernels built without the interpreter: {triton_sa.available('cpu')[1]}", allow_module_level=True)
 
-# |z| bound for standard-normal statistics over up to a few hundred comparisons per test: P(|z| > 5) ~ 6e-7 each.
-Z_MAX = 5.0
 S = 40  # three key blocks of 16 in the interpreter: the carried cumulative sum is exercised
 
 
@@ -37,37 +36,6 @@ def _eye(H, S=S, dtype=torch.float32):
     return torch.eye(S, dtype=dtype).expand(1, H, S, S)
 
 
-def _assert_law(w, pi, nu):
-    """w (N, S) weight rows drawn from one pi (S,) float64: E = pi and Cov = (diag(pi) - pi pi^T) / nu, z-scores
-    with the exact SD for the mean and the products' own spread for the covariance. The covariance is tested where
-    its estimate is near-normal: keys expected in at least 30 rows and, for nu > 1, pairs (i, j) expected to be
-    drawn together in at least 30 rows (N nu (nu - 1) pi_i pi_j >= 30). Below that the products' mean is a few rare
-    joint events and its z-score heavy-tailed: with torch's exact Multinomial sampler and only the first condition,
-    |z| > 5 somewhere in half of 40 repetitions at nu = 3 (N = 3000); with both, never (max 4.0)."""
-    w, N = w.double(), w.shape[0]
-    cov = (torch.diag(pi) - torch.outer(pi, pi)) / nu
-    keep = pi > 1e-12
-    z_mean = (w.mean(0) - pi)[keep] / torch.sqrt(torch.diag(cov)[keep] / N)
-    assert z_mean.abs().max() < Z_MAX, z_mean
-    frequent = pi * N >= 30
-    pairs = frequent[:, None] & frequent[None, :]
-    if nu > 1:
-        pairs &= (N * nu * (nu - 1) * torch.outer(pi, pi) >= 30) | torch.eye(len(pi), dtype=torch.bool)
-    dev = w - pi
-    prods = dev[:, :, None] * dev[:, None, :]
-    z_cov = (prods.mean(0) - cov)[pairs] / (prods.std(0)[pairs] / math.sqrt(N))
-    assert pairs.sum() >= 3 and z_cov.abs().max() < Z_MAX, z_cov
-
-
-def _assert_counts(w, nu, allowed):
-    """Rows of w * nu are non-negative integer counts summing to nu, zero wherever ``allowed`` is False."""
-    counts = w.double() * nu  # w = counts / nu rounded to float32
-    assert torch.all((counts - counts.round()).abs() <= nu * 2.0**-22) and (counts >= 0).all()
-    counts = counts.round()
-    assert torch.all(counts.sum(-1) == nu)
-    assert torch.all(counts[~allowed.expand_as(counts)] == 0)
-
-
 @pytest.mark.parametrize("nu", [1, 3, 50, 300])
 def test_weights_follow_the_multinomial_law(nu):
     """Mean pi and covariance (diag(pi) - pi pi^T) / nu per query row, two rows x 3000 draws, S = 40 (nu = 300:
@@ -76,9 +44,68 @@ def test_weights_follow_the_multinomial_law(nu):
     n = 3000
     w = triton_sa.sa_attention_fused(_repeat(q, n), k, _eye(1), nu, seed=11 + nu)[0, 0]  # (2n, S)
     pi = masked_attention_probs(q.double(), k.double())[0, 0]
-    _assert_counts(w, nu, torch.ones(S, dtype=torch.bool))
+    assert_counts(w, nu, torch.ones(S, dtype=torch.bool))
     for i in range(2):
-        _assert_law(w[i * n:(i + 1) * n], pi[i], nu)
+        assert_law(w[i * n:(i + 1) * n], pi[i], nu)
+
+
+@pytest.mark.parametrize("nu", [1, 300])
+def test_one_pass_rows_follow_the_law(nu):
+    """A row's keys in one tile (tiles one_pass: its statistics from the same scores, no pass 1), with a boolean
+    mask and a causal variant: the same law, counts on allowed keys only; the draws equal the two-pass kernel's
+    where the counters and the keys' intervals agree (same seed), so most rows are identical."""
+    q, k = _qk(seed=30)
+    n = 1200
+    keep = torch.rand(2, S, generator=torch.Generator().manual_seed(31)) > 0.3
+    mask = keep.repeat_interleave(n, dim=0)
+    one = triton_sa.sa_attention_fused(_repeat(q, n), k, _eye(1), nu, attn_mask=mask, seed=40 + nu,
+                                       tiles={"one_pass": True, "BLOCK_M": 128, "NU_BLOCK": 32})[0, 0]  # fmt: skip
+    two = triton_sa.sa_attention_fused(_repeat(q, n), k, _eye(1), nu, attn_mask=mask, seed=40 + nu)[0, 0]
+    pi = masked_attention_probs(q.double(), k.double(), keep)[0, 0]
+    assert_counts(one, nu, mask)
+    for i in range(2):
+        assert_law(one[i * n:(i + 1) * n], pi[i], nu)
+    assert (one == two).all(-1).double().mean() > 0.99
+    qc, kc = torch.randn(2, 2, 24, 8), torch.randn(2, 2, 24, 8)
+    w = triton_sa.sa_attention_fused(qc, kc, _eye(2, S=24).expand(2, 2, 24, 24), nu, is_causal=True, seed=3,
+                                     tiles={"one_pass": True})  # fmt: skip
+    assert_counts(w.reshape(-1, 24), nu, torch.ones(24, 24, dtype=torch.bool).tril().repeat(4, 1))
+
+
+@pytest.mark.parametrize("one_pass", [False, True])
+def test_binary_search_placement_draws_exactly_what_the_compare_tile_draws(one_pass):
+    """Placing the points by binary searches (tiles search=True) assigns every point to the key the compare tile
+    assigns it (the first positive key whose cumulative sum exceeds it): outputs are equal bit for bit, with masks
+    (a fully masked row, masked keys at block edges), causal rows, per-head nu with a deterministic head, nu from 1
+    to 300 (many chunks per block), and the law holds."""
+    q, k = _qk(L0=6, H=3, seed=50)
+    g = torch.Generator().manual_seed(51)
+    keep = torch.rand(6, S, generator=g) > 0.35
+    keep[1] = False
+    keep[2, 14:20] = False
+    base = {"one_pass": one_pass, "BLOCK_N": 16, "BLOCK_M": 8}
+    for nu in (torch.tensor([1, 0, 7]), torch.tensor([300, 2, 33])):
+        for mask, causal in ((keep, False), (None, True)):
+            a, b = (triton_sa.sa_attention_fused(q, k, _eye(3), nu, attn_mask=mask, is_causal=causal, seed=9,
+                                                 tiles={**base, "NU_BLOCK": nb, "search": se})
+                    for nb, se in ((8, False), (32, True)))  # fmt: skip
+            assert torch.equal(a, b)
+    n, nu = 1500, 5
+    w = triton_sa.sa_attention_fused(_repeat(q[:, :1, :2], n), k[:, :1], _eye(1), nu, seed=3,
+                                     tiles={**base, "BLOCK_M": 128, "NU_BLOCK": 4, "search": True})[0, 0]  # fmt: skip
+    pi = masked_attention_probs(q[:, :1, :2].double(), k[:, :1].double())[0, 0]
+    assert_counts(w, nu, torch.ones(S, dtype=torch.bool))
+    for i in range(2):
+        assert_law(w[i * n:(i + 1) * n], pi[i], nu)
+
+
+def test_tiles_are_checked():
+    q, k = _qk()
+    with pytest.raises(ValueError, match="unknown tile settings"):
+        triton_sa.sa_attention_fused(q, k, k, 2, seed=0, tiles={"BLOCK_K": 16})
+    q, k = _qk(S=300)
+    with pytest.raises(ValueError, match="one pass holds"):
+        triton_sa.sa_attention_fused(q, k, k, 2, seed=0, tiles={"one_pass": True})
 
 
 def test_rows_of_one_tile_drawing_in_different_key_blocks():
@@ -91,9 +118,9 @@ def test_rows_of_one_tile_drawing_in_different_key_blocks():
     rows = q.expand(1, 1, 2 * n, q.shape[-1])  # row 2 r + a: draw r of pattern a
     w = triton_sa.sa_attention_fused(rows, k, _eye(1), nu, attn_mask=bias.repeat(n, 1), seed=17)[0, 0]
     pi = masked_attention_probs(q.double().expand(1, 1, 2, q.shape[-1]), k.double(), bias.double())[0, 0]
-    _assert_counts(w, nu, torch.ones(S, dtype=torch.bool))
+    assert_counts(w, nu, torch.ones(S, dtype=torch.bool))
     for a in range(2):
-        _assert_law(w[a::2], pi[a], nu)
+        assert_law(w[a::2], pi[a], nu)
 
 
 @pytest.mark.parametrize("kind", ["bool", "additive"])
@@ -113,10 +140,10 @@ def test_masks_are_respected_and_masked_keys_never_drawn(kind):
     rep = mask.repeat_interleave(n, dim=0)  # (3n, S)
     w = triton_sa.sa_attention_fused(_repeat(q, n), k, _eye(1), nu, attn_mask=rep, seed=5)[0, 0]
     pi = masked_attention_probs(q.double(), k.double(), mask.double() if kind == "additive" else mask)[0, 0]
-    _assert_counts(w[: 2 * n], nu, keep[:2].repeat_interleave(n, dim=0))
+    assert_counts(w[: 2 * n], nu, keep[:2].repeat_interleave(n, dim=0))
     assert torch.all(w[2 * n:] == 0)
     for i in range(2):
-        _assert_law(w[i * n:(i + 1) * n], pi[i], nu)
+        assert_law(w[i * n:(i + 1) * n], pi[i], nu)
 
 
 def test_causal_rows_draw_only_past_keys():
@@ -126,7 +153,7 @@ def test_causal_rows_draw_only_past_keys():
     q, k = torch.randn(4, 2, L, 8, generator=g), torch.randn(4, 2, S, 8, generator=g)
     nu = 9
     w = triton_sa.sa_attention_fused(q, k, _eye(2).expand(4, 2, S, S), nu, is_causal=True, seed=7)
-    _assert_counts(w.reshape(-1, S), nu, torch.ones(L, S, dtype=torch.bool).tril().repeat(8, 1))
+    assert_counts(w.reshape(-1, S), nu, torch.ones(L, S, dtype=torch.bool).tril().repeat(8, 1))
     assert torch.all(w[:, :, 0, 0] == 1)
 
 
@@ -140,8 +167,8 @@ def test_per_head_nu_and_deterministic_heads():
     ref = torch.nn.functional.scaled_dot_product_attention(q, k, v)
     torch.testing.assert_close(out[:, 0], ref[:, 0], rtol=1e-5, atol=1e-5)
     w = triton_sa.sa_attention_fused(q, k, _eye(3), nu, seed=3)
-    _assert_counts(w[0, 1], 1, torch.ones(S, dtype=torch.bool))
-    _assert_counts(w[0, 2], 6, torch.ones(S, dtype=torch.bool))
+    assert_counts(w[0, 1], 1, torch.ones(S, dtype=torch.bool))
+    assert_counts(w[0, 2], 6, torch.ones(S, dtype=torch.bool))
 
 
 def test_nu_one_returns_one_value_row_per_query():
@@ -337,7 +364,7 @@ def test_kernels_compile_for_a_cuda_gpu_without_one(tmp_path):
                          timeout=600)  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     rows = [ln for ln in run.stdout.splitlines() if ln.startswith("sm_90 bf16 E=80")]
-    assert len(rows) == 8 and all("  ok  " in ln and "registers" in ln for ln in rows), run.stdout
+    assert len(rows) == 10 and all("  ok  " in ln and "registers" in ln for ln in rows), run.stdout
 
 
 def test_every_launch_keyword_is_a_kernel_parameter_or_a_launch_option(monkeypatch):

@@ -336,6 +336,19 @@ def masked_attention_probs(
 _fused_failure: Optional[str] = None
 
 
+def _kernel_seed(generator: Optional[torch.Generator]) -> int:
+    """A seed for the fused kernel's counter-based random numbers, drawn from ``generator`` (torch's default CPU
+    generator when None) without a device synchronisation: a CPU generator draws it; a CUDA generator (whose draws
+    live on the device) gives its seed mixed with its Philox offset, and its offset is advanced, so every call gets
+    a fresh seed and the generator's later draws move on as after any other use of it."""
+    if generator is not None and generator.device.type == "cuda":
+        offset = generator.get_offset()
+        generator.set_offset(offset + 4)  # Philox offsets advance in multiples of 4
+        return _mix(generator.initial_seed(), offset)
+    device = generator.device if generator is not None else torch.device("cpu")
+    return int(torch.randint(0, 2**62, (1,), generator=generator, device=device).item())
+
+
 def _fused(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor], dropout_p: float, is_causal: bool,
            scale: Optional[float], nu: Union[int, Tensor], generator: Optional[torch.Generator],
            force: bool) -> Optional[Tensor]:  # fmt: skip
@@ -366,8 +379,7 @@ def _fused(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor
         if force:
             raise triton_sa.FusedUnavailableError(why)
         return None
-    device = generator.device if generator is not None else torch.device("cpu")
-    seed = int(torch.randint(0, 2**62, (1,), generator=generator, device=device).item())
+    seed = _kernel_seed(generator)
     try:
         return triton_sa.sa_attention_fused(query, key, value, nu, attn_mask=attn_mask, is_causal=is_causal,
                                             scale=scale, seed=seed)  # fmt: skip

@@ -12,8 +12,13 @@ order, on the keys whose intervals [C_{j-1}, C_j) hold them. The counts of nu i.
 an empty interval) are never counted. Because the points arrive sorted, a key block only sees the points that fall
 in it: sampling costs O(nu BLOCK_N + S NU_BLOCK) comparisons per row on top of fused attention's work, against
 O(nu S) for comparing every draw with every key (this module's first version); the work no longer grows with
-nu x S, so one algorithm serves small and large nu. A one-pass variant (nu weighted-reservoir draws carried
-through the online softmax) would save pass 1's Q K^T but costs nu random numbers per (row, key).
+nu x S, so one algorithm serves small and large nu. Placing a chunk of NU_BLOCK points in a key block takes either
+a (NU_BLOCK x BLOCK_N) compare tile per row or two binary searches (O(NU_BLOCK log BLOCK_N + BLOCK_N log
+NU_BLOCK)); both give every point the same key, bit for bit. Rows of at most :data:`ONE_PASS_MAX_KEYS` keys (TimesFM's
+patches, ClimaX's variable aggregation) fit one key tile: their statistics come from the same scores in one pass.
+On the GPU ``triton.autotune`` chooses tiles, warps and the placing method per head dim, mask kind and size
+bucket (:data:`STATS_CONFIGS`, :data:`SAMPLE_CONFIGS`, :data:`ONE_PASS_CONFIGS`); the draws do not depend on
+that choice in law, and only through the float rounding of the carried sum at block edges in value.
 
 NOTE[DIFF]: the cumulative sum is a float32 scan and may end slightly below Z; a point beyond its end (probability
 at most ~S * 2^-24 per draw) goes to the row's last key with positive probability, as the ``categorical`` sampler
@@ -92,19 +97,21 @@ def available(device: Union[str, torch.device] = "cuda") -> tuple[bool, str]:
     return True, ""
 
 
-def _nu_per_head(nu: Union[int, Tensor], H: int, device: torch.device) -> Tensor:
-    """(H,) int32 on ``device``: a positive int for every head, or a per-head tensor (0 = deterministic head)."""
+def _nu_per_head(nu: Union[int, Tensor], H: int, device: torch.device) -> tuple[Tensor, int]:
+    """((H,) int32 on ``device``, max(1, largest nu)): a positive int for every head, or a per-head tensor (0 = a
+    deterministic head). An int nu (or a CPU tensor) costs no device synchronisation."""
     if isinstance(nu, Tensor):
         if nu.dtype.is_floating_point or nu.dtype == torch.bool or nu.numel() not in (1, H):
             raise ValueError(f"nu must be an int or an integer tensor of 1 or H={H} values, got {nu.dtype} "
                              f"{tuple(nu.shape)}")
         nu = nu.reshape(-1).expand(H)
-        if int(nu.min()) < 0:
+        low, high = torch.stack([nu.min(), nu.max()]).tolist()  # one read (a device tensor: one synchronisation)
+        if low < 0:
             raise ValueError("nu must be >= 0 (0 marks a deterministic head)")
-        return nu.to(device=device, dtype=torch.int32).contiguous()
+        return nu.to(device=device, dtype=torch.int32).contiguous(), max(1, high)
     if isinstance(nu, bool) or not isinstance(nu, int) or nu < 1:
         raise ValueError(f"nu must be a positive int or a per-head integer tensor, got {nu!r}")
-    return torch.full((H,), nu, dtype=torch.int32, device=device)
+    return torch.full((H,), nu, dtype=torch.int32, device=device), nu
 
 
 def _mask_operand(attn_mask: Optional[Tensor], shape: tuple, like: Tensor) -> tuple[int, Tensor, tuple]:
@@ -120,18 +127,103 @@ def _mask_operand(attn_mask: Optional[Tensor], shape: tuple, like: Tensor) -> tu
     return kind, mask, mask.stride()
 
 
-def _blocks(interpreting: bool, nu_max: int) -> tuple[dict, dict]:
-    """(tile sizes, launch options per kernel). On the GPU (BLOCK_M, BLOCK_N) 32 x 32 and 8 draws at a time (the
-    draw-placing tile is BLOCK_M x NU_BLOCK x BLOCK_N); pass 1 in 4 warps, pass 2 in 8. Compiled for sm_90
-    (``benchmarks/triton_compile_check.py``) pass 2 spills at most 136 B per thread (4 warps: up to 744 B at head
-    dim 80) and pass 1 nothing (8 warps: 2.7 kB at head dim 80 in fp32): a choice from the compiled code, not yet
-    timed on a GPU. In the interpreter, whose cost is per operation, 128 rows x 16 keys x 32 draws: few programs,
-    and short key blocks keep small test rows on several blocks (the carried sum is exercised)."""
-    if interpreting:
-        tiles = {"BLOCK_M": 128, "BLOCK_N": 16, "NU_BLOCK": min(32, _next_power_of_2(nu_max))}
-        return tiles, {"stats": {}, "sample": {}}
-    tiles = {"BLOCK_M": 32, "BLOCK_N": 32, "NU_BLOCK": min(8, _next_power_of_2(nu_max))}
-    return tiles, {"stats": {"num_warps": 4}, "sample": {"num_warps": 8}}
+#: The first version's fixed GPU tiles (before autotuning; ``benchmarks/bench_triton_sa.py`` times them as "before"):
+#: (BLOCK_M, BLOCK_N) 32 x 32, 8 draws at a time, pass 1 in 4 warps, pass 2 in 8, always two passes, draws placed by
+#: a compare tile (``search``: by binary searches, :func:`stochattn.triton_sa_kernels._count_by_search`).
+LEGACY_TILES = {"BLOCK_M": 32, "BLOCK_N": 32, "NU_BLOCK": 8, "stats_warps": 4, "sample_warps": 8, "one_pass": False,
+                "search": False}  # fmt: skip
+#: Up to this many keys a row's keys fit one tile: one pass (scores computed once, pass 1 not launched).
+ONE_PASS_MAX_KEYS = 64
+#: GPU configurations the autotuner times (``triton.autotune``), per kernel: (BLOCK_M, BLOCK_N, warps, stages) for
+#: pass 1, (BLOCK_M, BLOCK_N, NU_BLOCK, warps, search) for pass 2 (BLOCK_N None: the one-pass kernel, whose key tile
+#: is the row). With the compare tile (search False) BLOCK_M x NU_BLOCK x BLOCK_N is kept <= 32k elements (spills
+#: at most ~50 B per thread compiled for sm_90, benchmarks/triton_compile_check.py).
+STATS_CONFIGS = ((32, 32, 4, 2), (64, 64, 4, 2), (128, 64, 4, 2), (128, 64, 8, 3))
+SAMPLE_CONFIGS = ((16, 32, 8, 4, False), (16, 64, 8, 4, False), (32, 32, 8, 4, False), (32, 32, 8, 8, False),
+                  (32, 32, 16, 8, False), (64, 32, 4, 8, False), (32, 32, 32, 4, True), (64, 32, 32, 8, True),
+                  (32, 64, 32, 4, True), (64, 64, 64, 8, True))  # fmt: skip
+ONE_PASS_CONFIGS = ((16, None, 4, 4, False), (16, None, 8, 4, False), (32, None, 8, 8, False),
+                    (32, None, 32, 4, True), (64, None, 32, 8, True))  # fmt: skip
+_MAX_PLACE_TILE = 32768
+
+
+def _blocks(interpreting: bool, nu_max: int, S: int, tiles: Optional[dict] = None) -> Optional[dict]:
+    """Fixed tiles {BLOCK_M, BLOCK_N, NU_BLOCK, stats_warps, sample_warps, one_pass} for this call, or None on the
+    GPU without ``tiles`` (the autotuner chooses). ``tiles`` (benchmarks, tests) overrides; NU_BLOCK is capped at
+    the next power of two of nu_max, and BLOCK_N of a one-pass call covers S. In the interpreter, whose cost is per
+    operation: 128 rows x 16 keys x 32 draws, few programs, and short key blocks keep small test rows on several
+    blocks (the carried sum is exercised); one pass only where S <= 16."""
+    if tiles is None and not interpreting:
+        return None
+    base = {"BLOCK_M": 128, "BLOCK_N": 16, "NU_BLOCK": 32, "stats_warps": 4, "sample_warps": 4,
+            "one_pass": S <= 16, "search": False} if tiles is None else {**LEGACY_TILES, **tiles}  # fmt: skip
+    unknown = set(base) - set(LEGACY_TILES)
+    if unknown:
+        raise ValueError(f"unknown tile settings {sorted(unknown)}; known: {sorted(LEGACY_TILES)}")
+    base["NU_BLOCK"] = min(base["NU_BLOCK"], _next_power_of_2(nu_max))
+    if base["one_pass"]:
+        if S > 2 * ONE_PASS_MAX_KEYS:
+            raise ValueError(f"one pass holds a row's keys in one tile: at most {2 * ONE_PASS_MAX_KEYS}, got S={S}")
+        base["BLOCK_N"] = max(16, _next_power_of_2(S))
+    return base
+
+
+def _tuned(kernels):
+    """The autotuned launchers (pass 1, pass 2, one-pass pass 2) around the kernels, made once."""
+    global _TUNED
+    if _TUNED is None:
+        with requires("triton"):
+            import triton
+            import triton.testing
+
+        def prune_sample(configs, named_args, **kwargs):
+            """NU_BLOCK at most the next power of two of nu_max; the placing tile within registers; no repeats."""
+            cap = _next_power_of_2(named_args["nu_max"])
+            keep, seen = [], set()
+            for c in configs:
+                kw = {**c.kwargs, "NU_BLOCK": min(c.kwargs["NU_BLOCK"], cap)}
+                n = kw.get("BLOCK_N", kwargs.get("BLOCK_N", 64))
+                sig = (tuple(sorted(kw.items())), c.num_warps)
+                fits = kw["SEARCH"] or kw["BLOCK_M"] * kw["NU_BLOCK"] * n <= _MAX_PLACE_TILE
+                if fits and sig not in seen:
+                    seen.add(sig)
+                    keep.append(triton.Config(kw, num_warps=c.num_warps, num_stages=c.num_stages))
+            return keep or [configs[0]]
+
+        def config(m, n, nu_block, warps, stages=2, search=None):
+            kw = {"BLOCK_M": m} if n is None else {"BLOCK_M": m, "BLOCK_N": n}
+            if nu_block is not None:
+                kw.update(NU_BLOCK=nu_block, SEARCH=search)
+            return triton.Config(kw, num_warps=warps, num_stages=stages)
+
+        keys = ["E", "MASK_KIND", "IS_CAUSAL", "tune_key"]
+        def timed(kernel_call, quantiles):  # 5 ms warm-up, 20 ms of repeats per configuration (Triton's: 25 / 100)
+            return triton.testing.do_bench(kernel_call, warmup=5, rep=20, quantiles=quantiles)
+
+        tuning = {"do_bench": timed}
+        stats = triton.autotune([config(m, n, None, w, st) for m, n, w, st in STATS_CONFIGS], key=keys, **tuning)(
+            kernels._stats_kernel)
+        prune = {"early_config_prune": prune_sample}
+        sample = triton.autotune([config(m, n, nb, w, search=se) for m, n, nb, w, se in SAMPLE_CONFIGS],
+                                 key=[*keys, "EV"], prune_configs_by=prune, **tuning)(kernels._sample_kernel)
+        one_pass = triton.autotune([config(m, n, nb, w, search=se) for m, n, nb, w, se in ONE_PASS_CONFIGS],
+                                   key=[*keys, "EV"], prune_configs_by=prune, **tuning)(kernels._sample_kernel)
+        _TUNED = (stats, sample, one_pass)
+    return _TUNED
+
+
+_TUNED = None
+
+
+def _log2_bucket(n: int) -> int:
+    return max(0, (int(n) - 1).bit_length())
+
+
+def _tune_key(L: int, S: int, nu_max: int) -> int:
+    """The autotuner's size key: log2 buckets of L, S and nu_max (nu_max above 64 in two buckets, up to 512 and
+    beyond), so that a model's shapes are timed once each, not once per length or per nu."""
+    nu_bucket = _log2_bucket(nu_max) if nu_max <= 64 else (9 if nu_max <= 512 else 12)
+    return (_log2_bucket(L) * 64 + _log2_bucket(S)) * 64 + nu_bucket
 
 
 def _next_power_of_2(n: int) -> int:
@@ -150,6 +242,7 @@ def sa_attention_fused(
     scale: Optional[float] = None,
     seed: int,
     offset: int = 0,
+    tiles: Optional[dict] = None,
 ) -> Tensor:
     """Stochastic attention output (B, H, L, Ev) in ``v``'s dtype, exact in law, streamed over key blocks.
 
@@ -159,7 +252,10 @@ def sa_attention_fused(
     is_causal: top-left aligned lower-triangular mask (not with attn_mask), as ``F.scaled_dot_product_attention``.
     A row with no attendable key returns zeros. seed (0 <= seed < 2^63) and offset (>= 0): row r = (b H + h) L + i
     uses the Philox counters ``offset + r * (max(nu) + 1) + t``, t = 0..nu, so the same (seed, offset) reproduces the
-    output and calls sharing a seed are independent when their counter ranges do not overlap."""
+    output and calls sharing a seed are independent when their counter ranges do not overlap (the draws do not depend
+    on the tiles). On the GPU the tiles are chosen by ``triton.autotune`` (timed at the first call of each head dim,
+    mask kind and log2 size bucket); ``tiles`` fixes them instead (benchmarks, tests): a dict of
+    :data:`LEGACY_TILES`' keys. Rows of at most :data:`ONE_PASS_MAX_KEYS` keys take one pass."""
     ok, why = available(q.device)
     if not ok:
         raise FusedUnavailableError(why)
@@ -178,23 +274,39 @@ def sa_attention_fused(
     if not 0 <= int(seed) < 2**63 or int(offset) < 0:
         raise ValueError(f"seed must be in [0, 2^63) and offset >= 0, got {seed}, {offset}")
     scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
-    nu_h = _nu_per_head(nu, H, q.device)
-    nu_max = max(1, int(nu_h.max()))
+    nu_h, nu_max = _nu_per_head(nu, H, q.device)
     kind, mask, sm = _mask_operand(attn_mask, (B, H, L, S), q)
     interpreting = _interpreting(kernels)
-    tiles, launch = _blocks(interpreting, nu_max)
+    fixed = _blocks(interpreting, nu_max, S, tiles)
+    one_pass = fixed["one_pass"] if fixed is not None else S <= ONE_PASS_MAX_KEYS
     meta = {"MASK_KIND": kind, "IS_CAUSAL": bool(is_causal), "BLOCK_E": max(16, _next_power_of_2(E)),
-            "PRECISION": "ieee" if q.dtype == torch.float32 else "tf32", "UPCAST": interpreting,
-            "BLOCK_M": tiles["BLOCK_M"], "BLOCK_N": tiles["BLOCK_N"]}  # fmt: skip
-    grid = (-(-L // tiles["BLOCK_M"]), B * H)
-    row_m = torch.empty(B * H * L, dtype=torch.float32, device=q.device)
-    row_z = torch.empty_like(row_m)
-    kernels._stats_kernel[grid](q, k, mask, row_m, row_z, H, L, S, E, scale, *q.stride(), *k.stride(), *sm, **meta,
-                                **launch["stats"])  # fmt: skip
+            "PRECISION": "ieee" if q.dtype == torch.float32 else "tf32", "UPCAST": interpreting}  # fmt: skip
+    sample_meta = {"BLOCK_EV": max(16, _next_power_of_2(Ev)), "ONE_PASS": one_pass,
+                   "WEIGHTS_IN_V_DTYPE": v.dtype != torch.float32 and nu_max <= _EXACT_COUNT[v.dtype]
+                   and not interpreting}  # fmt: skip
+    row_m = row_z = torch.empty(0 if one_pass else B * H * L, dtype=torch.float32, device=q.device)
+    if not one_pass:
+        row_z = torch.empty_like(row_m)
     out = torch.empty(B, H, L, Ev, dtype=v.dtype, device=q.device)
-    in_v_dtype = v.dtype != torch.float32 and nu_max <= _EXACT_COUNT[v.dtype] and not interpreting
-    kernels._sample_kernel[grid](q, k, v, mask, row_m, row_z, nu_h, out, int(seed), int(offset), nu_max, H, L, S,
-                                 E, Ev, scale, *q.stride(), *k.stride(), *v.stride(), *sm, *out.stride(),
-                                 BLOCK_EV=max(16, _next_power_of_2(Ev)), NU_BLOCK=tiles["NU_BLOCK"],
-                                 WEIGHTS_IN_V_DTYPE=in_v_dtype, **meta, **launch["sample"])  # fmt: skip
+    stats_args = (q, k, mask, row_m, row_z, _tune_key(L, S, 1), H, L, S, E, scale, *q.stride(), *k.stride(), *sm)
+    sample_args = (q, k, v, mask, row_m, row_z, nu_h, out, int(seed), int(offset), nu_max, _tune_key(L, S, nu_max),
+                   H, L, S, E, Ev, scale, *q.stride(), *k.stride(), *v.stride(), *sm, *out.stride())  # fmt: skip
+    if fixed is not None:
+        grid = (-(-L // fixed["BLOCK_M"]), B * H)
+        blocks = {"BLOCK_M": fixed["BLOCK_M"], "BLOCK_N": fixed["BLOCK_N"]}
+        if not one_pass:
+            kernels._stats_kernel[grid](*stats_args, **meta, **blocks, num_warps=fixed["stats_warps"])
+        kernels._sample_kernel[grid](*sample_args, **meta, **sample_meta, **blocks, NU_BLOCK=fixed["NU_BLOCK"],
+                                     SEARCH=fixed["search"], num_warps=fixed["sample_warps"])  # fmt: skip
+        return out
+
+    def grid(launch):
+        return (-(-L // launch["BLOCK_M"]), B * H)
+
+    stats, sample, single = _tuned(kernels)
+    if one_pass:
+        single[grid](*sample_args, **meta, **sample_meta, BLOCK_N=max(16, _next_power_of_2(S)))
+    else:
+        stats[grid](*stats_args, **meta)
+        sample[grid](*sample_args, **meta, **sample_meta)
     return out

@@ -12,9 +12,10 @@ nothing of size L x S is stored. Row statistics (max ``m``, normaliser ``Z``) li
   ``[C_{j-1}, C_j)`` holds it: the counts of ``nu`` i.i.d. uniforms in a partition into intervals of lengths
   ``p_j`` are exactly ``Multinomial(nu, p)``. Each point is generated and placed once (plus at most NU_BLOCK
   re-generated per key block), so the sampling costs O(nu BLOCK_N + S NU_BLOCK) per row instead of the O(nu S) of
-  comparing every draw with every key. The counts (BLOCK_M, BLOCK_N) multiply the value block on the tensor cores
-  (``tl.dot``), as P V does in fused attention. A head with ``nu = 0`` is deterministic (weights ``e_j / Z``), the
-  convention of :mod:`stochattn.attention`.
+  comparing every draw with every key (SEARCH: binary searches, O(nu log BLOCK_N + S log NU_BLOCK)). The counts
+  (BLOCK_M, BLOCK_N) multiply the value block on the tensor cores (``tl.dot``), as P V does in fused attention. A
+  head with ``nu = 0`` is deterministic (weights ``e_j / Z``), the convention of :mod:`stochattn.attention`. With
+  ONE_PASS (a row's keys fit one tile) it is the only pass: m and Z come from the same scores.
 
 UPCAST (the interpreter): 16-bit operands are converted to fp32 before every ``tl.dot``; Triton 3.9's interpreter
 returns wrong products for bf16 operands.
@@ -74,12 +75,13 @@ def _load_q(Q, offs_m, L, E, stride_ql, stride_qe, BLOCK_E: tl.constexpr):
                    mask=(offs_m[:, None] < L) & (offs_e[None, :] < E), other=0.0)  # fmt: skip
 
 
-@triton.jit
-def _stats_kernel(Q, K, Mask, M_out, Z_out, H, L, S, E, scale,
+@triton.jit(do_not_specialize=["tune_key"])
+def _stats_kernel(Q, K, Mask, M_out, Z_out, tune_key, H, L, S, E, scale,
                   sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sm_b, sm_h, sm_l, sm_s,
                   MASK_KIND: tl.constexpr, IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   BLOCK_E: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):  # fmt: skip
-    """Pass 1: per-row max m and normaliser Z = sum exp(s - m) (Z = 0, m = -inf for a fully masked row)."""
+    """Pass 1: per-row max m and normaliser Z = sum exp(s - m) (Z = 0, m = -inf for a fully masked row).
+    ``tune_key`` is not used by the kernel: the autotuner's key."""
     pid_m, pid_bh = tl.program_id(0), tl.program_id(1)
     b, h = pid_bh // H, pid_bh % H
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -131,15 +133,92 @@ def _count_below_top(x, hi, positive, top, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
-def _sample_kernel(Q, K, V, Mask, M_in, Z_in, Nu, Out, seed, offset, nu_max, H, L, S, E, EV, scale,
+def _max_combine(a, b):
+    return tl.maximum(a, b)
+
+
+@triton.jit
+def _count_by_search(x, g, BLOCK_N: tl.constexpr, NU_BLOCK: tl.constexpr):
+    """The counts of :func:`_count_below_top` by binary searches instead of a (BLOCK_M, NU_BLOCK, BLOCK_N) compare
+    tile: g (BLOCK_M, BLOCK_N) is the running maximum of the positive keys' cumulative sums (nondecreasing: ``g_j >
+    x`` first at the first positive key whose sum exceeds x), x (BLOCK_M, NU_BLOCK) the sorted points (a point at or
+    beyond the block's top has no key here). Point k's key is first_k = #{j : g_j <= x_k} (BLOCK_N: none), found in
+    log2(BLOCK_N) + 1 gathers; the keys' cumulative counts C_j = #{k : first_k <= j} in log2(NU_BLOCK) + 1, and the
+    count of key j is C_j - C_{j-1}: O(NU_BLOCK log BLOCK_N + BLOCK_N log NU_BLOCK) work per row, not their
+    product."""
+    first = tl.zeros(x.shape, tl.int32)
+    for i in tl.static_range(8):  # branchless lower bound, BLOCK_N a power of two (<= 256)
+        if (BLOCK_N >> (i + 1)) > 0:
+            step = BLOCK_N >> (i + 1)
+            first = tl.where(tl.gather(g, first + (step - 1), 1) <= x, first + step, first)
+    first = first + (tl.gather(g, first, 1) <= x).to(tl.int32)  # first <= BLOCK_N - 1 before this check
+    j = tl.arange(0, BLOCK_N)[None, :] + tl.zeros(g.shape, tl.int32)
+    below = tl.zeros(g.shape, tl.int32)
+    for i in tl.static_range(8):  # C_j: points whose key is <= j (first is nondecreasing in k: x is sorted)
+        if (NU_BLOCK >> (i + 1)) > 0:
+            step = NU_BLOCK >> (i + 1)
+            below = tl.where(tl.gather(first, below + (step - 1), 1) <= j, below + step, below)
+    below = below + (tl.gather(first, below, 1) <= j).to(tl.int32)
+    before = tl.where(j > 0, tl.gather(below, tl.maximum(j - 1, 0), 1), 0)
+    return (below - before).to(tl.float32)
+
+
+@triton.jit
+def _place_block(s, offs_n, V, acc, carry, last, taken, prefix, m, z, nu, to_row, seed, offset, rows, nu_max, S, EV,
+                 sv_s, sv_e, BLOCK_N: tl.constexpr, BLOCK_EV: tl.constexpr, NU_BLOCK: tl.constexpr,
+                 WEIGHTS_IN_V_DTYPE: tl.constexpr, SEARCH: tl.constexpr):  # fmt: skip
+    """One key block of pass 2: the counts (BLOCK_M, BLOCK_N) of the row's sorted points that fall in this block's
+    key intervals (carried cumulative sum ``carry``), times the value block, added to ``acc`` (BLOCK_M, BLOCK_EV).
+    Returns the updated (acc, carry, last positive key, points taken, prefix sum of the spacings taken). SEARCH:
+    points placed by binary searches (:func:`_count_by_search`), else by a compare tile (:func:`_count_below_top`)."""
+    offs_ev = tl.arange(0, BLOCK_EV)
+    e = tl.exp(s - m[:, None])
+    if nu == 0:
+        w = e / tl.where(z > 0, z, 1.0)[:, None]
+    else:
+        positive = e > 0
+        hi = carry[:, None] + tl.cumsum(e, 1)
+        top = tl.maximum(carry, tl.max(tl.where(positive, hi, 0.0), 1))
+        if SEARCH:
+            g = tl.associative_scan(tl.where(positive, hi, carry[:, None]), 1, _max_combine)
+        w = tl.zeros(s.shape, tl.float32)
+        more = 1
+        while more > 0:  # the row's next NU_BLOCK sorted points, until a point of every row reaches the top
+            t = taken[:, None] + tl.arange(0, NU_BLOCK)[None, :]
+            cum = prefix[:, None] + tl.cumsum(_spacings(seed, offset, rows, t, nu_max), 1)
+            x = tl.where(t < nu, cum * to_row[:, None], float("inf"))
+            if SEARCH:
+                w += _count_by_search(x, g, BLOCK_N, NU_BLOCK)
+            else:
+                w += _count_below_top(x, hi, positive, top, BLOCK_N)
+            took = tl.sum((x < top[:, None]).to(tl.int32), 1)  # sorted: the first `took` points
+            prefix = tl.maximum(prefix, tl.max(tl.where(x < top[:, None], cum, 0.0), 1))
+            taken += took
+            more = tl.max((took == NU_BLOCK).to(tl.int32), 0)
+        last = tl.maximum(last, tl.max(tl.where(positive, offs_n[None, :], -1), 1))
+        carry = top
+    v = tl.load(V + offs_n[:, None] * sv_s + offs_ev[None, :] * sv_e,
+                mask=(offs_n[:, None] < S) & (offs_ev[None, :] < EV), other=0.0)  # fmt: skip
+    if WEIGHTS_IN_V_DTYPE:
+        acc += tl.dot(w.to(v.dtype), v)
+    else:
+        acc += tl.dot(w, v.to(tl.float32), input_precision="ieee")
+    return acc, carry, last, taken, prefix
+
+
+@triton.jit(do_not_specialize=["seed", "offset", "nu_max", "tune_key"])
+def _sample_kernel(Q, K, V, Mask, M_in, Z_in, Nu, Out, seed, offset, nu_max, tune_key, H, L, S, E, EV, scale,
                    sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
                    sm_b, sm_h, sm_l, sm_s, so_b, so_h, so_l, so_e,
                    MASK_KIND: tl.constexpr, IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr, NU_BLOCK: tl.constexpr, PRECISION: tl.constexpr,
-                   UPCAST: tl.constexpr, WEIGHTS_IN_V_DTYPE: tl.constexpr):  # fmt: skip
+                   UPCAST: tl.constexpr, WEIGHTS_IN_V_DTYPE: tl.constexpr, ONE_PASS: tl.constexpr,
+                   SEARCH: tl.constexpr):  # fmt: skip
     """Pass 2: out = (W / nu) V with W ~ Multinomial(nu_h, softmax row) per row, by placing the row's sorted draws
     in the key intervals of its cumulative sum (carried across blocks). Draws beyond the final cumulative sum (float
-    rounding: it may end slightly below Z) go to the row's last positive key."""
+    rounding: it may end slightly below Z) go to the row's last positive key. ONE_PASS (every key in one block,
+    S <= BLOCK_N): the row statistics come from the block's own scores (pass 1 is not launched, M_in / Z_in are not
+    read), and the scores are computed once. ``tune_key`` is not used by the kernel: the autotuner's key."""
     pid_m, pid_bh = tl.program_id(0), tl.program_id(1)
     b, h = pid_bh // H, pid_bh % H
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -149,9 +228,6 @@ def _sample_kernel(Q, K, V, Mask, M_in, Z_in, Nu, Out, seed, offset, nu_max, H, 
     K = K + b * sk_b + h * sk_h
     V = V + b * sv_b + h * sv_h
     Mask = Mask + b * sm_b + h * sm_h
-    m = tl.load(M_in + rows, mask=offs_m < L, other=float("-inf"))
-    z = tl.load(Z_in + rows, mask=offs_m < L, other=0.0)
-    m = tl.where(m == float("-inf"), 0.0, m)
     nu = tl.load(Nu + h)
     carry = tl.zeros((BLOCK_M,), tl.float32)
     last = tl.full((BLOCK_M,), -1, tl.int32)
@@ -159,38 +235,30 @@ def _sample_kernel(Q, K, V, Mask, M_in, Z_in, Nu, Out, seed, offset, nu_max, H, 
     taken = tl.zeros((BLOCK_M,), tl.int32)
     prefix = tl.zeros((BLOCK_M,), tl.float32)
     to_row = tl.zeros((BLOCK_M,), tl.float32)
-    if nu > 0:
-        to_row = z / _spacing_total(seed, offset, rows, nu_max, nu, NU_BLOCK)
     acc = tl.zeros((BLOCK_M, BLOCK_EV), tl.float32)
-    for n0 in range(0, _key_end(pid_m, S, IS_CAUSAL, BLOCK_M), BLOCK_N):
-        s, offs_n = _block_scores(q, K, Mask, offs_m, n0, L, S, E, scale, sk_s, sk_e, sm_l, sm_s,
+    if ONE_PASS:
+        s, offs_n = _block_scores(q, K, Mask, offs_m, 0, L, S, E, scale, sk_s, sk_e, sm_l, sm_s,
                                   MASK_KIND, IS_CAUSAL, BLOCK_N, BLOCK_E, PRECISION, UPCAST)  # fmt: skip
-        e = tl.exp(s - m[:, None])
-        if nu == 0:
-            w = e / tl.where(z > 0, z, 1.0)[:, None]
-        else:
-            positive = e > 0
-            hi = carry[:, None] + tl.cumsum(e, 1)
-            top = tl.maximum(carry, tl.max(tl.where(positive, hi, 0.0), 1))
-            w = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-            more = 1
-            while more > 0:  # the row's next NU_BLOCK sorted points, until a point of every row reaches the top
-                t = taken[:, None] + tl.arange(0, NU_BLOCK)[None, :]
-                cum = prefix[:, None] + tl.cumsum(_spacings(seed, offset, rows, t, nu_max), 1)
-                x = tl.where(t < nu, cum * to_row[:, None], float("inf"))
-                w += _count_below_top(x, hi, positive, top, BLOCK_N)
-                took = tl.sum((x < top[:, None]).to(tl.int32), 1)  # sorted: the first `took` points
-                prefix = tl.maximum(prefix, tl.max(tl.where(x < top[:, None], cum, 0.0), 1))
-                taken += took
-                more = tl.max((took == NU_BLOCK).to(tl.int32), 0)
-            last = tl.maximum(last, tl.max(tl.where(positive, offs_n[None, :], -1), 1))
-            carry = top
-        v = tl.load(V + offs_n[:, None] * sv_s + offs_ev[None, :] * sv_e,
-                    mask=(offs_n[:, None] < S) & (offs_ev[None, :] < EV), other=0.0)  # fmt: skip
-        if WEIGHTS_IN_V_DTYPE:
-            acc += tl.dot(w.to(v.dtype), v)
-        else:
-            acc += tl.dot(w, v.to(tl.float32), input_precision="ieee")
+        m = tl.max(s, 1)
+        m = tl.where(m == float("-inf"), 0.0, m)
+        z = tl.sum(tl.exp(s - m[:, None]), 1)
+        if nu > 0:
+            to_row = z / _spacing_total(seed, offset, rows, nu_max, nu, NU_BLOCK)
+        acc, carry, last, taken, prefix = _place_block(
+            s, offs_n, V, acc, carry, last, taken, prefix, m, z, nu, to_row, seed, offset, rows, nu_max, S, EV, sv_s,
+            sv_e, BLOCK_N, BLOCK_EV, NU_BLOCK, WEIGHTS_IN_V_DTYPE, SEARCH)  # fmt: skip
+    else:
+        m = tl.load(M_in + rows, mask=offs_m < L, other=float("-inf"))
+        z = tl.load(Z_in + rows, mask=offs_m < L, other=0.0)
+        m = tl.where(m == float("-inf"), 0.0, m)
+        if nu > 0:
+            to_row = z / _spacing_total(seed, offset, rows, nu_max, nu, NU_BLOCK)
+        for n0 in range(0, _key_end(pid_m, S, IS_CAUSAL, BLOCK_M), BLOCK_N):
+            s, offs_n = _block_scores(q, K, Mask, offs_m, n0, L, S, E, scale, sk_s, sk_e, sm_l, sm_s,
+                                      MASK_KIND, IS_CAUSAL, BLOCK_N, BLOCK_E, PRECISION, UPCAST)  # fmt: skip
+            acc, carry, last, taken, prefix = _place_block(
+                s, offs_n, V, acc, carry, last, taken, prefix, m, z, nu, to_row, seed, offset, rows, nu_max, S, EV,
+                sv_s, sv_e, BLOCK_N, BLOCK_EV, NU_BLOCK, WEIGHTS_IN_V_DTYPE, SEARCH)  # fmt: skip
     if nu > 0:  # points beyond the scan's end (float rounding): the row's last positive key
         left = tl.where(last >= 0, nu - taken, 0).to(tl.float32)
         v_last = tl.load(V + tl.maximum(last, 0)[:, None] * sv_s + offs_ev[None, :] * sv_e,

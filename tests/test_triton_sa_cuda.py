@@ -1,0 +1,188 @@
+"""The fused Triton SA kernel (stochattn.triton_sa) compiled for and run on a CUDA GPU: the law of the weights in
+fp32, bf16 and fp16 at head dims 64, 80 and 128 with sequence lengths that are no multiple of any tile, masks,
+causal rows, per-head nu, one-pass rows, the autotuned and the fixed tiles, and independence of the draws across
+rows, heads, batch entries and calls. V = identity, so an output row is the weight row W / nu.
+
+Skipped without CUDA, and in a process where the interpreter tests (test_triton_sa.py, which sets
+TRITON_INTERPRET=1 before the kernels' first import) ran first: run it in a process of its own, as `make gpu-check`
+does (``pytest tests/test_triton_sa_cuda.py``).
+"""
+
+import json
+import os
+
+import pytest
+import torch
+
+if os.environ.get("TRITON_INTERPRET") == "1":
+    pytest.skip("TRITON_INTERPRET=1: the kernels run in the interpreter here (run this file alone)",
+                allow_module_level=True)  # fmt: skip
+pytest.importorskip("triton", reason="triton is not installed")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device", allow_module_level=True)
+
+from sa_law import assert_counts, assert_law, assert_uncorrelated  # noqa: E402
+
+from stochattn import triton_sa  # noqa: E402
+from stochattn.attention import masked_attention_probs, scaled_dot_product_attention  # noqa: E402
+
+if not triton_sa.available("cuda")[0]:
+    pytest.skip(f"the compiled kernel cannot run: {triton_sa.available('cuda')[1]}", allow_module_level=True)
+
+CUDA = torch.device("cuda")
+S = 77  # no multiple of 16, 32, 64 or 128: every key tile size ends in a partial block
+N = 2001  # draws per query row; 2 query rows -> L = 4002, no multiple of any row tile either
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+LEGACY = triton_sa.LEGACY_TILES
+
+
+def _record(case: str, z: tuple) -> None:
+    """Append the case's largest |z| (means, covariances) to $SA_LAW_LOG (JSON lines), where set."""
+    if os.environ.get("SA_LAW_LOG"):
+        with open(os.environ["SA_LAW_LOG"], "a") as f:
+            f.write(json.dumps({"case": case, "max_z_mean": z[0], "max_z_cov": z[1]}) + "\n")
+
+
+def _qk(dtype, E, L0=2, H=1, S=S, seed=0, spread=1.0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(1, H, L0, E, generator=g) * spread
+    k = torch.randn(1, H, S, E, generator=g)
+    return q.to(CUDA, dtype), k.to(CUDA, dtype)
+
+
+def _eye(H, dtype, S=S):
+    return torch.eye(S, dtype=dtype, device=CUDA).expand(1, H, S, S)
+
+
+def _counts(w, nu):
+    """w (..., S) weight rows in any dtype -> exact integer counts (float64) W = w nu: within rounding of the
+    output dtype (16-bit outputs keep counts below 256 exact), rows summing to nu."""
+    c = w.double() * nu
+    tol = nu * 2.0**-20 if w.dtype == torch.float32 else 0.45
+    assert torch.all((c - c.round()).abs() <= tol), (c - c.round()).abs().max()
+    c = c.round()
+    assert torch.all(c.sum(-1) == nu) and torch.all(c >= 0)
+    return c
+
+
+def _law_case(name, E, nu, tiles, seed):
+    """Two query rows, N draws each, against their softmax in float64 (from the rounded 16-bit inputs)."""
+    dtype = DTYPES[name]
+    # 16-bit outputs store W / nu: counts below 256 stay exact, so large nu gets flatter rows there
+    spread = 1.0 if dtype == torch.float32 or nu <= 256 else 0.3
+    q, k = _qk(dtype, E, seed=seed, spread=spread)
+    w = triton_sa.sa_attention_fused(q.repeat_interleave(N, dim=2), k, _eye(1, dtype), nu, seed=seed,
+                                     tiles=tiles)[0, 0]  # fmt: skip
+    assert w.dtype == dtype
+    counts = _counts(w, nu).cpu()
+    pi = masked_attention_probs(q.double(), k.double())[0, 0].cpu()
+    z = [assert_law(counts[i * N : (i + 1) * N] / nu, pi[i], nu) for i in range(2)]
+    _record(
+        f"{name} E={E} nu={nu} {'autotuned' if tiles is None else 'fixed'} tiles",
+        (max(a for a, _ in z), max(b for _, b in z)),
+    )
+
+
+@pytest.mark.parametrize("nu", [1, 3, 50, 300, 4096])
+@pytest.mark.parametrize("E", [64, 80, 128])
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_law_on_cuda_fixed_tiles(dtype, E, nu):
+    """Mean pi and covariance (diag(pi) - pi pi^T) / nu per row (the first version's fixed tiles, two passes)."""
+    _law_case(dtype, E, nu, LEGACY, seed=1000 + nu + E)
+
+
+@pytest.mark.parametrize("dtype, E, nu", [("bf16", 64, 3), ("bf16", 80, 300), ("fp16", 128, 50), ("fp32", 64, 4096),
+                                          ("bf16", 64, 4096)])  # fmt: skip
+def test_law_on_cuda_autotuned_tiles(dtype, E, nu):
+    """The same law with the tiles the autotuner chose (the default on the GPU)."""
+    _law_case(dtype, E, nu, None, seed=2000 + nu + E)
+
+
+@pytest.mark.parametrize("tiles", [None, LEGACY], ids=["autotuned", "fixed"])
+@pytest.mark.parametrize("kind", ["bool", "additive", "causal-long", "causal-short", "one-pass"])
+def test_masks_on_cuda(kind, tiles):
+    """Masked keys never drawn; the law is the masked softmax's; a fully masked row gives zeros. Causal with L > S
+    and L < S (top-left aligned, as F.scaled_dot_product_attention); one pass (S = 40 keys) with a boolean mask."""
+    nu, dtype = 7, torch.bfloat16
+    if kind.startswith("causal"):
+        L = 150 if kind == "causal-long" else 50
+        g = torch.Generator().manual_seed(5)
+        q, k = (torch.randn(2, 2, n, 64, generator=g).to(CUDA, dtype) / 8**0.5 for n in (L, 100))
+        w = triton_sa.sa_attention_fused(q, k, _eye(2, dtype, 100).expand(2, 2, 100, 100), nu, is_causal=True,
+                                         seed=3, tiles=tiles)  # fmt: skip
+        allowed = torch.ones(L, 100, dtype=torch.bool).tril()
+        c = w.double().cpu() * nu
+        assert torch.all((c - c.round()).abs() <= 0.45)
+        assert torch.all(c.round()[..., ~allowed] == 0) and torch.all(c.round().sum(-1) == nu)
+        return
+    s_keys = 40 if kind == "one-pass" else S
+    q, k = _qk(dtype, 64, L0=3, S=s_keys, seed=6)
+    g = torch.Generator().manual_seed(7)
+    keep = torch.rand(3, s_keys, generator=g) > 0.4
+    keep[2] = False  # a fully masked row
+    keep[0, -1] = True
+    mask = keep if kind in ("bool", "one-pass") else torch.where(keep, torch.randn(3, s_keys, generator=g),
+                                                                    torch.tensor(float("-inf")))  # fmt: skip
+    w = triton_sa.sa_attention_fused(
+        q.repeat_interleave(N, dim=2),
+        k,
+        _eye(1, dtype, s_keys),
+        nu,
+        attn_mask=mask.repeat_interleave(N, dim=0).to(CUDA),
+        seed=11,
+        tiles=tiles,
+    )
+    w = w[0, 0].cpu()
+    assert torch.all(w[2 * N :] == 0)
+    counts = _counts(w[: 2 * N], nu)
+    assert_counts(counts / nu, nu, keep[:2].repeat_interleave(N, dim=0))
+    pi = masked_attention_probs(q.double().cpu(), k.double().cpu(), mask.double() if kind == "additive" else mask)
+    z = [assert_law(counts[i * N : (i + 1) * N] / nu, pi[0, 0, i], nu) for i in range(2)]
+    _record(
+        f"mask {kind}, {'autotuned' if tiles is None else 'fixed'} tiles", (max(a for a, _ in z), max(b for _, b in z))
+    )
+
+
+def test_per_head_nu_and_deterministic_heads_on_cuda():
+    """nu = (0, 1, 6, 300): head 0 equals SDPA (fp32), head 1 one-hot rows, heads 2 and 3 their counts."""
+    q, k = _qk(torch.float32, 80, L0=37, H=4, seed=8)
+    v = torch.randn(1, 4, S, 80, device=CUDA)
+    nu = torch.tensor([0, 1, 6, 300])
+    out = triton_sa.sa_attention_fused(q, k, v, nu, seed=3)
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(out[:, 0], ref[:, 0], rtol=1e-4, atol=1e-4)
+    w = triton_sa.sa_attention_fused(q, k, _eye(4, torch.float32), nu, seed=3)
+    for h, n in ((1, 1), (2, 6), (3, 300)):
+        _counts(w[0, h], n)
+
+
+def test_draws_are_independent_across_rows_heads_batches_and_calls():
+    """One query row repeated over rows, heads and batch entries (all with the same pi): the counts of any two
+    draws that should be independent (neighbouring rows, two heads, two batch entries, two calls with different
+    seeds, two offsets of one seed, two calls through scaled_dot_product_attention with one CUDA generator) are
+    uncorrelated per key; a reused Philox counter would make them equal."""
+    nu, n, dtype = 3, 4000, torch.float32
+    q, k = _qk(dtype, 64, L0=1, S=20, seed=9, spread=0.8)
+    q = q.expand(2, 2, n, 64).contiguous()
+    k = k.expand(2, 2, 20, 64).contiguous()
+    eye = _eye(2, dtype, 20).expand(2, 2, 20, 20)
+    pi = masked_attention_probs(q[0, 0, :1].double(), k[0, 0].double())[0].cpu()
+    a = triton_sa.sa_attention_fused(q, k, eye, nu, seed=5).cpu()
+    b = triton_sa.sa_attention_fused(q, k, eye, nu, seed=6).cpu()
+    c = triton_sa.sa_attention_fused(q, k, eye, nu, seed=5, offset=2 * 2 * n * (nu + 1)).cpu()
+    g = torch.Generator(device=CUDA).manual_seed(0)
+    d1, d2 = (scaled_dot_product_attention(q, k, eye, nu=nu, generator=g, fused=True).cpu() for _ in range(2))
+    pairs = {
+        "rows i, i+1": (a[0, 0, 0::2], a[0, 0, 1::2]),
+        "heads": (a[0, 0], a[0, 1]),
+        "batch": (a[0, 0], a[1, 0]),
+        "seeds": (a[0, 0], b[0, 0]),
+        "offsets": (a[1, 1], c[1, 1]),
+        "generator calls": (d1[0, 1], d2[0, 1]),
+    }
+    for name, (x, y) in pairs.items():
+        assert not torch.equal(x, y), name
+        assert_uncorrelated(x, y, pi)
+    for name, w in (("seed 5", a), ("seed 6", b), ("offset", c), ("generator", d1)):
+        _record(f"independence test, {name}", assert_law(w.reshape(-1, 20), pi, nu))
+    assert torch.equal(a, triton_sa.sa_attention_fused(q, k, eye, nu, seed=5).cpu())  # same seed, same draws
