@@ -113,20 +113,22 @@ def _peak_gib(fn) -> str:
     return f"{(torch.cuda.max_memory_allocated() - base) / 2**30:.3f} GiB"
 
 
-def memory_rows(device: torch.device, tokens=(8192, 16384), nu: int = 16) -> list[dict]:
-    """Peak memory above the inputs of one call at long contexts (B 1, H 16, E 64, bf16)."""
+def _memory_at(n: int, nu: int, device: torch.device) -> list[dict]:
+    """Peak memory rows at n tokens; the inputs are freed when this returns."""
     from stochattn.attention import scaled_dot_product_attention
     from stochattn.triton_sa import sa_attention_fused
 
-    rows = []
-    for n in tokens:
-        q, k, v, _ = _inputs((1, 16, n, n, 64, False), torch.bfloat16, device)
-        for label, fn in (("SDPA", lambda: F.scaled_dot_product_attention(q, k, v)),
-                          ("fused kernel", lambda: sa_attention_fused(q, k, v, nu, seed=0)),
-                          ("explicit path", lambda: scaled_dot_product_attention(q, k, v, nu=nu))):  # fmt: skip
-            rows.append({"check": f"{n} tokens: peak memory, {label} (nu={nu})", "ok": True, "value": _peak_gib(fn)})
-        del q, k, v
-    return rows
+    q, k, v, _ = _inputs((1, 16, n, n, 64, False), torch.bfloat16, device)
+    calls = (("SDPA", lambda: F.scaled_dot_product_attention(q, k, v)),
+             ("fused kernel", lambda: sa_attention_fused(q, k, v, nu, seed=0)),
+             ("explicit path", lambda: scaled_dot_product_attention(q, k, v, nu=nu)))  # fmt: skip
+    return [{"check": f"{n} tokens: peak memory, {label} (nu={nu})", "ok": True, "value": _peak_gib(fn)}
+            for label, fn in calls]  # fmt: skip
+
+
+def memory_rows(device: torch.device, tokens=(8192, 16384), nu: int = 16) -> list[dict]:
+    """Peak memory above the inputs of one call at long contexts (B 1, H 16, E 64, bf16)."""
+    return [row for n in tokens for row in _memory_at(n, nu, device)]
 
 
 KERNEL_SHAPES = ((64, 1024), (32, 4096), (8, 16384))  # (B * H, L = S)
