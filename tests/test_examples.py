@@ -13,7 +13,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def check_quickstart_output(stdout: str) -> None:
     """What examples/quickstart.py prints: both operating points with their coverage (the loss arg-min's the
-    smaller), and which to use when. Also checked on the installed wheel (tests/test_release.py)."""
+    smaller), and which to use when. The quickstart runs once in the suite, from the installed wheel outside the
+    checkout (tests/test_release.py), as a user who installed the package runs it."""
     coverage = {}
     for op in ("loss_argmin", "scale_match"):
         line = re.search(rf"^{op} +nu = +(\d+): .*95% interval coverage ([0-9.]+)", stdout, re.M)
@@ -21,13 +22,6 @@ def check_quickstart_output(stdout: str) -> None:
         coverage[op] = float(line.group(2))
     assert 0 < coverage["loss_argmin"] <= coverage["scale_match"] < 1  # the loss arg-min under-disperses
     assert "Which to use" in stdout and "(2/pi) s0" in stdout
-
-
-def test_quickstart_prints_both_operating_points_with_their_coverage_and_which_to_use():
-    res = subprocess.run([sys.executable, "examples/quickstart.py"], cwd=REPO, capture_output=True, text=True,
-                         timeout=600)  # fmt: skip
-    assert res.returncode == 0, res.stderr[-3000:]
-    check_quickstart_output(res.stdout)
 
 
 def _run(script: str, **env) -> str:
