@@ -190,8 +190,13 @@ def test_training_killed_at_its_time_limit_resumes_on_slurm(slurm, tmp_path):
     assert "TIMEOUT" in backbone and backbone[-1] == "COMPLETED", shown[-4000:]
     rule_log = (work / "logs/uci/yacht/split0/train_backbone.log").read_text()
     resumed = re.search(r"resuming from \S+: after epoch (\d+)", rule_log)
-    assert resumed and 0 < int(resumed.group(1)) < RESUME_EPOCHS, rule_log[-3000:]
-    print(f"resumed after epoch {resumed.group(1)} of {RESUME_EPOCHS}")
+    # on a loaded machine the retry that resumed can itself pass its limit after the training ended; the next one then
+    # finds the completed state and only writes the outputs (its log replaces the earlier attempts')
+    completed = re.search(r"training already completed in \S+: best epoch \d+ of (\d+)", rule_log)
+    assert (resumed and 0 < int(resumed.group(1)) < RESUME_EPOCHS) or (
+        completed and int(completed.group(1)) == RESUME_EPOCHS and len(attempts) >= 3), rule_log[-3000:]  # fmt: skip
+    print(f"resumed after epoch {resumed.group(1)} of {RESUME_EPOCHS}" if resumed else
+          f"the training ended in attempt {len(attempts) - 1} of {len(attempts)}; the last one found it completed")
 
     a, b = (torch.load(d / target, weights_only=True)["state_dict"] for d in (reference, work))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
