@@ -41,15 +41,20 @@ def pooled(run_dirs: list[Path], part: str) -> dict[str, np.ndarray]:
         out["samples"].append(z[f"{prefix}samples"] / s)
         out["point"].append(z[f"{prefix}point"] / s)
         out["y"].append(z[f"{prefix}y"] / s)
-    return {"samples": np.concatenate(out["samples"], axis=1), "point": np.concatenate(out["point"]),
-            "y": np.concatenate(out["y"])}
+    return {
+        "samples": np.concatenate(out["samples"], axis=1),
+        "point": np.concatenate(out["point"]),
+        "y": np.concatenate(out["y"]),
+    }
 
 
 def by_thirds(arrays: dict[str, np.ndarray], seed: int) -> list[dict[str, float]]:
     """bias_sources in the lower, middle and upper third of the point prediction."""
     order = np.argsort(arrays["point"], kind="stable")
-    return [bias_sources(arrays["samples"][:, g], arrays["point"][g], arrays["y"][g], seed)
-            for g in np.array_split(order, 3)]
+    return [
+        bias_sources(arrays["samples"][:, g], arrays["point"][g], arrays["y"][g], seed)
+        for g in np.array_split(order, 3)
+    ]
 
 
 def main() -> None:
@@ -69,12 +74,22 @@ def main() -> None:
             prep = np.load(sp / "prepared.npz")
             meta = sp / "sa" / "meta.json"
             nu = load_json(meta).get("extra", load_json(meta)).get("nu") if meta.exists() else None
-            info.append({"split": sp.name, "n_cal": int(len(prep["y_cal"])), "n_val": int(len(prep["y_val"])),
-                         "n_test": int(len(prep["y_test"])), "sa_meta": str(meta)})
+            info.append(
+                {
+                    "split": sp.name,
+                    "n_cal": int(len(prep["y_cal"])),
+                    "n_val": int(len(prep["y_val"])),
+                    "n_test": int(len(prep["y_test"])),
+                    "sa_nu": nu,
+                    "sa_meta": str(meta),
+                }
+            )
         report[ds] = {"splits": info, "methods": {}}
         print(f"\n== {ds}: {len(splits)} splits; calibration rows per split {[i['n_cal'] for i in info]}")
-        print(f"{'method':<11} {'part':<5} {'pt res':>7} {'z':>6} {'ens-pt':>7} {'med-pt':>7} {'z':>6} {'sd':>6} "
-              f"{'PIT z':>6} {'PIT z rc':>8} {'W1':>6} {'W1 rc':>6}")
+        print(
+            f"{'method':<11} {'part':<5} {'pt res':>7} {'z':>6} {'ens-pt':>7} {'med-pt':>7} {'z':>6} {'sd':>6} "
+            f"{'PIT z':>6} {'PIT z rc':>8} {'W1':>6} {'W1 rc':>6}"
+        )
         for m in args.methods:
             runs = [sp / m for sp in splits if (sp / m / "samples.npz").exists()]
             if not runs:
@@ -84,14 +99,18 @@ def main() -> None:
                 arrays = pooled(runs, part)
                 b = bias_sources(arrays["samples"], arrays["point"], arrays["y"], args.seed)
                 entry[part] = {"all": b, "thirds_of_point": by_thirds(arrays, args.seed)}
-                print(f"{m:<11} {part:<5} {b['point_residual_mean']:+7.3f} {b['point_residual_z']:+6.1f} "
-                      f"{b['ensemble_offset_mean']:+7.3f} {b['ensemble_offset_median']:+7.3f} "
-                      f"{b['ensemble_offset_z']:+6.1f} {b['spread_mean']:6.3f} {b['pit_mean_z']:+6.1f} "
-                      f"{b['pit_mean_z_recentred']:+8.1f} {b['w1']:6.3f} {b['w1_recentred']:6.3f}")
+                print(
+                    f"{m:<11} {part:<5} {b['point_residual_mean']:+7.3f} {b['point_residual_z']:+6.1f} "
+                    f"{b['ensemble_offset_mean']:+7.3f} {b['ensemble_offset_median']:+7.3f} "
+                    f"{b['ensemble_offset_z']:+6.1f} {b['spread_mean']:6.3f} {b['pit_mean_z']:+6.1f} "
+                    f"{b['pit_mean_z_recentred']:+8.1f} {b['w1']:6.3f} {b['w1_recentred']:6.3f}"
+                )
             for k, t in enumerate(entry["test"]["thirds_of_point"]):
-                print(f"{'':<11} test third {k + 1}: pt res {t['point_residual_mean']:+.3f} ens-pt "
-                      f"{t['ensemble_offset_mean']:+.3f} sd {t['spread_mean']:.3f} PIT z {t['pit_mean_z']:+.1f} "
-                      f"-> {t['pit_mean_z_recentred']:+.1f}")
+                print(
+                    f"{'':<11} test third {k + 1}: pt res {t['point_residual_mean']:+.3f} ens-pt "
+                    f"{t['ensemble_offset_mean']:+.3f} sd {t['spread_mean']:.3f} PIT z {t['pit_mean_z']:+.1f} "
+                    f"-> {t['pit_mean_z_recentred']:+.1f}"
+                )
             report[ds]["methods"][m] = entry
     if args.out is not None:
         args.out.write_text(json.dumps(report, indent=1))

@@ -39,10 +39,15 @@ ALL = ["yacht", "energy", "concrete", "wine", "kin8nm", "power", "naval", "prote
 def slice_config(args: argparse.Namespace) -> dict:
     fewer = dict(item.split("=") for item in args.fewer)
     return {
-        "datasets": args.datasets, "methods": args.methods, "splits": args.splits,
-        "data": {"mirrors": [str(Path(args.mirror).resolve())]}, "require_gpu": False,
-        "cluster": {"gpus_per_job": 0, "gpu_threads": 1}, "progress": False,
-        "ett": {"enabled": False}, "era5": {"enabled": False},
+        "datasets": args.datasets,
+        "methods": args.methods,
+        "splits": args.splits,
+        "data": {"mirrors": [str(Path(args.mirror).resolve())]},
+        "require_gpu": False,
+        "cluster": {"gpus_per_job": 0, "gpu_threads": 1},
+        "progress": False,
+        "ett": {"enabled": False},
+        "era5": {"enabled": False},
         "dataset_overrides": {d: {"splits": int(k)} for d, k in fewer.items() if d in args.datasets},
     }
 
@@ -59,15 +64,19 @@ def markdown(table, hours: dict) -> str:
         sa = d[d["method"] == "sa"].iloc[0] if (d["method"] == "sa").any() else None
         acc = "" if sa is None else (f"; RMSE/σ_y {fmt(sa['rmse_over_sigma'])} (paper "
                                      f"{fmt(sa['paper_rmse_over_sigma'])})")  # fmt: skip
-        out.append(f"\n**{ds}** ({int(d['n'].max())} splits{acc}; {fmt(wall, '.2f')} CPU-hours wall, "
-                   f"{fmt(cpu, '.2f')} by cpu_time)\n")
+        out.append(
+            f"\n**{ds}** ({int(d['n'].max())} splits{acc}; {fmt(wall, '.2f')} CPU-hours wall, "
+            f"{fmt(cpu, '.2f')} by cpu_time)\n"
+        )
         out.append("| method | splits | native W1 (floor) | paper W1 | ratio | PI-95 coverage | PIT-mean z |")
         out.append("|:--|--:|--:|--:|--:|--:|--:|")
         for _, r in d.iterrows():
             ratio = r["w1"] / r["paper_w1"] if r["paper_w1"] and not math.isnan(r["paper_w1"]) else math.nan
-            out.append(f"| {method_label(r['method'])} | {int(r['n'])} | {fmt(r['w1'])} ({fmt(r['w1_floor'])}) | "
-                       f"{fmt(r['paper_w1'])} | "
-                       f"{fmt(ratio, '.2f')} | {fmt(r['coverage_95'], '.2f')} | {fmt(r['pit_mean_z'], '+.1f')} |")
+            out.append(
+                f"| {method_label(r['method'])} | {int(r['n'])} | {fmt(r['w1'])} ({fmt(r['w1_floor'])}) | "
+                f"{fmt(r['paper_w1'])} | "
+                f"{fmt(ratio, '.2f')} | {fmt(r['coverage_95'], '.2f')} | {fmt(r['pit_mean_z'], '+.1f')} |"
+            )
     return "\n".join(out) + "\n"
 
 

@@ -32,8 +32,11 @@ def part_scores(run: dict, prefix: str) -> dict:
     """PI-95 coverage, mean CRPS and RMSE (sigma_y units) of one part of a samples.npz."""
     s = float(run["sigma_y"])
     x, y, p = run[f"{prefix}samples"] / s, run[f"{prefix}y"] / s, run[f"{prefix}point"] / s
-    return {"coverage_95": float(coverage_and_width(x, y, [0.95])[0.95]["coverage"]),
-            "crps": float(crps(x, y).mean()), "rmse": float(np.sqrt(np.mean((p - y) ** 2)))}
+    return {
+        "coverage_95": float(coverage_and_width(x, y, [0.95])[0.95]["coverage"]),
+        "crps": float(crps(x, y).mean()),
+        "rmse": float(np.sqrt(np.mean((p - y) ** 2))),
+    }
 
 
 def main() -> None:
@@ -50,8 +53,10 @@ def main() -> None:
             bb = sp / "backbone" / "meta.json"
             if bb.exists():
                 meta = load_json(bb)
-                print(f"\n== {ds} {sp.name}: backbone best epoch {meta['best_epoch']} of {meta['epochs_run']}, "
-                      f"val RMSE/sigma_y {meta['val_rmse_standardised']:.4f}")
+                print(
+                    f"\n== {ds} {sp.name}: backbone best epoch {meta['best_epoch']} of {meta['epochs_run']}, "
+                    f"val RMSE/sigma_y {meta['val_rmse_standardised']:.4f}"
+                )
             for m in args.methods:
                 if not (sp / m / "meta.json").exists() or not (sp / m / "samples.npz").exists():
                     continue
@@ -63,23 +68,35 @@ def main() -> None:
                 if keys is not None and all(keys[0] in c for c in grid):
                     edge = Widening(keys, factor=2.0, low=1e-12, high=1e12).edge(grid, k)
                 held = {"cal": part_scores(run, "cal_"), "test": part_scores(run, "")}
-                entry = {"dataset": ds, "split": sp.name, "method": m, "selection": rec, "edge": edge,
-                         "chosen_held_out": held}
+                entry = {
+                    "dataset": ds,
+                    "split": sp.name,
+                    "method": m,
+                    "selection": rec,
+                    "edge": edge,
+                    "chosen_held_out": held,
+                }
                 report.append(entry)
-                print(f"  {m}: chosen #{k} {grid[k]} (edge {'+' if edge > 0 else '-' if edge < 0 else 'no'}; "
-                      f"widened {rec.get('widened', 'n/a')})")
+                print(
+                    f"  {m}: chosen #{k} {grid[k]} (edge {'+' if edge > 0 else '-' if edge < 0 else 'no'}; "
+                    f"widened {rec.get('widened', 'n/a')})"
+                )
                 for i, c in enumerate(grid):
                     label = ",".join(f"{key}={c[key]}" for key in (keys or ()) if key in c)
                     if "optimizer" in c:
                         label = f"{c['optimizer']} {label}"
                     crps_v, rmse_v, cov_v = (rec[key][i] for key in ("val_crps", "val_rmse", "val_coverage_95"))
                     fmt = lambda v, f: "  n/a " if v is None else format(v, f)  # noqa: E731
-                    print(f"   {'*' if i == k else ' '} {label:<42} val CRPS {fmt(crps_v, '.4f')} RMSE "
-                          f"{fmt(rmse_v, '.4f')} PI-95 {fmt(cov_v, '.2f')}")
-                print(f"     chosen on held-out parts: cal PI-95 {held['cal']['coverage_95']:.2f} CRPS "
-                      f"{held['cal']['crps']:.4f} RMSE {held['cal']['rmse']:.4f} | test PI-95 "
-                      f"{held['test']['coverage_95']:.2f} CRPS {held['test']['crps']:.4f} RMSE "
-                      f"{held['test']['rmse']:.4f}")
+                    print(
+                        f"   {'*' if i == k else ' '} {label:<42} val CRPS {fmt(crps_v, '.4f')} RMSE "
+                        f"{fmt(rmse_v, '.4f')} PI-95 {fmt(cov_v, '.2f')}"
+                    )
+                print(
+                    f"     chosen on held-out parts: cal PI-95 {held['cal']['coverage_95']:.2f} CRPS "
+                    f"{held['cal']['crps']:.4f} RMSE {held['cal']['rmse']:.4f} | test PI-95 "
+                    f"{held['test']['coverage_95']:.2f} CRPS {held['test']['crps']:.4f} RMSE "
+                    f"{held['test']['rmse']:.4f}"
+                )
     if args.out is not None:
         args.out.write_text(json.dumps(report, indent=1))
 

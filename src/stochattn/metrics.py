@@ -682,7 +682,9 @@ def spread_tracking(samples: Any, point: Any, y: Any, bins: int = 10) -> dict[st
             "abs_residual": e_bin.tolist(), "n": int(spread.size)}
 
 
-def bias_sources(samples: Any, point: Any, y: Any, rng: np.random.Generator | int, sigma_y: float = 1.0) -> dict[str, float]:
+def bias_sources(
+    samples: Any, point: Any, y: Any, rng: np.random.Generator | int, sigma_y: float = 1.0
+) -> dict[str, float]:
     """Where a predictive's PIT bias comes from: the point prediction, or the ensemble sitting off the point.
 
     ``samples (S, n)``, ``point (n,)``, ``y (n,)``; offsets in units of ``sigma_y``. Returns

@@ -437,7 +437,8 @@ def uci_slice_comparison(master: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFr
             rows.append({
                 "dataset": dataset, "method": method, "n": int(m["n"].max()),
                 "rmse_over_sigma": value["rmse_over_sigma"],
-                "paper_rmse_over_sigma": paper_value(dataset, method, "rmse_over_sigma") if method == "sa" else math.nan,
+                "paper_rmse_over_sigma": (paper_value(dataset, method, "rmse_over_sigma") if method == "sa"
+                                          else math.nan),
                 "w1": value["w1_native_pooled"], "w1_floor": value["w1_floor"],
                 "paper_w1": paper_value(dataset, method, "w1_native_pooled"),
                 "coverage_95": value["coverage_95_native"], "pit_mean_z": value["pit_mean_z"],
