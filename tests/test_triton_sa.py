@@ -90,7 +90,7 @@ def test_binary_search_placement_draws_exactly_what_the_compare_tile_draws(one_p
                                                  tiles={**base, "NU_BLOCK": nb, "search": se})
                     for nb, se in ((8, False), (32, True)))  # fmt: skip
             assert torch.equal(a, b)
-    n, nu = 1500, 5
+    n, nu = 1000, 5
     w = triton_sa.sa_attention_fused(_repeat(q[:, :1, :2], n), k[:, :1], _eye(1), nu, seed=3,
                                      tiles={**base, "BLOCK_M": 128, "NU_BLOCK": 4, "search": True})[0, 0]  # fmt: skip
     pi = masked_attention_probs(q[:, :1, :2].double(), k[:, :1].double())[0, 0]
