@@ -35,6 +35,8 @@ from stochattn.patch import SACoverageWarning, StochasticAttention
 # models
 # --------------------------------------------------------------------------------------------------------------
 class Block(nn.Module):
+    """A residual attention block calling F.scaled_dot_product_attention (tests/test_compile.py uses it too)."""
+
     def __init__(self, dim: int = 16, heads: int = 2) -> None:
         super().__init__()
         self.num_heads, self.qkv, self.proj = heads, nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
@@ -43,6 +45,20 @@ class Block(nn.Module):
         b, n, c = x.shape
         q, k, v = self.qkv(x).view(b, n, 3, self.num_heads, -1).permute(2, 0, 3, 1, 4)
         return x + self.proj(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, n, c))
+
+
+def law_z(w, pi, nu):
+    """(max |z| of the mean, max |z| of the covariance) of draws w (N, H, L, S) against pi (H, L, S) at nu: standard
+    errors sqrt(pi (1 - pi) / (nu N)) for the means, the products' own spread for (diag(pi) - pi pi^T) / nu."""
+    N = w.shape[0]
+    se = torch.sqrt(pi * (1 - pi) / nu / N)
+    z_mean = ((w.mean(0) - pi) / torch.where(se > 0, se, 1.0)).abs().max()
+    dev = w - pi
+    prods = dev[..., :, None] * dev[..., None, :]
+    cov = (torch.diag_embed(pi) - pi[..., :, None] * pi[..., None, :]) / nu
+    se = prods.std(0) / math.sqrt(N)
+    z_cov = ((prods.mean(0) - cov) / torch.where(se > 0, se, 1.0)).abs().max()
+    return float(z_mean), float(z_cov)
 
 
 EXEC_SOURCE = '''
@@ -209,15 +225,9 @@ def law(args) -> None:
         for nu in (1, 7, 64):
             with torch.no_grad(), StochasticAttention(module, nu=nu, generator=torch.Generator().manual_seed(nu)):
                 w = compiled(q, k, v, **kwargs)
-            se = torch.sqrt(pi * (1 - pi) / nu / N)
-            z_mean = ((w.mean(0) - pi) / torch.where(se > 0, se, 1.0)).abs().max()
-            dev = w - pi
-            prods = dev[..., :, None] * dev[..., None, :]
-            cov = (torch.diag_embed(pi) - pi[..., :, None] * pi[..., None, :]) / nu
-            se = prods.std(0) / math.sqrt(N)
-            z_cov = ((prods.mean(0) - cov) / torch.where(se > 0, se, 1.0)).abs().max()
+            z_mean, z_cov = law_z(w, pi, nu)
             drawn = int((w[:, pi == 0] != 0).sum())
-            print(f"| {kind} | {nu} | {float(z_mean):.2f} | {float(z_cov):.2f} | {drawn} |")
+            print(f"| {kind} | {nu} | {z_mean:.2f} | {z_cov:.2f} | {drawn} |")
 
 
 # --------------------------------------------------------------------------------------------------------------

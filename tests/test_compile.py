@@ -7,9 +7,10 @@ masked keys never drawn) holds through inductor's code. Compiling before or afte
 defined through ``exec`` (no source) or calling SDPA through an alias bound before the patch are reached too.
 Compiles are kept small (tiny models, CPU inductor only where the law or the generated code matters)."""
 
-import math
+import sys
 import warnings
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +18,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from stochattn.patch import SACoverageWarning, StochasticAttention
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from bench_compile import Block, law_z  # noqa: E402 - the benchmark's toy block and law statistic
 
 TORCH_SDPA = F.scaled_dot_product_attention
 Z_MAX = 5.0  # |z| over up to ~500 standard-normal comparisons per test: P(|z| > 5) ~ 6e-7 each
@@ -49,19 +53,6 @@ class SDPAModule(nn.Module):
         return F.scaled_dot_product_attention(q, k, v, **kwargs)
 
 
-class Block(nn.Module):
-    """A pre-norm block whose attention calls F.scaled_dot_product_attention."""
-
-    def __init__(self, dim: int = 16, heads: int = 2) -> None:
-        super().__init__()
-        self.num_heads, self.qkv, self.proj = heads, nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-
-    def forward(self, x):
-        b, n, c = x.shape
-        q, k, v = self.qkv(x).view(b, n, 3, self.num_heads, -1).permute(2, 0, 3, 1, 4)
-        return x + self.proj(F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, n, c))
-
-
 def _encoder(depth: int = 2) -> nn.Module:
     torch.manual_seed(0)
     return nn.Sequential(*[Block() for _ in range(depth)]).eval()
@@ -75,17 +66,6 @@ def _qkv(B, H=2, L=3, S=5, E=4, seed=0):
     return tuple(t.expand(B, *t.shape[1:]).contiguous() for t in (q, k, v))
 
 
-def law_z(w, pi, nu):
-    """(max |z| of the mean, max |z| of the covariance) of draws w (N, H, L, S) against pi (H, L, S) at nu."""
-    N = w.shape[0]
-    se = torch.sqrt(pi * (1 - pi) / nu / N)
-    z_mean = ((w.mean(0) - pi) / torch.where(se > 0, se, 1.0)).abs().max()
-    dev = w - pi
-    prods = dev[..., :, None] * dev[..., None, :]
-    cov = (torch.diag_embed(pi) - pi[..., :, None] * pi[..., None, :]) / nu
-    se = prods.std(0) / math.sqrt(N)
-    z_cov = ((prods.mean(0) - cov) / torch.where(se > 0, se, 1.0)).abs().max()
-    return float(z_mean), float(z_cov)
 
 
 # --------------------------------------------------------------------------------------------------------------
