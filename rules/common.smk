@@ -343,8 +343,9 @@ def _trainings(experiment, method, dataset=None):
         return 1.5  # one backbone training and one SWAG phase
     if method in ("ivon", "hsa"):
         return len(cfg.get("grid", [{}]))
-    if method == "swag":
-        return 1
+    if method == "swag":  # its grid's SWAG phases count as one training; a widening adds up to max_steps phases
+        widen, grid = cfg.get("widen") or {}, max(1, len(cfg.get("grid", [{}])))
+        return (grid + (int(widen.get("max_steps", 3)) if widen else 0)) / grid
     if method == "mc_dropout":  # one network per grid entry other than the backbone's own rates, and per candidate
         # a widening may add (an upper bound)
         widen = cfg.get("widen") or {}
