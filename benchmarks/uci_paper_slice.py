@@ -11,9 +11,11 @@ with protein and naval in a session), the data from ``--mirror`` (default ../sha
 every job on the CPU with one thread. Then prints, per data set, one row per method (both SA operating points):
 RMSE/sigma_y of the deterministic backbone, native pooled-PIT W1 with the W1 of as many calibrated PIT values (its
 floor), the native PI-95 test coverage and the PIT mean's z, beside the paper's RMSE/sigma_y and W1
-(config/paper_results.yaml; the paper pools 20 splits, 5 for protein), and the data set's CPU-hours: the wall-clock
-seconds of its jobs (every job runs one thread; on a shared machine wall time exceeds CPU time) and Snakemake's
-``cpu_time`` of them (results/benchmarks/). ``--report-only`` skips the run and reads WORKDIR as it is.
+(config/paper_results.yaml; the paper pools 20 splits, 5 for protein), SA's calibrated nu per split ("(boundary)"
+where the calibration ended at nu = 1 wanting more dispersion, as the workflow's tables mark it), and the data set's
+CPU-hours: the wall-clock seconds of its jobs (every job runs one thread; on a shared machine wall time exceeds CPU
+time) and Snakemake's ``cpu_time`` of them (results/benchmarks/). ``--report-only`` skips the run and reads WORKDIR as
+it is.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import yaml
 
 from stochattn.experiments.paper_comparison import paper_cells
 from stochattn.experiments.uci_tables import uci_slice_comparison
+from stochattn.io import load_json
 from stochattn.report import method_label
 from stochattn.resources import read_benchmarks
 
@@ -56,7 +59,21 @@ def fmt(v: float, spec: str = ".3f") -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
 
-def markdown(table, hours: dict) -> str:
+def sa_nus(work: Path, table) -> dict:
+    """{(data set, method): "2 / 2 / 3 (boundary on 1 of 3)"}: the calibrated nu of each split's SA run (meta.json)."""
+    out = {}
+    sa_rows = table[table["method"].isin(["sa", "sa_match"])]
+    for ds, method in zip(sa_rows["dataset"], sa_rows["method"]):
+        metas = [load_json(p) for p in sorted((work / "results" / "uci" / ds).glob(f"split*/{method}/meta.json"))]
+        if not metas:
+            continue
+        at = sum(bool(m.get("at_boundary")) for m in metas)
+        mark = "" if not at else " (boundary)" if at == len(metas) else f" (boundary on {at} of {len(metas)})"
+        out[ds, method] = " / ".join(f"{m['nu']:g}" for m in metas) + mark
+    return out
+
+
+def markdown(table, hours: dict, nus: dict) -> str:
     out = []
     for ds in dict.fromkeys(table["dataset"]):
         d = table[table["dataset"] == ds]
@@ -68,14 +85,15 @@ def markdown(table, hours: dict) -> str:
             f"\n**{ds}** ({int(d['n'].max())} splits{acc}; {fmt(wall, '.2f')} CPU-hours wall, "
             f"{fmt(cpu, '.2f')} by cpu_time)\n"
         )
-        out.append("| method | splits | native W1 (floor) | paper W1 | ratio | PI-95 coverage | PIT-mean z |")
-        out.append("|:--|--:|--:|--:|--:|--:|--:|")
+        out.append("| method | splits | native W1 (floor) | paper W1 | ratio | PI-95 coverage | PIT-mean z | SA's nu |")
+        out.append("|:--|--:|--:|--:|--:|--:|--:|:--|")
         for _, r in d.iterrows():
             ratio = r["w1"] / r["paper_w1"] if r["paper_w1"] and not math.isnan(r["paper_w1"]) else math.nan
             out.append(
                 f"| {method_label(r['method'])} | {int(r['n'])} | {fmt(r['w1'])} ({fmt(r['w1_floor'])}) | "
                 f"{fmt(r['paper_w1'])} | "
-                f"{fmt(ratio, '.2f')} | {fmt(r['coverage_95'], '.2f')} | {fmt(r['pit_mean_z'], '+.1f')} |"
+                f"{fmt(ratio, '.2f')} | {fmt(r['coverage_95'], '.2f')} | {fmt(r['pit_mean_z'], '+.1f')} | "
+                f"{nus.get((ds, r['method']), '')} |"
             )
     return "\n".join(out) + "\n"
 
@@ -112,7 +130,7 @@ def main() -> None:
     for rec in read_benchmarks(work / "results" / "benchmarks"):
         wall, cpu = hours.get(rec["dataset"], (0.0, 0.0))
         hours[rec["dataset"]] = (wall + rec["seconds"] / 3600, cpu + (rec["cpu_seconds"] or 0.0) / 3600)
-    text = markdown(table, hours)
+    text = markdown(table, hours, sa_nus(work, table))
     print(text)
     out = args.out or work / "uci_paper_slice.md"
     out.write_text(text)
