@@ -14,6 +14,7 @@ from stochattn.baselines.hsa import (
     HierarchicalStochasticAttention,
     gumbel_noise,
     gumbel_softmax,
+    hsa_centroid_keys,
     hsa_ft_transformer,
     hsa_generator,
     hsa_samples,
@@ -256,6 +257,31 @@ def test_hsa_ft_transformer_uses_project_builder():
     assert all(torch.equal(state[k], v) for k, v in ref_state.items())
     assert set(state) - set(ref_state) == {f"ft.backbone.blocks.{i}.attention.centroids" for i in range(2)}
     assert model(torch.randn(6, 5)).shape == (6,)
+
+
+def test_hsa_ft_transformer_logits_unscaled_as_the_reference_code():
+    """Trained from scratch, HSA's level-2 logits are the reference code's Q K~^T (scale 1); None keeps rtdl's
+    1/sqrt(d_head), and a converted trained attention keeps that by default."""
+    d_head = D // H
+    q, k = torch.randn(3, 4, d_head), torch.randn(3, 5, d_head)
+    for scale, expected in ((1.0, 1.0), (None, 1.0 / math.sqrt(d_head)), (0.5, 0.5)):
+        kw = {} if scale == 1.0 else {"logit_scale": scale}
+        model = hsa_ft_transformer(4, tau2=1e-6, **kw, **_small_ft(seed=0))
+        for m in model.modules():
+            if isinstance(m, HierarchicalStochasticAttention):
+                assert m.logit_scale == pytest.approx(expected)
+                # the scale reaches the sampled weights: at tau2 -> 0 the sample is the arg-max of the logits
+                # plus Gumbel noise, so compare with the same noise drawn again
+                g1, g2 = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
+                m.generator = g1
+                w = m.sample_weights(q, k)
+                k_tilde, _ = hsa_centroid_keys(k, m.centroids, tau1=m.tau1, generator=g2)
+                logits = q @ k_tilde.transpose(-2, -1) * expected + gumbel_noise((3, 4, 5), generator=g2)
+                assert torch.equal(w.argmax(-1), logits.argmax(-1))
+    ft = build_ft_transformer(4, **_small_ft(seed=0))
+    replace_attention_with_hsa(ft)
+    scales = [m.logit_scale for m in ft.modules() if isinstance(m, HierarchicalStochasticAttention)]
+    assert len(scales) == 2 and scales == pytest.approx([1.0 / math.sqrt(d_head)] * 2)
 
 
 # ------------------------------------------------------------------------------------------------ sampling
