@@ -740,7 +740,7 @@ def test_saves_at_epoch_ends_take_a_bounded_share_of_the_time(tmp_path, monkeypa
     with pytest.raises(Killed):
         fit(Step(kill_at=20 * STEPS + 1), ckpt, **settings)
     last = saves[-1]
-    assert 0 < last < 20  # the last epoch end saved before the kill
+    assert 0 < last <= 20  # the last epoch end saved before the kill (in epoch 21's first step: 20 may be saved)
     resumed = Step()
     assert_identical(ref_model, ref_result, *fit(resumed, ckpt, **settings))
     assert resumed.calls == (30 - last) * STEPS

@@ -138,14 +138,44 @@ def test_gpu_request_without_cuda_fails_clearly(tiny_chain, tmp_path):
     assert "pip install --force-reinstall --no-deps torch==" in res.stdout and "require_gpu: false" not in res.stdout
 
 
-# the tiny backbone trains for ~95 s on one idle thread (4000 epochs: 75 s): longer than the queue's 1-minute limit,
-# short enough that the second attempt usually ends inside it. A job that ends its work just after its limit (SLURM
-# checks limits every ~30 s) is still marked TIMEOUT; its retry finds the training's completed state and only writes
-# the outputs: retries leave room for that and for a loaded machine.
-RESUME_EPOCHS = 5000
+# SLURM kills a 1-minute job 60-90 s after its start (it checks limits every ~30 s). The tiny backbone's training is
+# counted to last ~120 s on one thread of this machine, measured just before: past the first attempt's kill even where
+# the job starts fast and runs as fast as the probe (a fixed epoch count trained in 58 s on a fast CI machine: the kill
+# came after the training, and nothing resumed); the second or third attempt ends it. A job that ends its work just
+# after its limit is still marked TIMEOUT; its retry finds the training's completed state and only writes the
+# outputs: retries leave room for that and for a loaded machine.
+BACKBONE_SECONDS = 120
 
 
-def test_training_killed_at_its_time_limit_resumes_on_slurm(slurm, tmp_path):
+def _one_thread_seconds(work) -> float:
+    """Seconds that ``work()`` takes on one torch thread (a SLURM job's)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        t0 = time.perf_counter()
+        work()
+        return time.perf_counter() - t0
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _backbone_epochs(split: Path, train: dict, seconds: float, scratch: Path) -> int:
+    """How many epochs of the tiny configuration's backbone training on yacht (``split``: a finished run's split
+    folder, for its prepared data; ``train``: the schedule; checkpointed as in the job, in ``scratch``) take
+    ``seconds`` here."""
+    from stochattn.experiments.uci import train_backbone
+
+    model, probe = yaml.safe_load((REPO / "config" / "test.yaml").read_text())["model"], 300
+    scratch.mkdir(parents=True, exist_ok=True)
+    took = _one_thread_seconds(lambda: train_backbone(
+        split / "prepared.npz", scratch / "model.pt", scratch / "meta.json", model=model,
+        train={**train, "max_epochs": probe}, seed=0, device="cpu", progress=False, checkpoint=scratch / "fit.ckpt"))
+    return int(seconds * probe / took)
+
+
+def test_training_killed_at_its_time_limit_resumes_on_slurm(slurm, tiny_chain, tmp_path):
     """A queue whose MaxTime is 1 minute, a backbone training that takes longer: SLURM kills the job at its limit
     (TIMEOUT; SIGTERM saves the training state mid-epoch), Snakemake resubmits it (retries), the training resumes
     from the saved state and ends bit-identical to an uninterrupted local run of the same job."""
@@ -154,7 +184,10 @@ def test_training_killed_at_its_time_limit_resumes_on_slurm(slurm, tmp_path):
     _short_partition()
     estimates = tmp_path / "runtime.yaml"  # the counted work: 2 minutes, twice the bound -> two attempts
     estimates.write_text(yaml.safe_dump({"train_backbone": {"yacht": 2}}))
-    long = {"max_epochs": RESUME_EPOCHS, "patience": None}  # yacht's own schedule too (dataset_overrides)
+    tiny_train = yaml.safe_load((REPO / "config" / "test.yaml").read_text())["dataset_overrides"]["yacht"]["train"]
+    split = tiny_chain["work"] / "results/uci/yacht/split0"
+    epochs = _backbone_epochs(split, tiny_train, BACKBONE_SECONDS, tmp_path / "probe")
+    long = {"max_epochs": epochs, "patience": None}  # yacht's own schedule too (dataset_overrides)
     cfg = tiny_config(tmp_path / "resume.yaml", train=long, dataset_overrides={"yacht": {"train": long}},
                       cluster={"max_runtime_hours": 1 / 60}, runtime_estimates=str(estimates))  # fmt: skip
     target = "results/uci/yacht/split0/backbone/model.pt"
@@ -193,9 +226,9 @@ def test_training_killed_at_its_time_limit_resumes_on_slurm(slurm, tmp_path):
     # on a loaded machine the retry that resumed can itself pass its limit after the training ended; the next one then
     # finds the completed state and only writes the outputs (its log replaces the earlier attempts')
     completed = re.search(r"training already completed in \S+: best epoch \d+ of (\d+)", rule_log)
-    assert (resumed and 0 < int(resumed.group(1)) < RESUME_EPOCHS) or (
-        completed and int(completed.group(1)) == RESUME_EPOCHS and len(attempts) >= 3), rule_log[-3000:]  # fmt: skip
-    print(f"resumed after epoch {resumed.group(1)} of {RESUME_EPOCHS}" if resumed else
+    assert (resumed and 0 < int(resumed.group(1)) < epochs) or (
+        completed and int(completed.group(1)) == epochs and len(attempts) >= 3), rule_log[-3000:]  # fmt: skip
+    print(f"resumed after epoch {resumed.group(1)} of {epochs}" if resumed else
           f"the training ended in attempt {len(attempts) - 1} of {len(attempts)}; the last one found it completed")
 
     a, b = (torch.load(d / target, weights_only=True)["state_dict"] for d in (reference, work))
@@ -218,23 +251,18 @@ SWAG_SECONDS = 65
 def _swag_epochs(split: Path, seconds: float) -> int:
     """How many epochs of the tiny configuration's SWAG phase on yacht (``split``: a finished backbone's folder; one
     thread, batch 32 as config.yaml's yacht, a checkpoint saved each epoch as in the job) take ``seconds`` here."""
-    import torch
-
     from stochattn.baselines.swag import fit_swag
     from stochattn.experiments.uci import load_backbone, load_prepared
 
     data = load_prepared(split / "prepared.npz")
-    net, threads = load_backbone(data, split / "backbone" / "model.pt"), torch.get_num_threads()
-    torch.set_num_threads(1)
+    net = load_backbone(data, split / "backbone" / "model.pt")
     try:
-        t0 = time.perf_counter()
-        fit_swag(net, data["x_train"], data["y_train"], lr=1e-4, epochs=100, seed=0, max_rank=2, batch_size=32,
-                 progress=False, checkpoint=split / "speed.ckpt")  # fmt: skip
-        per_epoch = (time.perf_counter() - t0) / 100
+        took = _one_thread_seconds(lambda: fit_swag(net, data["x_train"], data["y_train"], lr=1e-4, epochs=100, seed=0,
+                                                    max_rank=2, batch_size=32, progress=False,
+                                                    checkpoint=split / "speed.ckpt"))  # fmt: skip
     finally:
-        torch.set_num_threads(threads)
         (split / "speed.ckpt").unlink(missing_ok=True)
-    return int(seconds / per_epoch)
+    return int(seconds * 100 / took)
 
 
 _SAVED = re.compile(r"^(\S+ \S+) stochattn\.training WARNING received (SIGUSR1|SIGTERM) at epoch (\d+) step (\d+): "
