@@ -80,6 +80,18 @@ include: "rules/paper.smk"
 include: "rules/rehearsal_assets.smk"
 
 
+# Outputs made from files that a failed or killed rerun removed: Snakemake does not rebuild a missing intermediate
+# file while the files made from it exist (snakemake/snakemake#1978), so the tables would keep the numbers of before
+# the rerun. Moved to results/.stale/<time>/ when a run starts, so that it rebuilds them; a dry run lists them
+# (stochattn.stale). Not in spawned jobs.
+if workflow.is_main_process:
+    from snakemake.logging import logger
+
+    from stochattn.stale import set_aside_stale
+
+    set_aside_stale(dry_run=workflow.output_settings.dryrun, log=logger.warning)
+
+
 # A run that succeeded has accepted every output it wrote: the training checkpoints beside them (each training keeps
 # its final state until then, so that a job killed in its teardown does not train again) are deleted; those of jobs
 # without their output yet stay, to be resumed. Spawned jobs (--no-hooks) never run this.

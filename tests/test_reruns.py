@@ -161,3 +161,42 @@ def test_kill9_unlock_rerun_gives_identical_outputs(tiny_chain, tmp_path):
             assert a[key].dtype == b[key].dtype and a[key].tobytes() == b[key].tobytes(), (method, key)
     table = "results/tables/uci_master.csv"
     assert (ref / table).read_bytes() == (work / table).read_bytes()
+
+
+@pytest.mark.slow
+def test_outputs_of_a_failed_rerun_are_rebuilt_with_everything_made_from_them(tiny_chain, tmp_path):
+    """A rerun of SWAG that failed (Snakemake removed its outputs; its metrics and the table made from them stay):
+    Snakemake alone would do nothing (snakemake/snakemake#1978) and keep the old numbers. The workflow sets the
+    stale metrics and table aside (results/.stale/), a dry run lists them without moving anything, and the run
+    rebuilds SWAG, its evaluation and the table, equal to the shared run's; then nothing is left to do and the
+    table's audit passes."""
+    from conftest import audit_failures
+
+    ref = tiny_chain["work"]
+    work = copy_run(tiny_chain, tmp_path / "w")
+    run = "results/uci/yacht/split0/swag"
+    for name in ("samples.npz", "meta.json", "posterior.pt", "posterior.json"):  # run_swag's outputs
+        (work / run / name).unlink()
+    failures, _ = audit_failures(work, "results/tables/uci_master.csv")
+    assert f"{run}/samples.npz" in failures  # the table's chain is broken, yet every file Snakemake asks for exists
+
+    dry = smk(work, *TINY_TARGETS, "-n", configfile=tiny_chain["cfg"])
+    assert dry.returncode == 0, dry.stdout[-3000:]
+    made_from = rf"stochattn: \d+ stale file\(s\), made from {run}/meta.json, {run}/samples.npz,"
+    assert re.search(made_from, dry.stdout), dry.stdout[-3000:]
+    assert not (work / "results/.stale").exists() and (work / run / "metrics.json").exists()
+
+    res = smk(work, *TINY_TARGETS, configfile=tiny_chain["cfg"])
+    assert res.returncode == 0, res.stdout[-5000:]
+    assert re.search(r"stochattn: moved \d+ stale file\(s\)", res.stdout), res.stdout[-5000:]
+    stats = job_stats(res.stdout)
+    assert stats.get("run_swag") == 1 and stats.get("evaluate") == 1 and stats.get("uci_table") == 1, stats
+    (stamp,) = (work / "results/.stale").iterdir()
+    assert (stamp / run / "metrics.json").is_file() and (stamp / "results/tables/uci_master.csv").is_file()
+    a, b = np.load(ref / run / "samples.npz"), np.load(work / run / "samples.npz")
+    assert all(a[k].tobytes() == b[k].tobytes() for k in a.files)  # bit for bit
+    table = "results/tables/uci_master.csv"
+    assert (ref / table).read_bytes() == (work / table).read_bytes()
+    assert audit_failures(work, table)[0] == []
+    again = smk(work, *TINY_TARGETS, "-n", configfile=tiny_chain["cfg"])
+    assert "Nothing to be done" in again.stdout and "stale" not in again.stdout, again.stdout[-3000:]

@@ -433,6 +433,7 @@ def test_second_invocation_does_nothing(tiny_run):
     res = smk(tiny_run["work"], configfile=tiny_run["cfg"])
     assert res.returncode == 0, res.stdout[-3000:]
     assert "Nothing to be done" in res.stdout, res.stdout[-3000:]
+    assert "stale" not in res.stdout and not (tiny_run["work"] / "results/.stale").exists()  # stochattn.stale
 
 
 @pytest.mark.slow
