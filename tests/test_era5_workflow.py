@@ -164,6 +164,7 @@ def test_era5_split_jobs_equal_the_single_jobs(era5_run, tmp_path, one_thread):
 def test_era5_second_invocation_does_nothing(era5_run):
     res = smk(era5_run["work"], "era5", "-n", configfile=era5_run["cfg"])
     assert res.returncode == 0 and "Nothing to be done" in res.stdout, res.stdout[-3000:]
+    assert "stale file" not in res.stdout, res.stdout[-3000:]  # every record's inputs are there (stochattn.stale)
 
 
 def test_unknown_sa_site_is_a_config_error(tmp_path):

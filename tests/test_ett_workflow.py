@@ -131,6 +131,7 @@ def test_a_grid_plans_one_candidate_job_per_entry(tmp_path):
 def test_ett_second_invocation_does_nothing(ett_run):
     res = smk(ett_run["work"], "ett", "-n", configfile=ett_run["cfg"])
     assert res.returncode == 0 and "Nothing to be done" in res.stdout, res.stdout[-3000:]
+    assert "stale file" not in res.stdout, res.stdout[-3000:]  # every record's inputs are there (stochattn.stale)
 
 
 def test_unknown_ett_dataset_is_a_config_error(tmp_path):
