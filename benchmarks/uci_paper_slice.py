@@ -2,7 +2,7 @@
 
     python benchmarks/uci_paper_slice.py WORKDIR [--datasets ...] [--splits 3] [--fewer protein=1 naval=1]
         [--methods sa mc_dropout swag multiswag ivon hsa] [--cores 2] [--configfile extra.yaml ...] [--report-only]
-        [--out WORKDIR/uci_paper_slice.md]
+        [--partial] [--out WORKDIR/uci_paper_slice.md]
 
 Runs the workflow's own rules (``snakemake -s Snakefile --directory WORKDIR --configfile config/config.yaml
 WORKDIR/slice.yaml ... results/tables/uci_master.md``) on the paper's architecture and schedules (config/config.yaml),
@@ -15,7 +15,8 @@ floor), the native PI-95 test coverage and the PIT mean's z, beside the paper's 
 where the calibration ended at nu = 1 wanting more dispersion, as the workflow's tables mark it), and the data set's
 CPU-hours: the wall-clock seconds of its jobs (every job runs one thread; on a shared machine wall time exceeds CPU
 time) and Snakemake's ``cpu_time`` of them (results/benchmarks/). ``--report-only`` skips the run and reads WORKDIR as
-it is.
+it is; ``--partial`` reports from the metrics.json files present (the runs evaluated so far) without running
+anything.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ from pathlib import Path
 import yaml
 
 from stochattn.experiments.paper_comparison import paper_cells
-from stochattn.experiments.uci_tables import uci_slice_comparison
+from stochattn.experiments.uci_tables import uci_master_table, uci_slice_comparison
 from stochattn.io import load_json
-from stochattn.report import method_label
+from stochattn.report import load_runs, method_label
 from stochattn.resources import read_benchmarks
 
 REPO = Path(__file__).resolve().parents[1]
@@ -109,11 +110,15 @@ def main() -> None:
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--configfile", nargs="*", default=[], help="more config files merged over the slice's")
     ap.add_argument("--report-only", action="store_true")
+    ap.add_argument("--partial", action="store_true",
+                    help="report-only, from every metrics.json of --datasets present (a run still going or "
+                         "stopped) instead of the workflow's master table; the splits column says what each row "
+                         "pools")  # fmt: skip
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     work = args.workdir.resolve()
     work.mkdir(parents=True, exist_ok=True)
-    if not args.report_only:
+    if not (args.report_only or args.partial):
         (work / "slice.yaml").write_text(yaml.safe_dump(slice_config(args), sort_keys=False))
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(work),
@@ -124,7 +129,12 @@ def main() -> None:
         subprocess.run(cmd, env=env, cwd=REPO, check=True)
     import pandas as pd
 
-    master = pd.read_csv(work / "results" / "tables" / "uci_master.csv")
+    if args.partial:
+        runs = work / "results" / "uci"
+        files = [p for ds in args.datasets for p in sorted((runs / ds).glob("split*/*/metrics.json"))]
+        master = uci_master_table(load_runs(files, progress=False))
+    else:
+        master = pd.read_csv(work / "results" / "tables" / "uci_master.csv")
     table = uci_slice_comparison(master, paper_cells(REPO / "config" / "paper_results.yaml"))
     hours: dict = {}
     for rec in read_benchmarks(work / "results" / "benchmarks"):
