@@ -164,7 +164,7 @@ def test_kill9_unlock_rerun_gives_identical_outputs(tiny_chain, tmp_path):
 
 
 @pytest.mark.slow
-def test_outputs_of_a_failed_rerun_are_rebuilt_with_everything_made_from_them(tiny_chain, tmp_path):
+def test_outputs_of_a_failed_rerun_are_rebuilt_with_everything_made_from_them(tiny_chain, tmp_path, capsys):
     """A rerun of SWAG that failed (Snakemake removed its outputs; its metrics and the table made from them stay):
     Snakemake alone would do nothing (snakemake/snakemake#1978) and keep the old numbers. The workflow sets the
     stale metrics and table aside (results/.stale/), a dry run lists them without moving anything, and the run
@@ -179,6 +179,10 @@ def test_outputs_of_a_failed_rerun_are_rebuilt_with_everything_made_from_them(ti
         (work / run / name).unlink()
     failures, _ = audit_failures(work, "results/tables/uci_master.csv")
     assert f"{run}/samples.npz" in failures  # the table's chain is broken, yet every file Snakemake asks for exists
+    from stochattn import audit
+
+    assert audit.main(["-d", str(work), "results/tables/uci_master.csv"]) == 1
+    assert "rebuilds both (stochattn.stale)" in capsys.readouterr().err  # the audit says what the next run does
 
     dry = smk(work, *TINY_TARGETS, "-n", configfile=tiny_chain["cfg"])
     assert dry.returncode == 0, dry.stdout[-3000:]

@@ -323,6 +323,10 @@ def main(argv: list[str] | None = None) -> int:
         for line in failed:
             print(f"FAILED {line}", file=sys.stderr)
         print(f"audit: {len(failed)} of {n} nodes failed", file=sys.stderr)
+        if any(node.problems == ["missing"] and node.path.startswith("results" + os.sep) for node in _failures(root)):
+            print("a missing results/ file (e.g. removed by Snakemake when its job's rerun failed): the next run of "
+                  "the workflow moves what was made from it to results/.stale/ and rebuilds both (stochattn.stale)",
+                  file=sys.stderr)  # fmt: skip
         return 1
     print(f"audit: all {n} nodes OK")
     return 0
