@@ -204,3 +204,35 @@ def test_outputs_of_a_failed_rerun_are_rebuilt_with_everything_made_from_them(ti
     assert audit_failures(work, table)[0] == []
     again = smk(work, *TINY_TARGETS, "-n", configfile=tiny_chain["cfg"])
     assert "Nothing to be done" in again.stdout and "stale" not in again.stdout, again.stdout[-3000:]
+
+
+@pytest.mark.slow
+def test_a_refetch_of_the_data_reruns_nothing_made_from_it(tiny_chain, repo_copy, tmp_path):
+    """Snakemake reruns fetch_uci whenever its script is newer than the fetched folder (an edit, a checkout), and a
+    folder has no checksum it could compare: without ancient() every prepare job, then every job of every split,
+    would follow (it happened to energy's split 0). The re-fetch is verified against the same SHA-256 table, so only
+    the fetch runs, the table's chain still audits clean (the folder's recorded digest matches), and nothing is left
+    to do or set aside."""
+    from conftest import audit_failures
+
+    from test_workflow import MIRROR, write_config
+
+    root = tmp_path / "repo"
+    shutil.copytree(repo_copy, root, symlinks=True)
+    shutil.copytree(REPO / "envs", root / "envs")  # the metadata Snakemake records names the rule's conda file
+    cfg = write_config(tmp_path / "cfg.yaml", base=tiny_chain["cfg"], data={"mirrors": [str(MIRROR)]})  # not ../
+    os.utime(root / "workflow_scripts" / "fetch_uci.py")  # now: newer than the fetched folder
+    work = copy_run(tiny_chain, tmp_path / "w")
+    folder = work / "results/data/uci/yacht"
+    before = folder.stat().st_mtime
+    cmd = [*_snakemake_cmd(), "--snakefile", str(root / "Snakefile"), "--directory", str(work), "--cores", "2"]
+    targets = [*TINY_TARGETS, "--configfile", str(cfg)]  # last: --configfile takes several values
+    res = subprocess.run([*cmd, *targets], cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert job_stats(res.stdout) == {"fetch_uci": 1}, res.stdout[-3000:]
+    assert folder.stat().st_mtime > before  # it did re-fetch (for the script's mtime: nothing else changed)
+    assert "stale" not in res.stdout, res.stdout[-3000:]
+    assert audit_failures(work, "results/tables/uci_master.csv")[0] == []
+    again = subprocess.run([*cmd, "-n", *targets], cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)  # fmt: skip
+    assert "Nothing to be done" in again.stdout, again.stdout[-3000:]
