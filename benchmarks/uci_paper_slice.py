@@ -2,7 +2,7 @@
 
     python benchmarks/uci_paper_slice.py WORKDIR [--datasets ...] [--splits 3] [--fewer protein=1 naval=1]
         [--methods sa mc_dropout swag multiswag ivon hsa] [--cores 2] [--configfile extra.yaml ...] [--report-only]
-        [--partial] [--out WORKDIR/uci_paper_slice.md]
+        [--partial] [--by-split] [--out WORKDIR/uci_paper_slice.md]
 
 Runs the workflow's own rules (``snakemake -s Snakefile --directory WORKDIR --configfile config/config.yaml
 WORKDIR/slice.yaml ... results/tables/uci_master.md``) on the paper's architecture and schedules (config/config.yaml),
@@ -16,7 +16,8 @@ where the calibration ended at nu = 1 wanting more dispersion, as the workflow's
 CPU-hours: the wall-clock seconds of its jobs (every job runs one thread; on a shared machine wall time exceeds CPU
 time) and Snakemake's ``cpu_time`` of them (results/benchmarks/). ``--report-only`` skips the run and reads WORKDIR as
 it is; ``--partial`` reports from the metrics.json files present (the runs evaluated so far) without running
-anything.
+anything. ``--by-split`` adds, per data set, each split's native W1 and PI-95 coverage and the pooled W1 without each
+split (its ratio to the paper): whether one split makes a cell, or every split does.
 """
 
 from __future__ import annotations
@@ -99,6 +100,41 @@ def markdown(table, hours: dict, nus: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def by_split(work: Path, datasets: list[str], cells) -> str:
+    """Per data set, one row per method: each split's native test W1 / PI-95 coverage, then the pooled W1 (ratio to
+    the paper's) over every split but one; from the metrics.json files present, through the workflow's own tables."""
+    out = []
+    runs = work / "results" / "uci"
+    for ds in datasets:
+        files = sorted((runs / ds).glob("split*/*/metrics.json"))
+        splits = sorted({int(p.parent.parent.name[len("split"):]) for p in files})
+        if len(splits) < 2:
+            continue
+
+        def comparison(keep):
+            chosen = [p for p in files if int(p.parent.parent.name[len("split"):]) in keep]
+            return uci_slice_comparison(uci_master_table(load_runs(chosen, progress=False)), cells)
+
+        single = {s: comparison({s}) for s in splits}
+        without = {s: comparison(set(splits) - {s}) for s in splits}
+        out.append(f"\n**{ds}** by split: native W1 / PI-95 of each split; pooled W1 (ratio to the paper) without one\n")
+        out.append("| method | " + " | ".join(f"split {s}" for s in splits) + " | "
+                   + " | ".join(f"without {s}" for s in splits) + " |")  # fmt: skip
+        out.append("|:--|" + "--:|" * (2 * len(splits)))
+        methods = list(dict.fromkeys(m for s in splits for m in without[s]["method"]))
+        for method in methods:
+            cells_ = []
+            for s in splits:
+                r = single[s][single[s]["method"] == method]
+                cells_.append("-" if r.empty else f"{fmt(r['w1'].iloc[0])} / {fmt(r['coverage_95'].iloc[0], '.2f')}")
+            for s in splits:
+                r = without[s][without[s]["method"] == method]
+                ratio = math.nan if r.empty else r["w1"].iloc[0] / r["paper_w1"].iloc[0]
+                cells_.append("-" if r.empty else f"{fmt(r['w1'].iloc[0])} ({fmt(ratio, '.2f')})")
+            out.append(f"| {method_label(method)} | " + " | ".join(cells_) + " |")
+    return "\n".join(out) + "\n"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("workdir", type=Path)
@@ -114,6 +150,8 @@ def main() -> None:
                     help="report-only, from every metrics.json of --datasets present (a run still going or "
                          "stopped) instead of the workflow's master table; the splits column says what each row "
                          "pools")  # fmt: skip
+    ap.add_argument("--by-split", action="store_true",
+                    help="also each split's W1 and the pooled W1 without each split (from the metrics.json files)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     work = args.workdir.resolve()
@@ -135,12 +173,15 @@ def main() -> None:
         master = uci_master_table(load_runs(files, progress=False))
     else:
         master = pd.read_csv(work / "results" / "tables" / "uci_master.csv")
-    table = uci_slice_comparison(master, paper_cells(REPO / "config" / "paper_results.yaml"))
+    cells = paper_cells(REPO / "config" / "paper_results.yaml")
+    table = uci_slice_comparison(master, cells)
     hours: dict = {}
     for rec in read_benchmarks(work / "results" / "benchmarks"):
         wall, cpu = hours.get(rec["dataset"], (0.0, 0.0))
         hours[rec["dataset"]] = (wall + rec["seconds"] / 3600, cpu + (rec["cpu_seconds"] or 0.0) / 3600)
     text = markdown(table, hours, sa_nus(work, table))
+    if args.by_split:
+        text += by_split(work, list(dict.fromkeys(table["dataset"])), cells)
     print(text)
     out = args.out or work / "uci_paper_slice.md"
     out.write_text(text)
