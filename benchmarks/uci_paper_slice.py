@@ -106,18 +106,21 @@ def by_split(work: Path, datasets: list[str], cells) -> str:
     out = []
     runs = work / "results" / "uci"
     for ds in datasets:
-        files = sorted((runs / ds).glob("split*/*/metrics.json"))
-        splits = sorted({int(p.parent.parent.name[len("split"):]) for p in files})
+        files = {
+            p: int(p.parent.parent.name.removeprefix("split"))
+            for p in sorted((runs / ds).glob("split*/*/metrics.json"))
+        }
+        splits = sorted(set(files.values()))
         if len(splits) < 2:
             continue
 
         def comparison(keep):
-            chosen = [p for p in files if int(p.parent.parent.name[len("split"):]) in keep]
+            chosen = [p for p, s in files.items() if s in keep]
             return uci_slice_comparison(uci_master_table(load_runs(chosen, progress=False)), cells)
 
         single = {s: comparison({s}) for s in splits}
         without = {s: comparison(set(splits) - {s}) for s in splits}
-        out.append(f"\n**{ds}** by split: native W1 / PI-95 of each split; pooled W1 (ratio to the paper) without one\n")
+        out.append(f"\n**{ds}** by split: native W1 / PI-95 of each split; pooled W1 (paper ratio) without one\n")
         out.append("| method | " + " | ".join(f"split {s}" for s in splits) + " | "
                    + " | ".join(f"without {s}" for s in splits) + " |")  # fmt: skip
         out.append("|:--|" + "--:|" * (2 * len(splits)))
@@ -150,8 +153,11 @@ def main() -> None:
                     help="report-only, from every metrics.json of --datasets present (a run still going or "
                          "stopped) instead of the workflow's master table; the splits column says what each row "
                          "pools")  # fmt: skip
-    ap.add_argument("--by-split", action="store_true",
-                    help="also each split's W1 and the pooled W1 without each split (from the metrics.json files)")
+    ap.add_argument(
+        "--by-split",
+        action="store_true",
+        help="also each split's W1 and the pooled W1 without each split (from the metrics.json files)",
+    )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     work = args.workdir.resolve()
