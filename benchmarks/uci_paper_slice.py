@@ -16,7 +16,9 @@ where the calibration ended at nu = 1 wanting more dispersion, as the workflow's
 CPU-hours: the wall-clock seconds of its jobs (every job runs one thread; on a shared machine wall time exceeds CPU
 time) and Snakemake's ``cpu_time`` of them (results/benchmarks/). ``--report-only`` skips the run and reads WORKDIR as
 it is; ``--partial`` reports from the metrics.json files present (the runs evaluated so far) without running
-anything. ``--by-split`` adds, per data set, each split's native W1 and PI-95 coverage and the pooled W1 without each
+anything; with either, several workdirs (each data set in one) make one report. A figure beside the report
+(``<out>_w1.png`` / ``.pdf``) puts every method's W1 against the paper's (``uci_figures.paper_w1_figure``).
+``--by-split`` adds, per data set, each split's native W1 and PI-95 coverage and the pooled W1 without each
 split (its ratio to the paper): whether one split makes a cell, or every split does.
 """
 
@@ -140,7 +142,8 @@ def by_split(work: Path, datasets: list[str], cells) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("workdir", type=Path)
+    ap.add_argument("workdir", type=Path, nargs="+",
+                    help="one to run; with --report-only or --partial several, each with its data sets")  # fmt: skip
     ap.add_argument("--datasets", nargs="+", default=ALL)
     ap.add_argument("--methods", nargs="+", default=["sa", "mc_dropout", "swag", "multiswag", "ivon", "hsa"])
     ap.add_argument("--splits", type=int, default=3)
@@ -160,9 +163,12 @@ def main() -> None:
     )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    work = args.workdir.resolve()
-    work.mkdir(parents=True, exist_ok=True)
+    works = [w.resolve() for w in args.workdir]
+    if len(works) > 1 and not (args.report_only or args.partial):
+        ap.error("several workdirs only with --report-only or --partial (a run has one)")
     if not (args.report_only or args.partial):
+        work = works[0]
+        work.mkdir(parents=True, exist_ok=True)
         (work / "slice.yaml").write_text(yaml.safe_dump(slice_config(args), sort_keys=False))
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(work),
@@ -173,25 +179,42 @@ def main() -> None:
         subprocess.run(cmd, env=env, cwd=REPO, check=True)
     import pandas as pd
 
-    if args.partial:
-        runs = work / "results" / "uci"
-        files = [p for ds in args.datasets for p in sorted((runs / ds).glob("split*/*/metrics.json"))]
-        master = uci_master_table(load_runs(files, progress=False))
-    else:
-        master = pd.read_csv(work / "results" / "tables" / "uci_master.csv")
+    from stochattn.experiments.uci_figures import paper_w1_figure
+
+    masters, home, hours = [], {}, {}
+    for work in works:
+        if args.partial:
+            runs = work / "results" / "uci"
+            files = [p for ds in args.datasets for p in sorted((runs / ds).glob("split*/*/metrics.json"))]
+            master = uci_master_table(load_runs(files, progress=False)) if files else None
+        else:
+            master = pd.read_csv(work / "results" / "tables" / "uci_master.csv")
+            master = master[master["dataset"].isin(args.datasets)]
+        if master is None or master.empty:
+            continue
+        for ds in dict.fromkeys(master["dataset"]):
+            if ds in home:
+                raise SystemExit(f"{ds} is in both {home[ds]} and {work}: give each data set's workdir once")
+            home[ds] = work
+        masters.append(master)
+        for rec in read_benchmarks(work / "results" / "benchmarks"):
+            if home.get(rec["dataset"]) == work:
+                wall, cpu = hours.get(rec["dataset"], (0.0, 0.0))
+                hours[rec["dataset"]] = (wall + rec["seconds"] / 3600, cpu + (rec["cpu_seconds"] or 0.0) / 3600)
+    if not masters:
+        raise SystemExit(f"no results of {', '.join(args.datasets)} in {', '.join(map(str, works))}")
     cells = paper_cells(REPO / "config" / "paper_results.yaml")
-    table = uci_slice_comparison(master, cells)
-    hours: dict = {}
-    for rec in read_benchmarks(work / "results" / "benchmarks"):
-        wall, cpu = hours.get(rec["dataset"], (0.0, 0.0))
-        hours[rec["dataset"]] = (wall + rec["seconds"] / 3600, cpu + (rec["cpu_seconds"] or 0.0) / 3600)
-    text = markdown(table, hours, sa_nus(work, table))
+    table = uci_slice_comparison(pd.concat(masters, ignore_index=True), cells)
+    nus = {key: v for work in set(home.values()) for key, v in sa_nus(work, table).items() if home[key[0]] == work}
+    text = markdown(table, hours, nus)
     if args.by_split:
-        text += by_split(work, list(dict.fromkeys(table["dataset"])), cells)
+        text += "".join(by_split(home[ds], [ds], cells) for ds in dict.fromkeys(table["dataset"]))
     print(text)
-    out = args.out or work / "uci_paper_slice.md"
+    out = args.out or works[0] / "uci_paper_slice.md"
     out.write_text(text)
     table.to_csv(out.with_suffix(".csv"), index=False)
+    figure = paper_w1_figure(table, out.with_name(out.stem + "_w1"))
+    print("wrote", out, out.with_suffix(".csv"), *figure)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ every writer returns the list of files it wrote. Provenance (``<file>.prov.json`
     yacht_appendix     (a) PIT histograms overlaid, (b) the sharpness box plot (paper fig. uci_yacht_appendix)
     teaser_sinusoid    1-D toy data: observations, shared trend, each method's central PI as a band
     cost_figure        horizontal bars of total seconds per method, log axis
+    paper_w1_figure    our native pooled-PIT W1 against the paper's, one panel per method, every data set a point
+                       (log axes, the diagonal and the 2x band; the slice comparison of benchmarks/uci_paper_slice.py)
 
 Input of the sharpness figures (``samples_and_metrics``): a mapping ``method -> runs`` with one entry per split,
 either a list of ``(samples.npz, metrics.json)`` pairs or ``{"samples": [...], "metrics": [...]}`` (aligned).
@@ -56,6 +58,7 @@ __all__ = [
     "yacht_appendix",
     "teaser_sinusoid",
     "cost_figure",
+    "paper_w1_figure",
 ]
 
 
@@ -433,3 +436,65 @@ def cost_figure(
     return save_figure(fig, out_base)
 
 
+
+
+# --------------------------------------------------------------------------------------------------------------
+# against the paper
+# --------------------------------------------------------------------------------------------------------------
+def paper_w1_figure(comparison: pd.DataFrame | PathLike, out_base: PathLike, *, marker: str = "") -> list[Path]:
+    """Our native pooled-PIT W1 (y) against the paper's (x), one panel per method, each data set a labelled point;
+    log axes shared by every panel, the diagonal, the band within 2x of the paper shaded, and each point's floor
+    (the W1 of as many calibrated PIT values) as a grey tick below it: a point on its tick cannot go lower.
+
+    Args:
+        comparison: :func:`stochattn.experiments.uci_tables.uci_slice_comparison`'s frame (columns ``dataset``,
+            ``method``, ``w1``, ``w1_floor``, ``paper_w1``, ``n``), or its CSV file.
+        out_base: output path without suffix.
+        marker: the one line of :func:`stochattn.figures.figure_marker`; ``""``: none.
+
+    Rows without a paper value or a W1 of ours are left out; a panel title counts the points within 2x. Returns
+    ``[png, pdf]``.
+    """
+    if isinstance(comparison, (str, os.PathLike)):
+        comparison = pd.read_csv(comparison)
+    if not isinstance(comparison, pd.DataFrame):
+        raise TypeError(f"comparison must be a DataFrame or a CSV path, got {type(comparison).__name__}")
+    missing = {"dataset", "method", "w1", "w1_floor", "paper_w1"} - set(comparison.columns)
+    if missing:
+        raise ValueError(f"comparison lacks the columns {sorted(missing)}")
+    df = comparison[(comparison["w1"] > 0) & (comparison["paper_w1"] > 0)]
+    if df.empty:
+        raise ValueError("comparison has no row with both a W1 of ours and the paper's")
+    methods = method_order(df["method"])
+    values = np.concatenate([df["w1"], df["paper_w1"], df.loc[df["w1_floor"] > 0, "w1_floor"]])
+    lo, hi = values.min() / 1.6, values.max() * 1.6
+    rows, cols = subplot_grid(len(methods), 4)
+    fig = new_figure(2.6 * cols, 2.5 * rows + 0.5)
+    fig.suptitle("Native pooled-PIT W1, ours against the paper's (shaded: within 2x; dash: the W1 of as many "
+                 "calibrated PIT values, our floor; (k): a data set's splits, where fewer than the most)",
+                 fontsize=8)  # fmt: skip
+    most = int(df["n"].max()) if "n" in df else 0
+    grid = np.linspace(lo, hi, 2)
+    for k, method in enumerate(methods):
+        ax = fig.add_subplot(rows, cols, k + 1)
+        ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), aspect="equal")
+        ax.fill_between(grid, grid / 2, grid * 2, color="0.92", lw=0)
+        ax.plot(grid, grid, color="0.5", lw=0.8)
+        d = df[df["method"] == method]
+        color = method_color(method)
+        for r in d.itertuples(index=False):
+            if r.w1_floor > 0:
+                ax.plot([r.paper_w1 / 1.12, r.paper_w1 * 1.12], [r.w1_floor] * 2, color="0.55", lw=1.2)
+            ax.plot(r.paper_w1, r.w1, "o", color=color, ms=5)
+            n = int(getattr(r, "n", most))
+            label = dataset_label(r.dataset) + (f" ({n})" if n < most else "")
+            ax.annotate(label, (r.paper_w1, r.w1), xytext=(3, 2), textcoords="offset points", fontsize=6.5)
+        inside = int(((d["w1"] <= 2 * d["paper_w1"]) & (d["w1"] >= d["paper_w1"] / 2)).sum())
+        ax.set_title(f"{method_label(method)}: {inside} of {len(d)} within 2x", fontsize=8.5)
+        ax.tick_params(labelsize=7)
+        if k % cols == 0:
+            ax.set_ylabel("native W1, ours", fontsize=8)
+        if k >= (rows - 1) * cols or k + cols >= len(methods):
+            ax.set_xlabel("native W1, paper", fontsize=8)
+    draw_marker(fig, marker)
+    return save_figure(fig, out_base)
