@@ -104,9 +104,9 @@ def set_aside_stale(workdir: str | os.PathLike = ".", *, dry_run: bool = False, 
     def listed(paths: list[Path]) -> str:
         return ", ".join(map(str, paths[:8])) + (f" and {len(paths) - 8} more" if len(paths) > 8 else "")
 
-    what = (f"{len(stale)} stale file(s), made from {listed(gone)}, which no longer exist(s) (a rerun that failed or "
-            "was killed had its outputs removed, and Snakemake does not rebuild a missing intermediate file: "
-            "snakemake/snakemake#1978)")  # fmt: skip
+    what = (f"{len(stale)} stale file(s), made from {listed(gone)}, which no longer exist(s) (removed by hand, or by "
+            "Snakemake after a rerun that failed or was killed; Snakemake does not rebuild a missing intermediate "
+            "file: snakemake/snakemake#1978)")  # fmt: skip
     if dry_run:
         log(f"stochattn: {what}: {listed(stale)}. A run moves them to {STALE_DIR}/ and rebuilds them; this dry run "
             "does not list those jobs.")  # fmt: skip
