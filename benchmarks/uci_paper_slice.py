@@ -102,6 +102,24 @@ def markdown(table, hours: dict, nus: dict) -> str:
     return "\n".join(out) + "\n"
 
 
+def beyond(table) -> str:
+    """One line per cell whose W1 is beyond 2x the paper's and beyond 1.5x its floor (a paper value below our floor
+    cannot be reached by a calibrated method on as many test rows), and the count of cells within."""
+    ratio = table["w1"] / table["paper_w1"]
+    known = ratio.notna()
+    out_mask = known & ((ratio > 2) | (ratio < 0.5)) & (table["w1"] > 1.5 * table["w1_floor"])
+    lines = [f"\n**Against the paper**: {int((known & ~out_mask).sum())} of {int(known.sum())} cells within 2x of the "
+             "paper's W1 or 1.5x our floor; beyond:"]  # fmt: skip
+    for _, r in table[out_mask].iterrows():
+        side = "worse" if r["w1"] > r["paper_w1"] else "better"
+        lines.append(f"- {r['dataset']} {method_label(r['method'])} ({side}): {fmt(r['w1'])} against "
+                     f"{fmt(r['paper_w1'])} ({fmt(r['w1'] / r['paper_w1'], '.2f')}x; floor {fmt(r['w1_floor'])}), "
+                     f"PI-95 {fmt(r['coverage_95'], '.2f')}")  # fmt: skip
+    if not out_mask.any():
+        lines.append("- none")
+    return "\n".join(lines) + "\n"
+
+
 def by_split(work: Path, datasets: list[str], cells) -> str:
     """Per data set, one row per method: each split's native test W1 / PI-95 coverage, then the pooled W1 (ratio to
     the paper's) over every split but one; from the metrics.json files present, through the workflow's own tables."""
@@ -206,7 +224,7 @@ def main() -> None:
     cells = paper_cells(REPO / "config" / "paper_results.yaml")
     table = uci_slice_comparison(pd.concat(masters, ignore_index=True), cells)
     nus = {key: v for work in set(home.values()) for key, v in sa_nus(work, table).items() if home[key[0]] == work}
-    text = markdown(table, hours, nus)
+    text = markdown(table, hours, nus) + beyond(table)
     if args.by_split:
         text += "".join(by_split(home[ds], [ds], cells) for ds in dict.fromkeys(table["dataset"]))
     print(text)
