@@ -257,20 +257,22 @@ def test_paper_w1_figure_counts_the_cells_within_2x(tmp_path, monkeypatch):
             ("power", "sa", 0.134, 0.093, 1), ("yacht", "ivon", 0.056, 0.103, 3), ("energy", "ivon", 0.071, 0.159, 3),
             ("wine", "ivon", 0.158, float("nan"), 3), ("yacht", "swag", float("nan"), 0.037, 3)]  # fmt: skip
     table = pd.DataFrame(rows, columns=["dataset", "method", "w1", "paper_w1", "n"]).assign(w1_floor=0.02)
+    ratio = table["w1"] / table["paper_w1"]
+    table["within"] = ratio.between(0.5, 2) | (table["w1"] <= 1.5 * table["w1_floor"])  # as uci_slice_comparison
     drawn = {}
     save = UF.save_figure
     monkeypatch.setattr(UF, "save_figure", lambda fig, out: drawn.setdefault("fig", fig) and save(fig, out))
     out = tmp_path / "w1"
     assert_figure_files(UF.paper_w1_figure(table, out), out)
     titles = [ax.get_title() for ax in drawn["fig"].axes]
-    assert titles == ["SA: 3 of 4 within 2x", "IVON: 1 of 2 within 2x"]  # yacht SA 2.5x out; energy IVON 0.45x out
+    assert titles == ["SA: 3 of 4 within", "IVON: 1 of 2 within"]  # yacht SA 2.5x out; energy IVON 0.45x out
     labels = [t.get_text() for t in drawn["fig"].axes[0].texts]
     assert labels == ["Yacht", "Energy", "Wine", "Power (1)"]  # the splits where fewer than the most
     csv = tmp_path / "comparison.csv"
     table.to_csv(csv, index=False)
     assert_figure_files(UF.paper_w1_figure(csv, tmp_path / "w1_csv"), tmp_path / "w1_csv")
-    with pytest.raises(ValueError, match="w1_floor"):
-        UF.paper_w1_figure(table.drop(columns="w1_floor"), tmp_path / "x")
+    with pytest.raises(ValueError, match="within"):
+        UF.paper_w1_figure(table.drop(columns="within"), tmp_path / "x")
     with pytest.raises(ValueError, match="no row"):
         UF.paper_w1_figure(table[table["method"] == "swag"], tmp_path / "x")
 

@@ -183,3 +183,9 @@ def test_uci_slice_comparison_puts_each_method_beside_the_paper():
     assert math.isnan(by.loc["mc_dropout", "rmse_over_sigma"]) and by.loc["sa", "rmse_over_sigma"] == 0.04
     assert by.loc["mc_dropout", "coverage_95"] == 0.6 and by.loc["sa_match", "w1_floor"] == 0.02
     assert list(table["n"]) == [3, 3, 3]
+    assert by.loc["mc_dropout", "ratio"] == 0.1 / 0.039 and not by.loc["mc_dropout", "within"]  # 2.56x, 5x floor
+    assert by.loc["sa", "within"] and by.loc["sa_match", "within"]  # 1.67x; 1.33x
+    floor = uci_tables.uci_slice_comparison(pd.DataFrame(rows).replace({0.02: 0.07}), P.paper_cells(REFERENCE))
+    assert floor.set_index("method").loc["mc_dropout", "within"]  # 2.56x the paper, but 1.43x our floor
+    unknown = pd.DataFrame(rows).replace({"energy": "mine"})  # no paper value: no verdict
+    assert uci_tables.uci_slice_comparison(unknown, P.paper_cells(REFERENCE))["within"].isna().all()

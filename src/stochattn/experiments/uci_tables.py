@@ -419,7 +419,10 @@ def uci_slice_comparison(master: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFr
     ``rmse_over_sigma`` (SA's row only, the deterministic backbone's), native pooled-PIT ``w1`` with its calibrated
     ``w1_floor``, the native PI-95 test ``coverage_95`` (mean over splits), ``pit_mean_z``, and the paper's
     ``paper_rmse_over_sigma`` / ``paper_w1`` (``cells``: :func:`stochattn.experiments.paper_comparison.paper_cells`;
-    the scale-matching SA run is read against the paper's SA). NaN where the paper or the run has no number."""
+    the scale-matching SA run is read against the paper's SA), ``ratio`` = ``w1 / paper_w1`` and ``within``: the
+    cell is within a factor 2 of the paper either way, or within 1.5x our floor (a paper value below the floor of as
+    many test rows as ours cannot be shown by a calibrated method). NaN where the paper or the run has no number
+    (``within`` then missing: ``pd.NA``)."""
     paper = cells[cells["table"] == "uci_master"]
 
     def paper_value(dataset: str, method: str, metric: str) -> float:
@@ -443,4 +446,8 @@ def uci_slice_comparison(master: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFr
                 "paper_w1": paper_value(dataset, method, "w1_native_pooled"),
                 "coverage_95": value["coverage_95_native"], "pit_mean_z": value["pit_mean_z"],
             })  # fmt: skip
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows)
+    table["ratio"] = table["w1"] / table["paper_w1"]
+    reach = table["ratio"].between(0.5, 2.0) | (table["w1"] <= 1.5 * table["w1_floor"])
+    table["within"] = reach.astype("boolean").where(table["ratio"].notna(), pd.NA)
+    return table
