@@ -124,17 +124,14 @@ def by_split(work: Path, datasets: list[str], cells) -> str:
     out = []
     runs = work / "results" / "uci"
     for ds in datasets:
-        files = {
-            p: int(p.parent.parent.name.removeprefix("split"))
-            for p in sorted((runs / ds).glob("split*/*/metrics.json"))
-        }
-        splits = sorted(set(files.values()))
+        files = sorted((runs / ds).glob("split*/*/metrics.json"))
+        loaded = load_runs(files, progress=False) if files else None
+        splits = [] if loaded is None else sorted(int(s) for s in loaded["split"].unique())
         if len(splits) < 2:
             continue
 
         def comparison(keep):
-            chosen = [p for p, s in files.items() if s in keep]
-            return uci_slice_comparison(uci_master_table(load_runs(chosen, progress=False)), cells)
+            return uci_slice_comparison(uci_master_table(loaded[loaded["split"].isin(keep)]), cells)
 
         single = {s: comparison({s}) for s in splits}
         without = {s: comparison(set(splits) - {s}) for s in splits}
