@@ -95,6 +95,7 @@ def _climax(device: torch.device, small: bool):
 
 def sa_rows(device: torch.device, repeats: int, small: bool) -> list[dict]:
     """One row per (model, nu): deterministic ms, SA/deterministic ratio; nu=None rows check exactness."""
+    from stochattn import attention
     from stochattn.backbones.climax import climax_sa_nu
     from stochattn.patch import StochasticAttention
 
@@ -120,6 +121,8 @@ def sa_rows(device: torch.device, repeats: int, small: bool) -> list[dict]:
                         sa.apply()
                         finite = bool(torch.isfinite(call()).all())
                         sa.remove()
+                        if fused is None and attention._fused_failure is not None:  # the explicit path was timed
+                            raise RuntimeError(f"fell back to the explicit path ({attention._fused_failure})")
                         cells.append(f"{label} {ratio:.2f}x" + ("" if finite else " (non-finite output)"))
                         ok &= finite
                     except Exception as err:  # noqa: BLE001 (the fused kernel's first GPU compile: a row, not the end)

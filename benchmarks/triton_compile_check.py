@@ -67,6 +67,24 @@ def _resources(cubin: bytes) -> str:
     return f"{found.group(1)} registers, {found.group(2)} B stack" if found else ""
 
 
+_BLOCKED = re.compile(r"^(#\w+) = #ttg\.blocked<\{sizePerThread = \[([\d, ]+)\]", re.M)
+_SCAN = re.compile(r'"tt\.scan"\(.*?\}\) : \(tensor<([\dx]+)x\w+, (#\w+)>', re.S)
+
+
+def replicated_scans(ttgir: str) -> list[str]:
+    """The scans (``tl.cumsum``, ``tl.associative_scan``) of a TTGIR module whose tensor is shorter, in some
+    dimension, than the elements one thread holds along it (its blocked layout's sizePerThread): Triton's scan
+    lowering miscounts such a thread's values (3.6 built with assertions stops at ``ScanOpToLLVM.cpp``:
+    ``numScanBlocks * ... == srcValues.size()``). Each as 'SHAPE in sizePerThread [..]'."""
+    threads = {name: [int(x) for x in spt.split(",")] for name, spt in _BLOCKED.findall(ttgir)}
+    found = []
+    for shape, layout in _SCAN.findall(ttgir):
+        dims, spt = [int(x) for x in shape.split("x")], threads.get(layout)
+        if spt is not None and any(d < t for d, t in zip(dims, spt)):
+            found.append(f"{shape} in sizePerThread {spt}")
+    return found
+
+
 def compile_rows(archs=(90,), dtypes=("fp32", "bf16"), variants=VARIANTS, head_dims=(64,), nu_max=512,
                  **tile_overrides) -> list[dict]:  # fmt: skip
     """One row per (arch, dtype, head dim, variant, kernel): {"check", "ok", "value"} (gpu_check.py's row format),
@@ -78,9 +96,10 @@ def compile_rows(archs=(90,), dtypes=("fp32", "bf16"), variants=VARIANTS, head_d
     from triton.compiler import ASTSource
 
     from stochattn import triton_sa_kernels as kernels
-    from stochattn.triton_sa import LEGACY_TILES, _next_power_of_2
+    from stochattn.triton_sa import LEGACY_TILES, _next_power_of_2, draw_tile
 
-    tiles = {**LEGACY_TILES, "NU_BLOCK": min(LEGACY_TILES["NU_BLOCK"], _next_power_of_2(nu_max)), **tile_overrides}
+    tiles = {**LEGACY_TILES, **tile_overrides}
+    tiles["NU_BLOCK"] = draw_tile(tiles["NU_BLOCK"], nu_max)
     rows = []
     for arch, dtype, e, (variant, mask_kind, causal) in itertools.product(archs, dtypes, head_dims, variants):
         block_e = max(16, _next_power_of_2(e))
@@ -100,6 +119,9 @@ def compile_rows(archs=(90,), dtypes=("fp32", "bf16"), variants=VARIANTS, head_d
                 options = {"num_warps": tiles[f"{kernel}_warps"]}
                 compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
                 ok, value = True, _resources(compiled.asm["cubin"]) or f"{len(compiled.asm['cubin'])} B cubin"
+                broken = replicated_scans(compiled.asm["ttgir"])
+                if broken:
+                    ok, value = False, f"scan over an axis shorter than a thread's elements: {'; '.join(broken)}"
             except Exception as err:  # noqa: BLE001 (a row of the table)
                 ok, value = False, f"{type(err).__name__}: {str(err).strip()[:300]}"
             rows.append({"check": f"sm_{arch} {dtype} E={e} {variant}: {fn.__name__}", "ok": ok, "value": value})
@@ -109,7 +131,7 @@ def compile_rows(archs=(90,), dtypes=("fp32", "bf16"), variants=VARIANTS, head_d
 def config_rows(arch: int = 90, dtype: str = "bf16", head_dim: int = 80, nu_max: int = 512) -> list[dict]:
     """One row per configuration the autotuner may choose (stochattn.triton_sa's STATS_CONFIGS, SAMPLE_CONFIGS and
     ONE_PASS_CONFIGS, no mask), with its registers and spills: what the autotuner times on a GPU."""
-    from stochattn.triton_sa import ONE_PASS_CONFIGS, SAMPLE_CONFIGS, STATS_CONFIGS, _next_power_of_2
+    from stochattn.triton_sa import ONE_PASS_CONFIGS, SAMPLE_CONFIGS, STATS_CONFIGS, draw_tile
 
     def label(kernel, m, n, nb, w, se):
         place = "" if se is None else (", search" if se else ", compare tile")
@@ -121,17 +143,20 @@ def config_rows(arch: int = 90, dtype: str = "bf16", head_dim: int = 80, nu_max:
         )
 
     rows = []
-    cap = _next_power_of_2(nu_max)
+
+    def cap(nu_block: int) -> int:
+        return draw_tile(nu_block, nu_max)
+
     for m, n, w, _stages in STATS_CONFIGS:
         row = compile_rows((arch,), (dtype,), VARIANTS[:1], (head_dim,), nu_max, BLOCK_M=m, BLOCK_N=n,
                            stats_warps=w)[0]  # fmt: skip
         rows.append({**row, "check": label("pass 1", m, n, None, w, None)})
     for configs, variant in ((SAMPLE_CONFIGS, VARIANTS[0]), (ONE_PASS_CONFIGS, VARIANTS[4])):
         for m, n, nb, w, se in configs:
-            tiles = {"BLOCK_M": m, "NU_BLOCK": min(nb, cap), "sample_warps": w, "search": se}
+            tiles = {"BLOCK_M": m, "NU_BLOCK": cap(nb), "sample_warps": w, "search": se}
             row = compile_rows((arch,), (dtype,), (variant,), (head_dim,), nu_max, **tiles,
                                **({"BLOCK_N": n} if n else {}))[-1]  # fmt: skip
-            rows.append({**row, "check": label("pass 2", m, n, min(nb, cap), w, se)})
+            rows.append({**row, "check": label("pass 2", m, n, cap(nb), w, se)})
     return rows
 
 
@@ -140,18 +165,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arch", type=int, nargs="+", default=[70, 75, 80, 90, 120], help="compute capabilities x 10")
     ap.add_argument("--dtype", nargs="+", default=list(DTYPES), choices=list(DTYPES))
     ap.add_argument("--head-dim", type=int, nargs="+", default=[64, 80])
-    ap.add_argument("--nu-max", type=int, default=512, help="the largest nu (sets the draw tile)")
+    ap.add_argument("--nu-max", type=int, nargs="+", default=[512],
+                    help="the largest nu (sets the draw tile); several: each in turn")
     ap.add_argument("--configs", action="store_true", help="every autotuner configuration (first arch, dtype, head "
                     "dim) instead of every variant at the first version's fixed tiles")  # fmt: skip
     args = ap.parse_args(argv)
-    if args.configs:
-        rows = config_rows(args.arch[0], args.dtype[0], args.head_dim[0], args.nu_max)
-    else:
-        rows = compile_rows(args.arch, args.dtype, VARIANTS, args.head_dim, args.nu_max)
-    width = max(len(r["check"]) for r in rows)
-    for r in rows:
-        print(f"{r['check']:<{width}}  {'ok' if r['ok'] else 'FAIL':<4}  {r['value']}", flush=True)
-    return 0 if all(r["ok"] for r in rows) else 1
+    ok = True
+    for nu_max in args.nu_max:
+        if args.configs:
+            rows = config_rows(args.arch[0], args.dtype[0], args.head_dim[0], nu_max)
+        else:
+            rows = compile_rows(args.arch, args.dtype, VARIANTS, args.head_dim, nu_max)
+        print(f"nu_max {nu_max}:")
+        width = max(len(r["check"]) for r in rows)
+        for r in rows:
+            print(f"{r['check']:<{width}}  {'ok' if r['ok'] else 'FAIL':<4}  {r['value']}", flush=True)
+        ok &= all(r["ok"] for r in rows)
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -128,10 +128,19 @@ def _mask_operand(attn_mask: Optional[Tensor], shape: tuple, like: Tensor) -> tu
 
 
 #: The first version's fixed GPU tiles (before autotuning; ``benchmarks/bench_triton_sa.py`` times them as "before"):
-#: (BLOCK_M, BLOCK_N) 32 x 32, 8 draws at a time, pass 1 in 4 warps, pass 2 in 8, always two passes, draws placed by
-#: a compare tile (``search``: by binary searches, :func:`stochattn.triton_sa_kernels._count_by_search`).
-LEGACY_TILES = {"BLOCK_M": 32, "BLOCK_N": 32, "NU_BLOCK": 8, "stats_warps": 4, "sample_warps": 8, "one_pass": False,
+#: (BLOCK_M, BLOCK_N) 32 x 32, 16 draws at a time (8 in the first version: see :data:`MIN_NU_BLOCK`), pass 1 in 4
+#: warps, pass 2 in 8, always two passes, draws placed by a compare tile (``search``: by binary searches,
+#: :func:`stochattn.triton_sa_kernels._count_by_search`).
+LEGACY_TILES = {"BLOCK_M": 32, "BLOCK_N": 32, "NU_BLOCK": 16, "stats_warps": 4, "sample_warps": 8, "one_pass": False,
                 "search": False}  # fmt: skip
+#: The fewest draws placed at a time, whatever nu is. Triton (3.6 and 3.7) lowers a ``tl.cumsum`` wrongly when the
+#: scanned axis is shorter than the elements one thread holds along it: 3.6 built with assertions stops
+#: (``ScanOpToLLVM.cpp: Assertion `numScanBlocks * ... == srcValues.size()'``, the first H200 run, 2026-11-29, at
+#: nu = 1), other builds fail or compile a replicated scan (benchmarks/triton_compile_check.py flags one). The draws'
+#: cumulative spacings are scanned over NU_BLOCK, and the layouts chosen for them hold up to 4 elements per thread
+#: along it; 16 keeps every scan whole. The draws do not depend on NU_BLOCK (Philox counters by draw index): for nu
+#: below 16 the extra columns are masked, at the cost of 16 uniforms per row and key block.
+MIN_NU_BLOCK = 16
 #: Up to this many keys a row's keys fit one tile: one pass (scores computed once, pass 1 not launched).
 ONE_PASS_MAX_KEYS = 64
 #: GPU configurations the autotuner times (``triton.autotune``), per kernel: (BLOCK_M, BLOCK_N, warps, stages) for
@@ -139,20 +148,26 @@ ONE_PASS_MAX_KEYS = 64
 #: is the row). With the compare tile (search False) BLOCK_M x NU_BLOCK x BLOCK_N is kept <= 32k elements (spills
 #: at most ~50 B per thread compiled for sm_90, benchmarks/triton_compile_check.py).
 STATS_CONFIGS = ((32, 32, 4, 2), (64, 64, 4, 2), (128, 64, 4, 2), (128, 64, 8, 3))
-SAMPLE_CONFIGS = ((16, 32, 8, 4, False), (16, 64, 8, 4, False), (32, 32, 8, 4, False), (32, 32, 8, 8, False),
-                  (32, 32, 16, 8, False), (64, 32, 4, 8, False), (32, 32, 32, 4, True), (64, 32, 32, 8, True),
-                  (32, 64, 32, 4, True), (64, 64, 64, 8, True))  # fmt: skip
-ONE_PASS_CONFIGS = ((16, None, 4, 4, False), (16, None, 8, 4, False), (32, None, 8, 8, False),
-                    (32, None, 32, 4, True), (64, None, 32, 8, True))  # fmt: skip
+SAMPLE_CONFIGS = ((16, 32, 16, 4, False), (16, 64, 16, 4, False), (32, 32, 16, 4, False), (32, 32, 16, 8, False),
+                  (64, 32, 16, 8, False), (32, 32, 32, 4, True), (64, 32, 32, 8, True), (32, 64, 32, 4, True),
+                  (64, 64, 64, 8, True))  # fmt: skip
+ONE_PASS_CONFIGS = ((16, None, 16, 4, False), (32, None, 16, 8, False), (32, None, 32, 4, True),
+                    (64, None, 32, 8, True))  # fmt: skip
 _MAX_PLACE_TILE = 32768
+
+
+def draw_tile(nu_block: int, nu_max: int) -> int:
+    """Draws placed at a time: ``nu_block`` at most the next power of two of ``nu_max``, at least
+    :data:`MIN_NU_BLOCK`."""
+    return max(MIN_NU_BLOCK, min(nu_block, _next_power_of_2(nu_max)))
 
 
 def _blocks(interpreting: bool, nu_max: int, S: int, tiles: Optional[dict] = None) -> Optional[dict]:
     """Fixed tiles {BLOCK_M, BLOCK_N, NU_BLOCK, stats_warps, sample_warps, one_pass} for this call, or None on the
-    GPU without ``tiles`` (the autotuner chooses). ``tiles`` (benchmarks, tests) overrides; NU_BLOCK is capped at
-    the next power of two of nu_max, and BLOCK_N of a one-pass call covers S. In the interpreter, whose cost is per
-    operation: 128 rows x 16 keys x 32 draws, few programs, and short key blocks keep small test rows on several
-    blocks (the carried sum is exercised); one pass only where S <= 16."""
+    GPU without ``tiles`` (the autotuner chooses). ``tiles`` (benchmarks, tests) overrides; NU_BLOCK comes from
+    :func:`draw_tile`, and BLOCK_N of a one-pass call covers S. In the interpreter, whose cost is per operation: 128
+    rows x 16 keys x 32 draws, few programs, and short key blocks keep small test rows on several blocks (the carried
+    sum is exercised); one pass only where S <= 16."""
     if tiles is None and not interpreting:
         return None
     base = {"BLOCK_M": 128, "BLOCK_N": 16, "NU_BLOCK": 32, "stats_warps": 4, "sample_warps": 4,
@@ -160,7 +175,7 @@ def _blocks(interpreting: bool, nu_max: int, S: int, tiles: Optional[dict] = Non
     unknown = set(base) - set(LEGACY_TILES)
     if unknown:
         raise ValueError(f"unknown tile settings {sorted(unknown)}; known: {sorted(LEGACY_TILES)}")
-    base["NU_BLOCK"] = min(base["NU_BLOCK"], _next_power_of_2(nu_max))
+    base["NU_BLOCK"] = draw_tile(base["NU_BLOCK"], nu_max)
     if base["one_pass"]:
         if S > 2 * ONE_PASS_MAX_KEYS:
             raise ValueError(f"one pass holds a row's keys in one tile: at most {2 * ONE_PASS_MAX_KEYS}, got S={S}")
@@ -177,11 +192,10 @@ def _tuned(kernels):
             import triton.testing
 
         def prune_sample(configs, named_args, **kwargs):
-            """NU_BLOCK at most the next power of two of nu_max; the placing tile within registers; no repeats."""
-            cap = _next_power_of_2(named_args["nu_max"])
+            """NU_BLOCK by :func:`draw_tile`; the placing tile within registers; no repeats."""
             keep, seen = [], set()
             for c in configs:
-                kw = {**c.kwargs, "NU_BLOCK": min(c.kwargs["NU_BLOCK"], cap)}
+                kw = {**c.kwargs, "NU_BLOCK": draw_tile(c.kwargs["NU_BLOCK"], named_args["nu_max"])}
                 n = kw.get("BLOCK_N", kwargs.get("BLOCK_N", 64))
                 sig = (tuple(sorted(kw.items())), c.num_warps)
                 fits = kw["SEARCH"] or kw["BLOCK_M"] * kw["NU_BLOCK"] * n <= _MAX_PLACE_TILE
