@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # The fused SA kernel on a CUDA GPU in one go (docs/gpu.md "The fused kernel on a GPU"): versions, the law tests
-# compiled for the device (tests/test_triton_sa_cuda.py, max |z| per case), the kernel against fused SDPA before and
-# after tuning (benchmarks/bench_triton_sa.py --kernel-table, every autotuned configuration's time in kernel.json),
-# peak memory, and the full-size TimesFM 2.5 / ClimaX rows of gpu_check.py (explicit path vs fused kernel).
+# compiled for the device (tests/test_triton_sa_cuda.py, max |z| per case), the full-size TimesFM 2.5 / ClimaX rows
+# of gpu_check.py (explicit path vs fused kernel), then the kernel against fused SDPA before and after tuning
+# (benchmarks/bench_triton_sa.py --kernel-table, every autotuned configuration's time in kernel.json) and peak memory.
+# Each part has its own timeout (LAW_TIMEOUT, MODEL_TIMEOUT, KERNEL_TIMEOUT seconds) and writes as it goes.
 #   bash benchmarks/gpu_kernel_check.sh [OUTDIR]      (python: $PYTHON, default python3; every core of the node)
 set -u
-out=${1:-gpu-kernel-check}
-mkdir -p "$out"
+mkdir -p "${1:-gpu-kernel-check}"
+out=$(cd "${1:-gpu-kernel-check}" && pwd)  # absolute: the law tests write law_z.jsonl there from another directory
 py=${PYTHON:-python3}
 workers=$(( $(nproc) > 12 ? 12 : $(nproc) ))
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 SA_LAW_LOG="$PWD/$out/law_z.jsonl"
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 SA_LAW_LOG="$out/law_z.jsonl"
 rm -f "$SA_LAW_LOG"
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -27,12 +28,12 @@ for r in sorted(rows, key=lambda r: r["case"]):
     print(f"  {r['case']:<40} max|z| mean {r['max_z_mean']:.2f}  cov {r['max_z_cov']:.2f}")
 PY
 start=$SECONDS
+timeout "${MODEL_TIMEOUT:-240}" $py benchmarks/gpu_check.py --skip-dag --skip-tests --skip-kernel >"$out/models.txt" 2>&1
+echo "model rows ($((SECONDS - start)) s):"; tail -16 "$out/models.txt"
+start=$SECONDS
 timeout "${KERNEL_TIMEOUT:-300}" $py benchmarks/bench_triton_sa.py --kernel-table --warm "$workers" --skip-explicit \
   --json "$out/kernel.json" --repeats 10 >"$out/kernel.txt" 2>&1
 echo "kernel table ($((SECONDS - start)) s):"; tail -62 "$out/kernel.txt"
-start=$SECONDS
-timeout "${MODEL_TIMEOUT:-240}" $py benchmarks/gpu_check.py --skip-dag --skip-tests --skip-kernel >"$out/models.txt" 2>&1
-echo "model rows ($((SECONDS - start)) s):"; tail -16 "$out/models.txt"
 if [ -n "${OLD_SRC:-}" ]; then  # the same model rows with another checkout's src/ (e.g. the commit before tuning)
   start=$SECONDS
   PYTHONPATH="$PWD/$OLD_SRC:${PYTHONPATH#"$PWD/src:"}" timeout "${OLD_TIMEOUT:-240}" $py benchmarks/gpu_check.py --skip-dag \

@@ -360,11 +360,49 @@ def test_kernels_compile_for_a_cuda_gpu_without_one(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path)  # compile, never read a cached cubin
     run = subprocess.run([sys.executable, str(repo / "benchmarks" / "triton_compile_check.py"), "--arch", "90",
-                          "--dtype", "bf16", "--head-dim", "80"], capture_output=True, text=True, env=env,
-                         timeout=600)  # fmt: skip
+                          "--dtype", "bf16", "--head-dim", "80", "--nu-max", "1"], capture_output=True, text=True,
+                         env=env, timeout=600)  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     rows = [ln for ln in run.stdout.splitlines() if ln.startswith("sm_90 bf16 E=80")]
     assert len(rows) == 10 and all("  ok  " in ln and "registers" in ln for ln in rows), run.stdout
+
+
+def test_the_draw_tile_never_leaves_a_scan_shorter_than_a_thread_holds():
+    """nu = 1 on the first H200 run (Triton 3.6.0, 2026-11-29) stopped in ScanOpToLLVM.cpp: NU_BLOCK was capped at
+    nu's next power of two (1), and the draws' cumulative spacings were scanned over a (32, 1) tile whose layout holds
+    2 elements per thread along the axis. The draw tile is now at least MIN_NU_BLOCK, and the compile check's
+    detector finds the scan in that run's TTGIR (and none in a whole one)."""
+    import sys
+    from pathlib import Path
+
+    from stochattn.triton_sa import MIN_NU_BLOCK, ONE_PASS_CONFIGS, SAMPLE_CONFIGS, draw_tile
+
+    benchmarks = str(Path(__file__).resolve().parents[1] / "benchmarks")
+    if benchmarks not in sys.path:
+        sys.path.insert(0, benchmarks)
+    from triton_compile_check import replicated_scans
+
+    assert [draw_tile(64, n) for n in (1, 2, 3, 16, 17, 33, 4096)] == [16, 16, 16, 16, 32, 64, 64]
+    assert draw_tile(8, 4096) == MIN_NU_BLOCK
+    assert min(c[2] for c in (*SAMPLE_CONFIGS, *ONE_PASS_CONFIGS)) >= MIN_NU_BLOCK
+    ttgir = (
+        "#blocked = #ttg.blocked<{sizePerThread = [2, 2], threadsPerWarp = [2, 16], warpsPerCTA = [8, 1], "
+        "order = [1, 0]}>\n"
+        "#blocked4 = #ttg.blocked<{sizePerThread = [1], threadsPerWarp = [32], warpsPerCTA = [8], order = [0]}>\n"
+    ) + """
+        %248 = "tt.scan"(%204) <{axis = 1 : i32, reverse = false}> ({
+        ^bb0(%arg48: f32, %arg49: f32):
+          %329 = arith.addf %arg48, %arg49 : f32
+          tt.scan.return %329 : f32
+        }) : (tensor<32x32xf32, #blocked>) -> tensor<32x32xf32, #blocked>
+          %413 = "tt.scan"(%412) <{axis = 1 : i32, reverse = false}> ({
+          ^bb0(%arg51: f32, %arg52: f32):
+            %445 = arith.addf %arg51, %arg52 : f32
+            tt.scan.return %445 : f32
+          }) : (tensor<32x1xf32, #blocked>) -> tensor<32x1xf32, #blocked>
+"""  # fmt: skip
+    assert replicated_scans(ttgir) == ["32x1 in sizePerThread [2, 2]"]
+    assert replicated_scans(ttgir.replace("32x1xf32", "32x16xf32")) == []
 
 
 def test_every_launch_keyword_is_a_kernel_parameter_or_a_launch_option(monkeypatch):
