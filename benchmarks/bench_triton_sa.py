@@ -240,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-explicit", action="store_true", help="leave out the explicit path's timings")
     parser.add_argument("--kernel-table", action="store_true", help="the kernel vs SDPA table, before / after tuning")
     parser.add_argument("--warm", type=int, default=0, help="compile every variant first in this many processes")
+    parser.add_argument("--warm-only", action="store_true", help="only compile (with --warm): fill Triton's cache")
     parser.add_argument("--json", help="write the kernel table's timings (every autotuned configuration) here")
     parser.add_argument("--warm-part", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -256,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bench_triton_sa on {torch.cuda.get_device_name(device)} (torch {torch.__version__})", flush=True)
     if args.warm:
         print(f"compiled every variant in {args.warm} processes: {_warm(args.warm):.0f} s", flush=True)
+    if args.warm_only:
+        return 0
     rows = []
     if args.kernel_table:
         timings = []
