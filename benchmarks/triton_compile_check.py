@@ -165,8 +165,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arch", type=int, nargs="+", default=[70, 75, 80, 90, 120], help="compute capabilities x 10")
     ap.add_argument("--dtype", nargs="+", default=list(DTYPES), choices=list(DTYPES))
     ap.add_argument("--head-dim", type=int, nargs="+", default=[64, 80])
-    ap.add_argument("--nu-max", type=int, nargs="+", default=[512],
-                    help="the largest nu (sets the draw tile); several: each in turn")
+    ap.add_argument(
+        "--nu-max",
+        type=int,
+        nargs="+",
+        default=[512],
+        help="the largest nu (sets the draw tile); several: each in turn",
+    )
     ap.add_argument("--configs", action="store_true", help="every autotuner configuration (first arch, dtype, head "
                     "dim) instead of every variant at the first version's fixed tiles")  # fmt: skip
     args = ap.parse_args(argv)

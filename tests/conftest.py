@@ -1,6 +1,8 @@
 """Shared test fixtures."""
 
 import os
+import shutil
+import tempfile
 import urllib.response
 
 import pytest
@@ -13,6 +15,33 @@ def pytest_configure(config):
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
+    _skip_the_slurm_plugins_config_probe()
+
+
+_PROBE_SHIM = None
+
+
+def _skip_the_slurm_plugins_config_probe():
+    """Every Snakemake process imports the SLURM executor plugin, whose import runs ``scontrol show config``
+    (snakemake-executor-plugin-slurm 2.x, ``get_min_job_age``: it only chooses a help text). Where SLURM's client is
+    installed but no controller answers (here, outside tests/test_slurm.py's cluster), that call waits ~9 s, in each
+    of the suite's many Snakemake runs. The tests' processes see an ``scontrol`` that answers ``show config`` as a
+    machine without a controller does (exit 1), at once, and passes everything else to the real one."""
+    global _PROBE_SHIM
+    real = shutil.which("scontrol")
+    if real is None or _PROBE_SHIM is not None:
+        return
+    _PROBE_SHIM = tempfile.mkdtemp(prefix="stochattn-scontrol-")
+    shim = os.path.join(_PROBE_SHIM, "scontrol")
+    with open(shim, "w") as f:
+        f.write(f'#!/bin/sh\nif [ "$1 $2" = "show config" ]; then exit 1; fi\nexec {real} "$@"\n')
+    os.chmod(shim, 0o755)
+    os.environ["PATH"] = _PROBE_SHIM + os.pathsep + os.environ.get("PATH", "")
+
+
+def pytest_unconfigure(config):
+    if _PROBE_SHIM is not None:
+        shutil.rmtree(_PROBE_SHIM, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)
