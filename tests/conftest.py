@@ -23,10 +23,12 @@ _PROBE_SHIM = None
 
 def _skip_the_slurm_plugins_config_probe():
     """Every Snakemake process imports the SLURM executor plugin, whose import runs ``scontrol show config``
-    (snakemake-executor-plugin-slurm 2.x, ``get_min_job_age``: it only chooses a help text). Where SLURM's client is
-    installed but no controller answers (here, outside tests/test_slurm.py's cluster), that call waits ~9 s, in each
-    of the suite's many Snakemake runs. The tests' processes see an ``scontrol`` that answers ``show config`` as a
-    machine without a controller does (exit 1), at once, and passes everything else to the real one."""
+    (snakemake-executor-plugin-slurm 2.x, ``get_min_job_age``; a SLURM run also reads MinJobAge from it to choose its
+    status command). Where SLURM's client is installed but no controller answers (here, while tests/test_slurm.py's
+    single-node cluster is down), that call waits ~9 s, in each of the suite's many Snakemake runs. The tests'
+    processes see an ``scontrol`` that, while no slurmctld runs on this machine, answers ``show config`` as a machine
+    without a controller does (exit 1) at once; everything else, and everything while the cluster is up, goes to
+    the real one."""
     global _PROBE_SHIM
     real = shutil.which("scontrol")
     if real is None or _PROBE_SHIM is not None:
@@ -34,7 +36,8 @@ def _skip_the_slurm_plugins_config_probe():
     _PROBE_SHIM = tempfile.mkdtemp(prefix="stochattn-scontrol-")
     shim = os.path.join(_PROBE_SHIM, "scontrol")
     with open(shim, "w") as f:
-        f.write(f'#!/bin/sh\nif [ "$1 $2" = "show config" ]; then exit 1; fi\nexec {real} "$@"\n')
+        f.write(f'#!/bin/sh\nif [ "$1 $2" = "show config" ] && ! pgrep -x slurmctld >/dev/null 2>&1; then exit 1; fi\n'
+                f'exec {real} "$@"\n')
     os.chmod(shim, 0o755)
     os.environ["PATH"] = _PROBE_SHIM + os.pathsep + os.environ.get("PATH", "")
 
