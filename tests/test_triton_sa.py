@@ -324,7 +324,8 @@ def test_foundation_model_adapters_take_the_fused_kernel(backbone, monkeypatch):
 def test_a_kernel_that_fails_to_compile_falls_back_once_with_a_warning(monkeypatch):
     """fused=None: a compile failure (Triton's CompilationError) is reported once in a RuntimeWarning and the call
     returns None (the caller's explicit path); later calls do not try the kernel again. fused=True raises it;
-    a bad argument (ValueError) is never taken for a kernel failure."""
+    a bad argument (ValueError) is never taken for a kernel failure, nor is the GPU running out of memory (raised,
+    the kernel kept on: the review's gap 1, ../shared/notes/fused-kernel-review.md)."""
     from triton.compiler.errors import CompilationError
 
     from stochattn import attention
@@ -346,6 +347,17 @@ def test_a_kernel_that_fails_to_compile_falls_back_once_with_a_warning(monkeypat
         assert attention._fused(*args, force=False) is None
     assert attention._fused(*args, force=False) is None and len(calls) == 2  # not tried again
     assert not triton_sa.is_kernel_failure(ValueError("bad nu")) and triton_sa.is_kernel_failure(RuntimeError("ptxas"))
+    # out of GPU memory: the caller's error (the explicit path needs more), and the kernel is tried again later
+    assert not triton_sa.is_kernel_failure(torch.OutOfMemoryError("CUDA out of memory"))
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory (simulated)")
+
+    monkeypatch.setattr(triton_sa, "sa_attention_fused", out_of_memory)
+    monkeypatch.setattr(attention, "_fused_failure", None)
+    with pytest.raises(torch.OutOfMemoryError):
+        attention._fused(*args, force=False)
+    assert attention._fused_failure is None
 
 
 def test_kernels_compile_for_a_cuda_gpu_without_one(tmp_path):

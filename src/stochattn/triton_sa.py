@@ -53,12 +53,15 @@ class FusedUnavailableError(RuntimeError):
 
 def is_kernel_failure(err: BaseException) -> bool:
     """Whether ``err`` is the kernel failing to compile or launch here (Triton's own errors: compilation, out of
-    resources; or a RuntimeError of the backend, e.g. ptxas), as opposed to a bad argument (ValueError, TypeError)."""
+    resources; or a RuntimeError of the backend, e.g. ptxas), as opposed to a bad argument (ValueError, TypeError)
+    or the GPU's memory running out (``torch.OutOfMemoryError``: raised to the caller, whose explicit path would need
+    more memory, O(L S), and the kernel stays on for later calls)."""
     try:
         from triton.errors import TritonError
     except ImportError:
         TritonError = RuntimeError
-    return isinstance(err, (TritonError, RuntimeError)) and not isinstance(err, FusedUnavailableError)
+    return isinstance(err, (TritonError, RuntimeError)) and not isinstance(
+        err, (FusedUnavailableError, torch.OutOfMemoryError))
 
 
 def _kernels():
