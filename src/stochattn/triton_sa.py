@@ -148,8 +148,8 @@ MIN_NU_BLOCK = 16
 ONE_PASS_MAX_KEYS = 64
 #: GPU configurations the autotuner times (``triton.autotune``), per kernel: (BLOCK_M, BLOCK_N, warps, stages) for
 #: pass 1, (BLOCK_M, BLOCK_N, NU_BLOCK, warps, search) for pass 2 (BLOCK_N None: the one-pass kernel, whose key tile
-#: is the row). With the compare tile (search False) BLOCK_M x NU_BLOCK x BLOCK_N is kept <= 32k elements (spills
-#: at most ~50 B per thread compiled for sm_90, benchmarks/triton_compile_check.py).
+#: is the row). With the compare tile (search False) BLOCK_M x NU_BLOCK x BLOCK_N is kept <= 32k elements (each
+#: configuration's registers and spills for sm_90: benchmarks/triton_compile_check.py --configs, docs/gpu.md).
 STATS_CONFIGS = ((32, 32, 4, 2), (64, 64, 4, 2), (128, 64, 4, 2), (128, 64, 8, 3))
 SAMPLE_CONFIGS = ((16, 32, 16, 4, False), (16, 64, 16, 4, False), (32, 32, 16, 4, False), (32, 32, 16, 8, False),
                   (64, 32, 16, 8, False), (32, 32, 32, 4, True), (64, 32, 32, 8, True), (32, 64, 32, 4, True),
