@@ -223,6 +223,7 @@ def main() -> None:
         text += "".join(by_split(home[ds], [ds], cells) for ds in dict.fromkeys(table["dataset"]))
     print(text)
     out = args.out or works[0] / "uci_paper_slice.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     table.to_csv(out.with_suffix(".csv"), index=False)
     figure = paper_w1_figure(table, out.with_name(out.stem + "_w1"))
