@@ -342,3 +342,24 @@ def test_figure_marker_is_one_line_and_says_see_caption():
     for bad in ("two\nlines", "x" * (F.MARKER_MAX_CHARS + 1)):
         with pytest.raises(ValueError, match="one line"):
             F.draw_marker(fig, bad)
+
+
+def test_labels_of_points_close_together_do_not_overlap():
+    """Three data sets at one spot (and a fourth beside it), as power, wine and concrete sit in several panels of the
+    paper-comparison figure: each label goes to a corner where its drawn text overlaps no other label."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from stochattn.experiments.uci_figures import _label_points
+
+    fig, ax = plt.subplots(figsize=(3, 3))
+    ax.set(xscale="log", yscale="log", xlim=(0.01, 0.3), ylim=(0.01, 0.3))
+    _label_points(ax, [("Power (1)", 0.17, 0.15), ("Wine", 0.17, 0.15), ("Concrete", 0.175, 0.155),
+                       ("Kin8nm (1)", 0.1, 0.1)])  # fmt: skip
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in ax.texts]
+    assert [t.get_text() for t in ax.texts] == ["Power (1)", "Wine", "Concrete", "Kin8nm (1)"]
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    plt.close(fig)

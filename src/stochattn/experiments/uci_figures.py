@@ -439,6 +439,29 @@ def cost_figure(
 # --------------------------------------------------------------------------------------------------------------
 # against the paper
 # --------------------------------------------------------------------------------------------------------------
+def _label_points(ax, points: list[tuple[str, float, float]], size: float = 6.5) -> None:
+    """Annotate each (label, x, y) beside its point, in the first of four corners (right above, right below, left
+    above, left below) where its text, estimated at 0.6 x ``size`` points per character, overlaps no label placed
+    before (the first corner where all overlap)."""
+    to_points = ax.transData + ax.figure.dpi_scale_trans.inverted()
+    placed = []
+    for label, x, y in points:
+        px, py = (v * 72 for v in to_points.transform((x, y)))
+        w, h = 0.6 * size * len(label), size
+        boxes = [(3, 2, "left"), (3, -2 - h, "left"), (-3, 2, "right"), (-3, -2 - h, "right")]
+        for dx, dy, ha in boxes:
+            x0 = px + dx - (w if ha == "right" else 0)
+            box = (x0, py + dy, x0 + w, py + dy + h)
+            if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in placed):
+                break
+        else:
+            dx, dy, ha = boxes[0]
+            x0 = px + dx
+            box = (x0, py + dy, x0 + w, py + dy + h)
+        placed.append(box)
+        ax.annotate(label, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=size, ha=ha)
+
+
 def paper_w1_figure(comparison: pd.DataFrame | PathLike, out_base: PathLike, *, marker: str = "") -> list[Path]:
     """Our native pooled-PIT W1 (y) against the paper's (x), one panel per method, each data set a labelled point;
     log axes shared by every panel, the diagonal, the band within 2x of the paper shaded, and each point's floor
@@ -480,13 +503,14 @@ def paper_w1_figure(comparison: pd.DataFrame | PathLike, out_base: PathLike, *, 
         ax.plot(grid, grid, color="0.5", lw=0.8)
         d = df[df["method"] == method]
         color = method_color(method)
+        points = []
         for r in d.itertuples(index=False):
             if r.w1_floor > 0:
                 ax.plot([r.paper_w1 / 1.12, r.paper_w1 * 1.12], [r.w1_floor] * 2, color="0.55", lw=1.2)
             ax.plot(r.paper_w1, r.w1, "o", color=color, ms=5)
             n = int(getattr(r, "n", most))
-            label = dataset_label(r.dataset) + (f" ({n})" if n < most else "")
-            ax.annotate(label, (r.paper_w1, r.w1), xytext=(3, 2), textcoords="offset points", fontsize=6.5)
+            points.append((dataset_label(r.dataset) + (f" ({n})" if n < most else ""), r.paper_w1, r.w1))
+        _label_points(ax, points)
         inside = int(d["within"].astype(bool).sum())
         ax.set_title(f"{method_label(method)}: {inside} of {len(d)} within", fontsize=8.5)
         ax.tick_params(labelsize=7)
