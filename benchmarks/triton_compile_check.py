@@ -143,20 +143,16 @@ def config_rows(arch: int = 90, dtype: str = "bf16", head_dim: int = 80, nu_max:
         )
 
     rows = []
-
-    def cap(nu_block: int) -> int:
-        return draw_tile(nu_block, nu_max)
-
     for m, n, w, _stages in STATS_CONFIGS:
         row = compile_rows((arch,), (dtype,), VARIANTS[:1], (head_dim,), nu_max, BLOCK_M=m, BLOCK_N=n,
                            stats_warps=w)[0]  # fmt: skip
         rows.append({**row, "check": label("pass 1", m, n, None, w, None)})
     for configs, variant in ((SAMPLE_CONFIGS, VARIANTS[0]), (ONE_PASS_CONFIGS, VARIANTS[4])):
         for m, n, nb, w, se in configs:
-            tiles = {"BLOCK_M": m, "NU_BLOCK": cap(nb), "sample_warps": w, "search": se}
+            tiles = {"BLOCK_M": m, "NU_BLOCK": draw_tile(nb, nu_max), "sample_warps": w, "search": se}
             row = compile_rows((arch,), (dtype,), (variant,), (head_dim,), nu_max, **tiles,
                                **({"BLOCK_N": n} if n else {}))[-1]  # fmt: skip
-            rows.append({**row, "check": label("pass 2", m, n, cap(nb), w, se)})
+            rows.append({**row, "check": label("pass 2", m, n, draw_tile(nb, nu_max), w, se)})
     return rows
 
 

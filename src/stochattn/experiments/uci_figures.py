@@ -443,21 +443,18 @@ def _label_points(ax, points: list[tuple[str, float, float]], size: float = 6.5)
     """Annotate each (label, x, y) beside its point, in the first of four corners (right above, right below, left
     above, left below) where its text, estimated at 0.6 x ``size`` points per character, overlaps no label placed
     before (the first corner where all overlap)."""
+
+    def overlaps(a, b):  # boxes (x0, y0, width, height) in points
+        return a[0] < b[0] + b[2] and b[0] < a[0] + a[2] and a[1] < b[1] + b[3] and b[1] < a[1] + a[3]
+
     to_points = ax.transData + ax.figure.dpi_scale_trans.inverted()
     placed = []
     for label, x, y in points:
         px, py = (v * 72 for v in to_points.transform((x, y)))
         w, h = 0.6 * size * len(label), size
-        boxes = [(3, 2, "left"), (3, -2 - h, "left"), (-3, 2, "right"), (-3, -2 - h, "right")]
-        for dx, dy, ha in boxes:
-            x0 = px + dx - (w if ha == "right" else 0)
-            box = (x0, py + dy, x0 + w, py + dy + h)
-            if not any(box[0] < b[2] and b[0] < box[2] and box[1] < b[3] and b[1] < box[3] for b in placed):
-                break
-        else:
-            dx, dy, ha = boxes[0]
-            x0 = px + dx
-            box = (x0, py + dy, x0 + w, py + dy + h)
+        corners = [(dx, dy, ha, (px + dx - (w if ha == "right" else 0), py + dy, w, h))
+                   for dx, dy, ha in ((3, 2, "left"), (3, -2 - h, "left"), (-3, 2, "right"), (-3, -2 - h, "right"))]
+        dx, dy, ha, box = next((c for c in corners if not any(overlaps(c[3], b) for b in placed)), corners[0])
         placed.append(box)
         ax.annotate(label, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=size, ha=ha)
 
