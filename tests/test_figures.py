@@ -346,20 +346,35 @@ def test_figure_marker_is_one_line_and_says_see_caption():
 
 def test_labels_of_points_close_together_do_not_overlap():
     """Three data sets at one spot (and a fourth beside it), as power, wine and concrete sit in several panels of the
-    paper-comparison figure: each label goes to a corner where its drawn text overlaps no other label."""
+    paper-comparison figure: each label goes to a corner where its drawn text overlaps no other label; and SWAG's
+    panel of 2026-11-29 (concrete's label ran over power's and wine's markers): no label covers another point."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.text import Text
 
     from stochattn.experiments.uci_figures import _label_points
 
-    fig, ax = plt.subplots(figsize=(3, 3))
-    ax.set(xscale="log", yscale="log", xlim=(0.01, 0.3), ylim=(0.01, 0.3))
-    _label_points(ax, [("Power (1)", 0.17, 0.15), ("Wine", 0.17, 0.15), ("Concrete", 0.175, 0.155),
-                       ("Kin8nm (1)", 0.1, 0.1)])  # fmt: skip
-    renderer = fig.canvas.get_renderer()
-    boxes = [t.get_window_extent(renderer) for t in ax.texts]
-    assert [t.get_text() for t in ax.texts] == ["Power (1)", "Wine", "Concrete", "Kin8nm (1)"]
+    def drawn(points):
+        fig, ax = plt.subplots(figsize=(3, 3))
+        ax.set(xscale="log", yscale="log", xlim=(0.01, 0.3), ylim=(0.01, 0.3))
+        for _, x, y in points:
+            ax.plot(x, y, "o", ms=5)
+        _label_points(ax, points)
+        renderer = fig.canvas.get_renderer()
+        for t in ax.texts:
+            t.update_positions(renderer)
+        texts = [Text.get_window_extent(t, renderer) for t in ax.texts]  # the text alone, without a leader line
+        markers = [line.get_window_extent(renderer) for line in ax.lines]
+        plt.close(fig)
+        return [t.get_text() for t in ax.texts], texts, markers
+
+    labels, boxes, _ = drawn([("Power (1)", 0.17, 0.15), ("Wine", 0.17, 0.15), ("Concrete", 0.175, 0.155),
+                              ("Kin8nm (1)", 0.1, 0.1)])  # fmt: skip
+    assert labels == ["Power (1)", "Wine", "Concrete", "Kin8nm (1)"]
     assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
-    plt.close(fig)
+    labels, boxes, markers = drawn([("Concrete", 0.137, 0.154), ("Power (1)", 0.176, 0.180), ("Wine", 0.196, 0.173),
+                                    ("Kin8nm (1)", 0.11, 0.098)])  # fmt: skip
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    assert not any(t.overlaps(m) for i, t in enumerate(boxes) for j, m in enumerate(markers) if i != j)

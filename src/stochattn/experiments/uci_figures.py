@@ -439,24 +439,31 @@ def cost_figure(
 # --------------------------------------------------------------------------------------------------------------
 # against the paper
 # --------------------------------------------------------------------------------------------------------------
-def _label_points(ax, points: list[tuple[str, float, float]], size: float = 6.5) -> None:
+def _label_points(ax, points: list[tuple[str, float, float]], size: float = 6.5, marker: float = 6.0) -> None:
     """Annotate each (label, x, y) beside its point, in the first of four corners (right above, right below, left
-    above, left below) where its text, estimated at 0.6 x ``size`` points per character, overlaps no label placed
-    before (the first corner where all overlap)."""
+    above, left below), then the same a line further out (with a thin leader line to its point), where its text
+    (estimated at 0.6 x ``size`` points per character, 1.15 x ``size`` high) overlaps no label placed before and no
+    other point's marker (``marker`` points wide, its edge included); where every corner overlaps, the first with
+    the fewest labels overlapped, then the fewest markers."""
 
     def overlaps(a, b):  # boxes (x0, y0, width, height) in points
         return a[0] < b[0] + b[2] and b[0] < a[0] + a[2] and a[1] < b[1] + b[3] and b[1] < a[1] + a[3]
 
     to_points = ax.transData + ax.figure.dpi_scale_trans.inverted()
+    centres = [tuple(v * 72 for v in to_points.transform((x, y))) for _, x, y in points]
+    markers = [(px - marker / 2, py - marker / 2, marker, marker) for px, py in centres]
     placed = []
-    for label, x, y in points:
-        px, py = (v * 72 for v in to_points.transform((x, y)))
-        w, h = 0.6 * size * len(label), size
-        corners = [(dx, dy, ha, (px + dx - (w if ha == "right" else 0), py + dy, w, h))
-                   for dx, dy, ha in ((3, 2, "left"), (3, -2 - h, "left"), (-3, 2, "right"), (-3, -2 - h, "right"))]
-        dx, dy, ha, box = next((c for c in corners if not any(overlaps(c[3], b) for b in placed)), corners[0])
+    for (label, x, y), (px, py) in zip(points, centres):
+        w, h = 0.6 * size * len(label), 1.15 * size  # as drawn, descenders included (va="bottom")
+        corners = [(dx, dy, ha, (px + dx - (w if ha == "right" else 0), py + dy, w, h), lift)
+                   for lift in (0, h) for dx, dy, ha in ((3, 2 + lift, "left"), (3, -2 - h - lift, "left"),
+                                                         (-3, 2 + lift, "right"), (-3, -2 - h - lift, "right"))]
+        dx, dy, ha, box, lift = min(corners, key=lambda c: (sum(overlaps(c[3], b) for b in placed),
+                                                            sum(overlaps(c[3], b) for b in markers)))  # fmt: skip
         placed.append(box)
-        ax.annotate(label, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=size, ha=ha)
+        leader = dict(arrowstyle="-", lw=0.4, color="0.55", shrinkA=0, shrinkB=2.5) if lift else None
+        ax.annotate(label, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=size, ha=ha, va="bottom",
+                    arrowprops=leader)  # fmt: skip
 
 
 def paper_w1_figure(comparison: pd.DataFrame | PathLike, out_base: PathLike, *, marker: str = "") -> list[Path]:
