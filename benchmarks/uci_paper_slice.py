@@ -7,17 +7,18 @@
 Runs the workflow's own rules (``snakemake -s Snakefile --directory WORKDIR --configfile config/config.yaml
 WORKDIR/slice.yaml ... results/tables/uci_master.md``) on the paper's architecture and schedules (config/config.yaml),
 the first ``--splits`` Gal splits of each data set (``--fewer`` gives some data sets fewer: what a 2-core machine can do
-with protein and naval in a session), the data from ``--mirror`` (default ../shared/data beside the repository),
-every job on the CPU with one thread. Then prints, per data set, one row per method (both SA operating points):
-RMSE/sigma_y of the deterministic backbone, native pooled-PIT W1 with the W1 of as many calibrated PIT values (its
-floor), the native PI-95 test coverage and the PIT mean's z, beside the paper's RMSE/sigma_y and W1
-(config/paper_results.yaml; the paper pools 20 splits, 5 for protein), SA's calibrated nu per split ("(boundary)"
-where the calibration ended at nu = 1 wanting more dispersion, as the workflow's tables mark it), and the data set's
+with protein and naval in a session), the data from ``--mirror`` (default ../shared/data beside the repository), every
+job on the CPU with one thread. Then prints, per data set, one row per method (both SA operating points): RMSE/sigma_y
+of the deterministic backbone, native pooled-PIT W1 with the W1 of as many calibrated PIT values (its floor), the native
+PI-95 test coverage and the PIT mean's z, beside the paper's RMSE/sigma_y and W1 (config/paper_results.yaml; the paper
+pools 20 splits, 5 for protein), SA's calibrated nu per split ("(boundary)" where the calibration ended at nu = 1
+wanting more dispersion, as the workflow's tables mark it), the ensemble CRPS (mean over the same splits, target units)
+beside the paper's appendix Table tab:uci_crps (the paper's own statistic for it, 20 splits), and the data set's
 CPU-hours: the wall-clock seconds of its jobs (every job runs one thread; on a shared machine wall time exceeds CPU
 time) and Snakemake's ``cpu_time`` of them (results/benchmarks/). ``--report-only`` skips the run and reads WORKDIR as
-it is; ``--partial`` reports from the metrics.json files present (the runs evaluated so far) without running
-anything; with either, several workdirs (each data set in one) make one report. A figure beside the report
-(``<out>_w1.png`` / ``.pdf``) puts every method's W1 against the paper's (``uci_figures.paper_w1_figure``).
+it is; ``--partial`` reports from the metrics.json files present (the runs evaluated so far) without running anything;
+with either, several workdirs (each data set in one) make one report. A figure beside the report (``<out>_w1.png`` /
+``.pdf``) puts every method's W1 against the paper's (``uci_figures.paper_w1_figure``).
 ``--by-split`` adds, per data set, each split's native W1 and PI-95 coverage and the pooled W1 without each
 split (its ratio to the paper): whether one split makes a cell, or every split does.
 """
@@ -34,7 +35,7 @@ from pathlib import Path
 import yaml
 
 from stochattn.experiments.paper_comparison import paper_cells
-from stochattn.experiments.uci_tables import uci_master_table, uci_slice_comparison
+from stochattn.experiments.uci_tables import uci_crps_table, uci_master_table, uci_slice_comparison
 from stochattn.io import load_json
 from stochattn.report import load_runs, method_label
 from stochattn.resources import read_benchmarks
@@ -89,14 +90,15 @@ def markdown(table, hours: dict, nus: dict) -> str:
             f"\n**{ds}** ({int(d['n'].max())} splits{acc}; {fmt(wall, '.2f')} CPU-hours wall, "
             f"{fmt(cpu, '.2f')} by cpu_time)\n"
         )
-        out.append("| method | splits | native W1 (floor) | paper W1 | ratio | PI-95 coverage | PIT-mean z | SA's nu |")
-        out.append("|:--|--:|--:|--:|--:|--:|--:|:--|")
+        out.append("| method | splits | native W1 (floor) | paper W1 | ratio | PI-95 coverage | PIT-mean z | SA's nu | "
+                   "CRPS | paper CRPS |")  # fmt: skip
+        out.append("|:--|--:|--:|--:|--:|--:|--:|:--|--:|--:|")
         for _, r in d.iterrows():
             out.append(
                 f"| {method_label(r['method'])} | {int(r['n'])} | {fmt(r['w1'])} ({fmt(r['w1_floor'])}) | "
                 f"{fmt(r['paper_w1'])} | "
                 f"{fmt(r['ratio'], '.2f')} | {fmt(r['coverage_95'], '.2f')} | {fmt(r['pit_mean_z'], '+.1f')} | "
-                f"{nus.get((ds, r['method']), '')} |"
+                f"{nus.get((ds, r['method']), '')} | {fmt(r['crps'], '.4g')} | {fmt(r['paper_crps'], '.4g')} |"
             )
     return "\n".join(out) + "\n"
 
@@ -195,15 +197,22 @@ def main() -> None:
 
     masters, home, hours = [], {}, {}
     for work in works:
+        uci = work / "results" / "uci"
+        files = [p for ds in args.datasets for p in sorted((uci / ds).glob("split*/*/metrics.json"))]
+        runs = load_runs(files, progress=False) if files else None
         if args.partial:
-            runs = work / "results" / "uci"
-            files = [p for ds in args.datasets for p in sorted((runs / ds).glob("split*/*/metrics.json"))]
-            master = uci_master_table(load_runs(files, progress=False)) if files else None
+            master = uci_master_table(runs) if runs is not None else None
         else:
             master = pd.read_csv(work / "results" / "tables" / "uci_master.csv")
             master = master[master["dataset"].isin(args.datasets)]
         if master is None or master.empty:
             continue
+        if runs is not None:  # the CRPS of the same runs (the master table's splits 0..n-1 and methods)
+            pooled = master.groupby(["dataset", "method"])["n"].max()
+            keep = [pooled.get((d, m), 0) > k for d, m, k in zip(runs["dataset"], runs["method"], runs["split"])]
+            if any(keep):
+                crps = uci_crps_table(runs[keep])
+                master = pd.concat([master, crps[crps["metric"] == "crps"]], ignore_index=True)
         for ds in dict.fromkeys(master["dataset"]):
             if ds in home:
                 raise SystemExit(f"{ds} is in both {home[ds]} and {work}: give each data set's workdir once")

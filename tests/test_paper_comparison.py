@@ -189,3 +189,10 @@ def test_uci_slice_comparison_puts_each_method_beside_the_paper():
     assert floor.set_index("method").loc["mc_dropout", "within"]  # 2.56x the paper, but 1.43x our floor
     unknown = pd.DataFrame(rows).replace({"energy": "mine"})  # no paper value: no verdict
     assert uci_tables.uci_slice_comparison(unknown, P.paper_cells(REFERENCE))["within"].isna().all()
+    assert table["crps"].isna().all() and by.loc["sa", "paper_crps"] == by.loc["sa_match", "paper_crps"] == 0.369
+    crps = pd.DataFrame([{"dataset": "energy", "method": "mc_dropout", "metric": "crps", "value": 0.25, "n": 3}])
+    with_crps = uci_tables.uci_slice_comparison(pd.concat([pd.DataFrame(rows), crps]), P.paper_cells(REFERENCE))
+    by = with_crps.set_index("method")  # the paper's appendix CRPS beside ours; nothing else moves
+    assert by.loc["mc_dropout", "crps"] == 0.25 and by.loc["mc_dropout", "paper_crps"] == 0.413
+    assert math.isnan(by.loc["sa", "crps"])
+    pd.testing.assert_frame_equal(with_crps.drop(columns="crps"), table.drop(columns="crps"))

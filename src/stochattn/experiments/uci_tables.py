@@ -410,8 +410,9 @@ UCI_TABLE_SPECS: dict[str, TableSpec] = {s.name: s for s in (MASTER_TABLE, MATCH
 # --------------------------------------------------------------------------------------------------------------
 # one run of the paper configuration beside the paper (benchmarks/uci_paper_slice.py)
 # --------------------------------------------------------------------------------------------------------------
-SLICE_METRICS = ("rmse_over_sigma", "w1_native_pooled", "w1_floor", "coverage_95_native", "pit_mean_z")
-"""The master table's metrics the slice comparison shows per (data set, method)."""
+SLICE_METRICS = ("rmse_over_sigma", "w1_native_pooled", "w1_floor", "coverage_95_native", "pit_mean_z", "crps")
+"""The metrics the slice comparison shows per (data set, method): the master table's, and :func:`uci_crps_table`'s
+``crps`` where its rows are given too."""
 
 
 def uci_slice_comparison(master: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
@@ -421,9 +422,10 @@ def uci_slice_comparison(master: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFr
     ``paper_rmse_over_sigma`` / ``paper_w1`` (``cells``: :func:`stochattn.experiments.paper_comparison.paper_cells`;
     the scale-matching SA run is read against the paper's SA), ``ratio`` = ``w1 / paper_w1`` and ``within``: the
     cell is within a factor 2 of the paper either way, or within 1.5x our floor (a paper value below the floor of as
-    many test rows as ours cannot be shown by a calibrated method). NaN where the paper or the run has no number
-    (``within`` then missing: ``pd.NA``)."""
-    paper = cells[cells["table"] == "uci_master"]
+    many test rows as ours cannot be shown by a calibrated method). With :func:`uci_crps_table`'s rows among
+    ``master``'s, also ``crps`` (mean over splits, target units) beside the paper's ``paper_crps`` (its appendix
+    Table ``tab:uci_crps``). NaN where the paper or the run has no number (``within`` then missing: ``pd.NA``)."""
+    paper = cells[cells["table"].isin(["uci_master", "uci_crps"])]
 
     def paper_value(dataset: str, method: str, metric: str) -> float:
         m = "sa" if method == "sa_match" else method
@@ -445,6 +447,7 @@ def uci_slice_comparison(master: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFr
                 "w1": value["w1_native_pooled"], "w1_floor": value["w1_floor"],
                 "paper_w1": paper_value(dataset, method, "w1_native_pooled"),
                 "coverage_95": value["coverage_95_native"], "pit_mean_z": value["pit_mean_z"],
+                "crps": value["crps"], "paper_crps": paper_value(dataset, method, "crps"),
             })  # fmt: skip
     table = pd.DataFrame(rows)
     table["ratio"] = table["w1"] / table["paper_w1"]
