@@ -207,12 +207,12 @@ def main() -> None:
             master = master[master["dataset"].isin(args.datasets)]
         if master is None or master.empty:
             continue
-        if runs is not None:  # the CRPS of the same runs (the master table's splits 0..n-1 and methods)
+        if runs is not None and not args.partial:  # the CRPS of the runs the workflow's table pools: splits 0..n-1
             pooled = master.groupby(["dataset", "method"])["n"].max()
-            keep = [pooled.get((d, m), 0) > k for d, m, k in zip(runs["dataset"], runs["method"], runs["split"])]
-            if any(keep):
-                crps = uci_crps_table(runs[keep])
-                master = pd.concat([master, crps[crps["metric"] == "crps"]], ignore_index=True)
+            runs = runs[[pooled.get((d, m), 0) > k for d, m, k in zip(runs["dataset"], runs["method"], runs["split"])]]
+        if runs is not None and len(runs):  # with --partial, the same metrics.json files as the master table
+            crps = uci_crps_table(runs)
+            master = pd.concat([master, crps[crps["metric"] == "crps"]], ignore_index=True)
         for ds in dict.fromkeys(master["dataset"]):
             if ds in home:
                 raise SystemExit(f"{ds} is in both {home[ds]} and {work}: give each data set's workdir once")
