@@ -132,6 +132,7 @@ def sa_rows(device: torch.device, repeats: int, small: bool) -> list[dict]:
                 paper = PAPER_CLIMAX.get(nu, "-") if "ClimaX" in name else "-"
                 rows.append({"check": f"{name}: nu={nu} time / deterministic", "ok": ok,
                              "value": f"{', '.join(cells)} (det {1e3 * det:.1f} ms; paper V100 {paper})"})
+                print(f"{rows[-1]['check']}: {rows[-1]['value']}", flush=True)  # as it goes: a time limit keeps it
         del model
         if device.type == "cuda":
             torch.cuda.empty_cache()

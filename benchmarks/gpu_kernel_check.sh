@@ -4,7 +4,8 @@
 # of gpu_check.py (explicit path vs fused kernel), then the kernel against fused SDPA before and after tuning
 # (benchmarks/bench_triton_sa.py --kernel-table, every autotuned configuration's time in kernel.json) and peak memory.
 # Each part has its own timeout (LAW_TIMEOUT, WARM_TIMEOUT, MODEL_TIMEOUT, KERNEL_TIMEOUT seconds) and writes as it goes;
-# WARM compiles every variant in parallel processes first (Triton's cache), so the timed parts do not compile.
+# WARM compiles every variant in parallel processes beside the law tests (Triton's cache), so the timed parts do not
+# compile.
 #   bash benchmarks/gpu_kernel_check.sh [OUTDIR]      (python: $PYTHON, default python3; every core of the node)
 set -u
 mkdir -p "${1:-gpu-kernel-check}"
@@ -17,10 +18,13 @@ rm -f "$SA_LAW_LOG"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   $py -c "import torch, triton; print('torch', torch.__version__, '(CUDA', torch.version.cuda + ') triton', triton.__version__)"
 } 2>&1 | tee "$out/env.txt"
-start=$SECONDS
+start=$SECONDS  # compile and autotune every variant of the model rows and the kernel table in parallel processes,
+# beside the law tests (both mostly compile on the CPU cores)
+timeout "${WARM_TIMEOUT:-240}" $py benchmarks/bench_triton_sa.py --warm "$workers" --warm-only >"$out/warm.txt" 2>&1 &
+warm_pid=$!
 timeout "${LAW_TIMEOUT:-240}" $py -m pytest -q -p no:cacheprovider -n "$workers" tests/test_triton_sa_cuda.py \
   >"$out/law.txt" 2>&1
-echo "law tests ($((SECONDS - start)) s): $(tail -1 "$out/law.txt")"
+echo "law tests (finished at $((SECONDS - start)) s): $(tail -1 "$out/law.txt")"
 grep -E "^(FAILED|ERROR)|Error" "$out/law.txt" | head -20
 $py - "$SA_LAW_LOG" <<'PY'
 import json, sys
@@ -28,16 +32,15 @@ rows = [json.loads(l) for l in open(sys.argv[1])] if __import__("os").path.exist
 for r in sorted(rows, key=lambda r: r["case"]):
     print(f"  {r['case']:<40} max|z| mean {r['max_z_mean']:.2f}  cov {r['max_z_cov']:.2f}")
 PY
-start=$SECONDS  # compile and autotune every variant of the model rows and the kernel table in parallel processes
-timeout "${WARM_TIMEOUT:-240}" $py benchmarks/bench_triton_sa.py --warm "$workers" --warm-only >"$out/warm.txt" 2>&1
-echo "compiling ($((SECONDS - start)) s): $(grep -E "compiled|Error" "$out/warm.txt" | tail -2)"
+wait "$warm_pid"
+echo "compiling (done at $((SECONDS - start)) s from the start of the law tests): $(grep -E "compiled|Error" "$out/warm.txt" | tail -2)"
 start=$SECONDS
 timeout "${MODEL_TIMEOUT:-240}" $py benchmarks/gpu_check.py --skip-dag --skip-tests --skip-kernel >"$out/models.txt" 2>&1
 echo "model rows ($((SECONDS - start)) s):"; tail -16 "$out/models.txt"
 start=$SECONDS
-timeout "${KERNEL_TIMEOUT:-300}" $py benchmarks/bench_triton_sa.py --kernel-table --warm "$workers" --skip-explicit \
+timeout "${KERNEL_TIMEOUT:-300}" $py benchmarks/bench_triton_sa.py --kernel-table --skip-explicit \
   --json "$out/kernel.json" --repeats 10 >"$out/kernel.txt" 2>&1
-echo "kernel table ($((SECONDS - start)) s):"; tail -62 "$out/kernel.txt"
+echo "memory and kernel table ($((SECONDS - start)) s):"; grep -E "peak memory|kernel / SDPA|Error" "$out/kernel.txt" | tail -50
 if [ -n "${OLD_SRC:-}" ]; then  # the same model rows with another checkout's src/ (e.g. the commit before tuning)
   start=$SECONDS
   PYTHONPATH="$PWD/$OLD_SRC:${PYTHONPATH#"$PWD/src:"}" timeout "${OLD_TIMEOUT:-240}" $py benchmarks/gpu_check.py --skip-dag \
