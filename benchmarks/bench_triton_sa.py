@@ -102,10 +102,14 @@ def explicit_rows(device: torch.device, repeats: int, dtype: torch.dtype = torch
 
 
 def _peak_gib(fn) -> str:
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    base = torch.cuda.memory_allocated()
+    """Peak memory of fn's second call above what was allocated before it (the first call compiles and autotunes:
+    triton's do_bench allocates a 256 MB buffer to flush the L2 cache, which is not the kernel's)."""
     try:
+        fn()
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
         fn()
         torch.cuda.synchronize()
     except torch.cuda.OutOfMemoryError:
