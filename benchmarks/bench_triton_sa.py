@@ -95,7 +95,7 @@ def explicit_rows(device: torch.device, repeats: int, dtype: torch.dtype = torch
         q, k, v, causal = _inputs(shape, dtype, device)
         for nu in NUS:
             det_s, ratio = _ratio(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
-                                  lambda: scaled_dot_product_attention(q, k, v, is_causal=causal, nu=nu),
+                                  lambda: scaled_dot_product_attention(q, k, v, is_causal=causal, nu=nu, fused=False),
                                   repeats)  # fmt: skip
             rows.append({"check": f"{name}: explicit nu={nu} time / SDPA", "ok": True, "value": f"{ratio:.2f}x"})
     return rows
@@ -125,7 +125,7 @@ def _memory_at(n: int, nu: int, device: torch.device) -> list[dict]:
     q, k, v, _ = _inputs((1, 16, n, n, 64, False), torch.bfloat16, device)
     calls = (("SDPA", lambda: F.scaled_dot_product_attention(q, k, v)),
              ("fused kernel", lambda: sa_attention_fused(q, k, v, nu, seed=0)),
-             ("explicit path", lambda: scaled_dot_product_attention(q, k, v, nu=nu)))  # fmt: skip
+             ("explicit path", lambda: scaled_dot_product_attention(q, k, v, nu=nu, fused=False)))  # fmt: skip
     return [{"check": f"{n} tokens: peak memory, {label} (nu={nu})", "ok": True, "value": _peak_gib(fn)}
             for label, fn in calls]  # fmt: skip
 

@@ -50,6 +50,23 @@ def _profile(call, repeats: int, top: int) -> tuple[float, str]:
     return device_us / 1e3 / repeats, f"by device time:\n{by_device}\nby host time:\n{by_host}"
 
 
+def _python_profile(call, top: int) -> str:
+    """cProfile of one forward: the functions of largest cumulative host time (Python and launches)."""
+    import cProfile
+    import io
+    import pstats
+
+    profiler = cProfile.Profile()
+    torch.cuda.synchronize()
+    profiler.enable()
+    call()
+    torch.cuda.synchronize()
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(top)
+    return f"host (cProfile, one SA forward):\n{text.getvalue()}"
+
+
 class _HostClock:
     """Host seconds spent inside stochattn.attention.scaled_dot_product_attention (SA's attention calls)."""
 
@@ -85,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--explicit", action="store_true", help="the explicit path instead of the fused kernel")
     parser.add_argument("--models", nargs="*", default=["timesfm", "climax"], choices=["timesfm", "climax"])
+    parser.add_argument("--python-profile", type=int, default=25, metavar="N",
+                        help="cProfile one SA forward: the N functions of most cumulative host time")  # fmt: skip
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print(f"profile_sa: no CUDA device here (torch {torch.__version__}); nothing to profile.")
@@ -111,12 +130,13 @@ def main(argv: list[str] | None = None) -> int:
             with _HostClock() as clock:
                 call()
             sa_dev, sa_table = _profile(call, args.repeats, args.top)
+            python_table = _python_profile(call, args.python_profile) if args.python_profile else ""
             sa.remove()
         print(f"\n== {name}: deterministic {det_wall:.1f} ms wall, {det_dev:.1f} ms device; SA "
               f"({'explicit' if args.explicit else 'fused'}, nu {args.nu}) {sa_wall:.1f} ms wall "
               f"({sa_wall / det_wall:.2f}x), {sa_dev:.1f} ms device ({sa_dev / det_dev:.2f}x); host time in SA's "
               f"{clock.calls} attention calls {1e3 * clock.seconds:.1f} ms", flush=True)  # fmt: skip
-        print(f"-- deterministic, {det_table}\n-- SA, {sa_table}", flush=True)
+        print(f"-- deterministic, {det_table}\n-- SA, {sa_table}\n{python_table}", flush=True)
         del model
         torch.cuda.empty_cache()
     return 0

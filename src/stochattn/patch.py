@@ -156,10 +156,12 @@ class SAState:
     ) -> Tensor:
         """``F.scaled_dot_product_attention`` semantics (no dropout) with SA at ``nu`` (an int or a tensor
         broadcastable to (..., Hq, L)): query (..., Hq, L, E), key (..., Hk, S, E), value (..., Hk, S, Ev) ->
-        (..., Hq, L, Ev). Through the operator ``torch.ops.stochattn.sdpa`` (explicit path on the CPU, the fused
-        kernel on CUDA), except with autograd through the inputs (the function itself, the same draws)."""
+        (..., Hq, L, Ev). Explicit path on the CPU, the fused kernel on CUDA. Under ``torch.compile`` through the
+        operator ``torch.ops.stochattn.sdpa``; in eager mode the function the operator wraps, called directly (the
+        same draws: the operator's dispatch cost about 100 us of host time per call, which a launch-bound model such
+        as TimesFM 2.5 pays at every layer, benchmarks/profile_sa.py)."""
         self._drew()
-        if not _needs_grad(query, key, value):
+        if torch.compiler.is_compiling() and not _needs_grad(query, key, value):
             return torch.ops.stochattn.sdpa(query, key, value, attn_mask, is_causal, scale, enable_gqa,
                                             *self._nu_args(nu), self._stream(), self.method,
                                             _FUSED_CODE[self.fused])  # fmt: skip
