@@ -14,7 +14,8 @@
    picks) on the same bf16 tensors, (B*H, L = S) in {(64, 1024), (32, 4096), (8, 16384)}, head dim 64 and 80,
    nu in {1, 4, 16, 64, 512, 4096}: time ratio (CUDA-event medians, ``triton.testing.do_bench``) with the first
    version's fixed tiles (``LEGACY_TILES``, "before") and with the autotuned tiles ("after"), the configuration
-   the autotuner chose and every configuration's time (``--json``). ``--warm N`` first compiles every variant in N
+   the autotuner chose and every configuration's time (``--json``); at nu <= 16 also the one-pass race sampler
+   (``sampler="race"``, autotuned). ``--warm N`` first compiles every variant in N
    processes (Triton's compiler is single-threaded; the cache is shared), so the timed process compiles nothing.
 
 Without CUDA (or triton) it says so and exits 0. :func:`fused_rows` gives gpu_check.py-style rows.
@@ -180,7 +181,7 @@ def kernel_rows(device: torch.device, timings: list | None = None, json_path: st
     from stochattn import triton_sa
 
     kernels, _ = triton_sa._kernels()
-    stats, sample, single = triton_sa._tuned(kernels)
+    stats, sample, _, race_tuner = triton_sa._tuned(kernels)
     rows, cache = [], {}
     for E, B, H, n, nu in _kernel_cells():
         if (E, n) not in cache:
@@ -192,12 +193,19 @@ def kernel_rows(device: torch.device, timings: list | None = None, json_path: st
         triton_sa.sa_attention_fused(q, k, v, nu, seed=1)  # the autotuner times its configurations here
         after = _ms(lambda: triton_sa.sa_attention_fused(q, k, v, nu, seed=1))
         chosen = f"pass 1: {_describe(stats.best_config)}; pass 2: {_describe(sample.best_config)}"
+        race = None
+        if nu <= triton_sa.RACE_MAX_NU:  # the one-pass race sampler, autotuned
+            triton_sa.sa_attention_fused(q, k, v, nu, seed=1, sampler="race")
+            race = _ms(lambda: triton_sa.sa_attention_fused(q, k, v, nu, seed=1, sampler="race"))
+            chosen += f"; race: {_describe(race_tuner.best_config)}"
         if timings is not None:
             timings.append({"E": E, "BH": B * H, "L": n, "nu": nu, "sdpa_ms": sdpa_ms, "before_ms": before,
-                            "after_ms": after, "pass1": _timings(stats), "pass2": _timings(sample)})  # fmt: skip
+                            "after_ms": after, "race_ms": race, "pass1": _timings(stats), "pass2": _timings(sample),
+                            "race": _timings(race_tuner) if race is not None else {}})  # fmt: skip
         rows.append({"check": f"E {E}, B*H {B * H}, L=S {n}, nu {nu}: kernel / SDPA", "ok": True,
-                     "value": f"before {before / sdpa_ms:.2f}x, after {after / sdpa_ms:.2f}x (SDPA {sdpa_ms:.3f} ms; "
-                              f"{chosen})"})  # fmt: skip
+                     "value": f"before {before / sdpa_ms:.2f}x, after {after / sdpa_ms:.2f}x"
+                              + (f", race {race / sdpa_ms:.2f}x" if race is not None else "")
+                              + f" (SDPA {sdpa_ms:.3f} ms; {chosen})"})  # fmt: skip
         print(rows[-1]["check"], rows[-1]["value"], flush=True)
         if json_path:  # as it goes: a time limit keeps the cells measured
             import json
@@ -226,6 +234,8 @@ def warm_cache(part: int, parts: int) -> None:
             nu = cell[1]
         for tiles in (triton_sa.LEGACY_TILES, None):
             triton_sa.sa_attention_fused(q, k, v, nu, is_causal=causal, seed=1, tiles=tiles)
+        if nu <= triton_sa.RACE_MAX_NU:
+            triton_sa.sa_attention_fused(q, k, v, nu, is_causal=causal, seed=1, sampler="race")
     torch.cuda.synchronize()
 
 

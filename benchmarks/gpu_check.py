@@ -93,6 +93,15 @@ def _climax(device: torch.device, small: bool):
     return name, model, lambda: model(x)
 
 
+def _default_sampler(sampler: str) -> None:
+    """The fused kernel's sampler on the SDPA path (stochattn.triton_sa.DEFAULT_SAMPLER), where triton imports."""
+    try:
+        from stochattn import triton_sa
+    except ImportError:
+        return
+    triton_sa.DEFAULT_SAMPLER = sampler
+
+
 def sa_rows(device: torch.device, repeats: int, small: bool) -> list[dict]:
     """One row per (model, nu): deterministic ms, SA/deterministic ratio; nu=None rows check exactness."""
     from stochattn import attention
@@ -112,8 +121,13 @@ def sa_rows(device: torch.device, repeats: int, small: bool) -> list[dict]:
                          "value": "exact" if exact else f"max |diff| {float((reference - off).abs().max()):.3g}"})
             for nu in NUS:
                 cells, ok, det = [], True, float("nan")
-                # the explicit path, then (CUDA) the fused kernel that the adapters' SDPA path takes by default
-                for label, fused in (("explicit", False), ("fused", None))[: 2 if device.type == "cuda" else 1]:
+                # the explicit path, then (CUDA) the fused kernel that the adapters' SDPA path takes by default, and
+                # at nu <= 16 the kernel's one-pass race sampler (triton_sa.DEFAULT_SAMPLER "auto")
+                paths = (("explicit", False, "cdf"), ("fused", None, "cdf"), ("race", None, "auto"))
+                for label, fused, sampler in paths[: 3 if device.type == "cuda" else 1]:
+                    if label == "race" and nu > 16:
+                        continue
+                    _default_sampler(sampler)
                     sa = StochasticAttention(model, nu=template(nu), generator=gen, fused=fused)
                     sa.remove()
                     try:
@@ -129,6 +143,7 @@ def sa_rows(device: torch.device, repeats: int, small: bool) -> list[dict]:
                         sa.remove()
                         cells.append(f"{label} failed: {type(err).__name__}: {str(err).splitlines()[0][:120]}")
                         ok = False
+                _default_sampler("cdf")
                 paper = PAPER_CLIMAX.get(nu, "-") if "ClimaX" in name else "-"
                 rows.append({"check": f"{name}: nu={nu} time / deterministic", "ok": ok,
                              "value": f"{', '.join(cells)} (det {1e3 * det:.1f} ms; paper V100 {paper})"})

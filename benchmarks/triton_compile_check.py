@@ -96,7 +96,7 @@ def compile_rows(archs=(90,), dtypes=("fp32", "bf16"), variants=VARIANTS, head_d
     from triton.compiler import ASTSource
 
     from stochattn import triton_sa_kernels as kernels
-    from stochattn.triton_sa import LEGACY_TILES, _next_power_of_2, draw_tile
+    from stochattn.triton_sa import LEGACY_TILES, RACE_MAX_NU, _next_power_of_2, draw_tile
 
     tiles = {**LEGACY_TILES, **tile_overrides}
     tiles["NU_BLOCK"] = draw_tile(tiles["NU_BLOCK"], nu_max)
@@ -112,6 +112,8 @@ def compile_rows(archs=(90,), dtypes=("fp32", "bf16"), variants=VARIANTS, head_d
         kernels_here = [(kernels._sample_kernel, {**meta, **sample}, "sample")]
         if not one_pass:
             kernels_here.insert(0, (kernels._stats_kernel, meta, "stats"))
+            race = {"BLOCK_EV": block_e, "NU_BLOCK": _next_power_of_2(min(nu_max, RACE_MAX_NU))}
+            kernels_here.append((kernels._race_kernel, {**{k: v for k, v in meta.items()}, **race}, "sample"))
         for fn, constexprs, kernel in kernels_here:
             src = ASTSource(fn, _signature(fn, DTYPES[dtype], mask_kind, constexprs),
                             constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})  # fmt: skip

@@ -181,6 +181,54 @@ def test_nu_one_returns_one_value_row_per_query():
     assert not (match & ~torch.ones(30, S, dtype=torch.bool).tril()).any()
 
 
+@pytest.mark.parametrize("nu", [1, 16])
+def test_race_weights_follow_the_multinomial_law(nu):
+    """sampler="race" (one pass, an exponential race per draw): mean pi and covariance (diag(pi) - pi pi^T) / nu."""
+    q, k = _qk(seed=20)
+    n = 3000
+    w = triton_sa.sa_attention_fused(_repeat(q, n), k, _eye(1), nu, seed=21 + nu, sampler="race")[0, 0]
+    pi = masked_attention_probs(q.double(), k.double())[0, 0]
+    assert_counts(w, nu, torch.ones(S, dtype=torch.bool))
+    for i in range(2):
+        assert_law(w[i * n:(i + 1) * n], pi[i], nu)
+
+
+def test_race_masks_causal_rows_seeds_and_limits():
+    """The race: an additive mask's law, -inf keys never drawn and a fully masked row zero; causal rows draw only
+    past keys (row 0 always key 0); per-head nu; the same seed reproduces, another differs; nu above RACE_MAX_NU or
+    a deterministic head is refused."""
+    q, k = _qk(L0=3, seed=22)
+    g = torch.Generator().manual_seed(23)
+    keep = torch.rand(3, S, generator=g) > 0.4
+    keep[2] = False
+    mask = torch.where(keep, torch.randn(3, S, generator=g), torch.tensor(float("-inf")))
+    n, nu = 1500, 5
+    w = triton_sa.sa_attention_fused(_repeat(q, n), k, _eye(1), nu, attn_mask=mask.repeat_interleave(n, dim=0),
+                                     seed=24, sampler="race")[0, 0]  # fmt: skip
+    assert_counts(w[: 2 * n], nu, keep[:2].repeat_interleave(n, dim=0))
+    assert torch.all(w[2 * n:] == 0)
+    pi = masked_attention_probs(q.double(), k.double(), mask.double())[0, 0]
+    for i in range(2):
+        assert_law(w[i * n:(i + 1) * n], pi[i], nu)
+    qc, kc = torch.randn(2, 2, 30, 8, generator=g), torch.randn(2, 2, S, 8, generator=g)
+    wc = triton_sa.sa_attention_fused(qc, kc, _eye(2).expand(2, 2, S, S), torch.tensor([3, 9]), is_causal=True,
+                                      seed=25, sampler="race")  # fmt: skip
+    for h, nu_h in enumerate((3, 9)):
+        assert_counts(wc[:, h].reshape(-1, S), nu_h, torch.ones(30, S, dtype=torch.bool).tril().repeat(2, 1))
+    assert torch.all(wc[:, :, 0, 0] == 1)
+    a = triton_sa.sa_attention_fused(q, k, _eye(1), 4, seed=1, sampler="race")
+    assert torch.equal(a, triton_sa.sa_attention_fused(q, k, _eye(1), 4, seed=1, sampler="race"))
+    assert not torch.equal(a, triton_sa.sa_attention_fused(q, k, _eye(1), 4, seed=2, sampler="race"))
+    for bad in (triton_sa.RACE_MAX_NU + 1, torch.tensor([0])):
+        with pytest.raises(ValueError, match="race sampler"):
+            triton_sa.sa_attention_fused(q, k, _eye(1), bad, seed=1, sampler="race")
+    with pytest.raises(ValueError, match="sampler must be"):
+        triton_sa.sa_attention_fused(q, k, _eye(1), 4, seed=1, sampler="gumbel")
+    assert torch.equal(a, triton_sa.sa_attention_fused(q, k, _eye(1), 4, seed=1, sampler="auto"))  # the race
+    assert torch.equal(triton_sa.sa_attention_fused(q, k, _eye(1), 17, seed=1, sampler="auto"),
+                       triton_sa.sa_attention_fused(q, k, _eye(1), 17, seed=1))  # fmt: skip
+
+
 def test_seed_and_offset_reproduce_and_separate_draws():
     q, k = _qk(L0=20, seed=7)
     v = _eye(1)
@@ -376,7 +424,7 @@ def test_kernels_compile_for_a_cuda_gpu_without_one(tmp_path):
                          env=env, timeout=600)  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     rows = [ln for ln in run.stdout.splitlines() if ln.startswith("sm_90 bf16 E=80")]
-    assert len(rows) == 10 and all("  ok  " in ln and "registers" in ln for ln in rows), run.stdout
+    assert len(rows) == 14 and all("  ok  " in ln and "registers" in ln for ln in rows), run.stdout  # 4 x 3 + 2
 
 
 def test_the_draw_tile_never_leaves_a_scan_shorter_than_a_thread_holds():
@@ -424,7 +472,7 @@ def test_every_launch_keyword_is_a_kernel_parameter_or_a_launch_option(monkeypat
     kernels, _ = triton_sa._kernels()
     launch_options = {"num_warps", "num_stages", "num_ctas", "maxnreg"}
     seen = {}
-    for name in ("_stats_kernel", "_sample_kernel"):
+    for name in ("_stats_kernel", "_sample_kernel", "_race_kernel"):
         kernel = getattr(kernels, name)
 
         class Recorder:
@@ -439,4 +487,5 @@ def test_every_launch_keyword_is_a_kernel_parameter_or_a_launch_option(monkeypat
     monkeypatch.setattr(triton_sa, "_interpreting", lambda _kernels: True)  # the recorders hide the interpreter
     q, k = _qk(L0=4, H=2, seed=13)
     triton_sa.sa_attention_fused(q, k, k, torch.tensor([3, 0]), attn_mask=torch.ones(4, S, dtype=torch.bool), seed=1)
-    assert seen == {"_stats_kernel": set(), "_sample_kernel": set()}, seen
+    triton_sa.sa_attention_fused(q, k, k, 3, attn_mask=torch.ones(4, S, dtype=torch.bool), seed=1, sampler="race")
+    assert seen == {"_stats_kernel": set(), "_sample_kernel": set(), "_race_kernel": set()}, seen

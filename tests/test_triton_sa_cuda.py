@@ -65,20 +65,20 @@ def _counts(w, nu):
     return c
 
 
-def _law_case(name, E, nu, tiles, seed):
+def _law_case(name, E, nu, tiles, seed, sampler="cdf"):
     """Two query rows, N draws each, against their softmax in float64 (from the rounded 16-bit inputs)."""
     dtype = DTYPES[name]
     # 16-bit outputs store W / nu: counts below 256 stay exact, so large nu gets flatter rows there
     spread = 1.0 if dtype == torch.float32 or nu <= 256 else 0.3
     q, k = _qk(dtype, E, seed=seed, spread=spread)
     w = triton_sa.sa_attention_fused(q.repeat_interleave(N, dim=2), k, _eye(1, dtype), nu, seed=seed,
-                                     tiles=tiles)[0, 0]  # fmt: skip
+                                     tiles=tiles, sampler=sampler)[0, 0]  # fmt: skip
     assert w.dtype == dtype
     counts = _counts(w, nu).cpu()
     pi = masked_attention_probs(q.double(), k.double())[0, 0].cpu()
     z = [assert_law(counts[i * N : (i + 1) * N] / nu, pi[i], nu) for i in range(2)]
     _record(
-        f"{name} E={E} nu={nu} {'autotuned' if tiles is None else 'fixed'} tiles",
+        f"{name} E={E} nu={nu} {'autotuned' if tiles is None else 'fixed'} tiles{', race' * (sampler == 'race')}",
         (max(a for a, _ in z), max(b for _, b in z)),
     )
 
@@ -96,6 +96,37 @@ def test_law_on_cuda_fixed_tiles(dtype, E, nu):
 def test_law_on_cuda_autotuned_tiles(dtype, E, nu):
     """The same law with the tiles the autotuner chose (the default on the GPU)."""
     _law_case(dtype, E, nu, None, seed=2000 + nu + E)
+
+
+@pytest.mark.parametrize("nu", [1, 3, 16])
+@pytest.mark.parametrize("E", [64, 80, 128])
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_race_law_on_cuda(dtype, E, nu):
+    """The race sampler (one pass, autotuned tiles): the same law."""
+    _law_case(dtype, E, nu, None, seed=3000 + nu + E, sampler="race")
+
+
+def test_race_masks_and_causal_rows_on_cuda():
+    """The race: masked keys never win, a fully masked row gives zeros, causal rows draw only past keys."""
+    nu, dtype = 7, torch.bfloat16
+    q, k = _qk(dtype, 64, L0=3, seed=16)
+    keep = torch.rand(3, S, generator=torch.Generator().manual_seed(17)) > 0.4
+    keep[2] = False
+    w = triton_sa.sa_attention_fused(q.repeat_interleave(N, dim=2), k, _eye(1, dtype), nu, seed=12, sampler="race",
+                                     attn_mask=keep.repeat_interleave(N, dim=0).to(CUDA))[0, 0].cpu()  # fmt: skip
+    assert torch.all(w[2 * N :] == 0)
+    counts = _counts(w[: 2 * N], nu)
+    assert_counts(counts / nu, nu, keep[:2].repeat_interleave(N, dim=0))
+    pi = masked_attention_probs(q.double().cpu(), k.double().cpu(), keep)[0, 0]
+    z = [assert_law(counts[i * N : (i + 1) * N] / nu, pi[i], nu) for i in range(2)]
+    _record("race, boolean mask", (max(a for a, _ in z), max(b for _, b in z)))
+    g = torch.Generator().manual_seed(18)
+    qc, kc = (torch.randn(2, 2, n, 64, generator=g).to(CUDA, dtype) / 8**0.5 for n in (150, 100))
+    wc = triton_sa.sa_attention_fused(qc, kc, _eye(2, dtype, 100).expand(2, 2, 100, 100), nu, is_causal=True, seed=4,
+                                      sampler="race").double().cpu() * nu  # fmt: skip
+    assert torch.all((wc - wc.round()).abs() <= 0.45)
+    assert torch.all(wc.round()[..., ~torch.ones(150, 100, dtype=torch.bool).tril()] == 0)
+    assert torch.all(wc.round().sum(-1) == nu)
 
 
 @pytest.mark.parametrize("tiles", [None, LEGACY], ids=["autotuned", "fixed"])

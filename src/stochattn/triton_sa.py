@@ -157,6 +157,16 @@ SAMPLE_CONFIGS = ((16, 32, 16, 4, False), (16, 64, 16, 4, False), (32, 32, 16, 4
 ONE_PASS_CONFIGS = ((16, None, 16, 4, False), (32, None, 16, 8, False), (32, None, 32, 4, True),
                     (64, None, 32, 8, True))  # fmt: skip
 _MAX_PLACE_TILE = 32768
+#: The race sampler (``sampler="race"``) draws nu exponentials per key: for small nu only.
+RACE_MAX_NU = 16
+#: The sampler of calls that name none (the SDPA path's): "cdf" until the race is timed on a GPU (docs/gpu.md);
+#: benchmarks set "auto" to time the race in whole models.
+DEFAULT_SAMPLER = "cdf"
+#: (BLOCK_M, BLOCK_N, warps) the autotuner times for the race, pruned to at most 32 elements of the (BLOCK_M, NU_BLOCK,
+#: BLOCK_N) tile per thread (sm_90, bf16, head dim 80: 161 registers and no spill at nu 1; 32 x 32 x 16 in 8 warps
+#: spills 1 KB).
+RACE_CONFIGS = ((16, 16, 4), (16, 32, 4), (32, 16, 4), (32, 32, 4), (32, 64, 4), (64, 32, 8), (64, 64, 8),
+                (128, 32, 8))  # fmt: skip
 
 
 def draw_tile(nu_block: int, nu_max: int) -> int:
@@ -187,7 +197,7 @@ def _blocks(interpreting: bool, nu_max: int, S: int, tiles: Optional[dict] = Non
 
 
 def _tuned(kernels):
-    """The autotuned launchers (pass 1, pass 2, one-pass pass 2) around the kernels, made once."""
+    """The autotuned launchers (pass 1, pass 2, one-pass pass 2, race) around the kernels, made once."""
     global _TUNED
     if _TUNED is None:
         with requires("triton"):
@@ -225,7 +235,16 @@ def _tuned(kernels):
                                  key=[*keys, "EV"], prune_configs_by=prune, **tuning)(kernels._sample_kernel)
         one_pass = triton.autotune([config(m, n, nb, w, search=se) for m, n, nb, w, se in ONE_PASS_CONFIGS],
                                    key=[*keys, "EV"], prune_configs_by=prune, **tuning)(kernels._sample_kernel)
-        _TUNED = (stats, sample, one_pass)
+
+        def prune_race(configs, named_args, **kwargs):
+            """The race's (BLOCK_M, NU_BLOCK, BLOCK_N) tile within registers: <= 32 elements per thread."""
+            size = {c: c.kwargs["BLOCK_M"] * kwargs["NU_BLOCK"] * c.kwargs["BLOCK_N"] for c in configs}
+            fits = [c for c in configs if size[c] <= 32 * 32 * c.num_warps]
+            return fits or [min(configs, key=size.get)]
+
+        race = triton.autotune([config(m, n, None, w) for m, n, w in RACE_CONFIGS], key=[*keys, "EV"],
+                               prune_configs_by={"early_config_prune": prune_race}, **tuning)(kernels._race_kernel)
+        _TUNED = (stats, sample, one_pass, race)
     return _TUNED
 
 
@@ -248,6 +267,32 @@ def _next_power_of_2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
+def _race(kernels, q, k, v, nu, nu_h, nu_max, kind, mask, sm, is_causal, scale, seed, offset, tiles, interpreting):
+    """:func:`sa_attention_fused` with ``sampler="race"``: one launch of ``_race_kernel``."""
+    if nu_max > RACE_MAX_NU or (isinstance(nu, Tensor) and int(nu.min()) < 1):
+        raise ValueError(f"the race sampler takes 1 <= nu <= {RACE_MAX_NU} in every head, got nu={nu!r}")
+    B, H, L, E = q.shape
+    S, Ev = k.shape[2], v.shape[3]
+    out = torch.empty(B, H, L, Ev, dtype=v.dtype, device=q.device)
+    args = (q, k, v, mask, nu_h, out, int(seed), int(offset), nu_max, _tune_key(L, S, nu_max), H, L, S, E, Ev,
+            scale, *q.stride(), *k.stride(), *v.stride(), *sm, *out.stride())  # fmt: skip
+    meta = {"MASK_KIND": kind, "IS_CAUSAL": bool(is_causal), "BLOCK_E": max(16, _next_power_of_2(E)),
+            "BLOCK_EV": max(16, _next_power_of_2(Ev)), "NU_BLOCK": _next_power_of_2(nu_max),
+            "PRECISION": "ieee" if q.dtype == torch.float32 else "tf32", "UPCAST": interpreting}  # fmt: skip
+    if tiles is None and not interpreting:
+        race = _tuned(kernels)[3]
+        race[lambda launch: (-(-L // launch["BLOCK_M"]), B * H)](*args, **meta)
+        return out
+    fixed = {"BLOCK_M": 32, "BLOCK_N": 16, "sample_warps": 4} if tiles is None else {**LEGACY_TILES, **tiles}
+    unknown = set(fixed) - set(LEGACY_TILES)
+    if unknown:
+        raise ValueError(f"unknown tile settings {sorted(unknown)}; known: {sorted(LEGACY_TILES)}")
+    grid = (-(-L // fixed["BLOCK_M"]), B * H)
+    kernels._race_kernel[grid](*args, **meta, BLOCK_M=fixed["BLOCK_M"], BLOCK_N=fixed["BLOCK_N"],
+                               num_warps=fixed["sample_warps"])  # fmt: skip
+    return out
+
+
 def sa_attention_fused(
     q: Tensor,
     k: Tensor,
@@ -260,6 +305,7 @@ def sa_attention_fused(
     seed: int,
     offset: int = 0,
     tiles: Optional[dict] = None,
+    sampler: Optional[str] = None,
 ) -> Tensor:
     """Stochastic attention output (B, H, L, Ev) in ``v``'s dtype, exact in law, streamed over key blocks.
 
@@ -272,7 +318,13 @@ def sa_attention_fused(
     output and calls sharing a seed are independent when their counter ranges do not overlap (the draws do not depend
     on the tiles). On the GPU the tiles are chosen by ``triton.autotune`` (timed at the first call of each head dim,
     mask kind and log2 size bucket); ``tiles`` fixes them instead (benchmarks, tests): a dict of
-    :data:`LEGACY_TILES`' keys. Rows of at most :data:`ONE_PASS_MAX_KEYS` keys take one pass."""
+    :data:`LEGACY_TILES`' keys. Rows of at most :data:`ONE_PASS_MAX_KEYS` keys take one pass.
+
+    ``sampler``: ``"cdf"`` (the row's sorted uniforms placed in its cumulative sums, two passes; any nu),
+    ``"race"`` (one pass, an exponential race per draw, no normaliser: O(nu S) random numbers per row; nu at most
+    :data:`RACE_MAX_NU` and >= 1 in every head; its Philox counters are ``offset + (r nu_max + d) S + j``), ``"auto"``
+    (the race for an int nu up to RACE_MAX_NU, else cdf) or None (:data:`DEFAULT_SAMPLER`, what the SDPA path
+    takes). The same law; different draws for the same seed."""
     ok, why = available(q.device)
     if not ok:
         raise FusedUnavailableError(why)
@@ -290,10 +342,18 @@ def sa_attention_fused(
         raise ValueError("attn_mask and is_causal=True cannot be given together (as in F.scaled_dot_product_attention)")
     if not 0 <= int(seed) < 2**63 or int(offset) < 0:
         raise ValueError(f"seed must be in [0, 2^63) and offset >= 0, got {seed}, {offset}")
+    sampler = DEFAULT_SAMPLER if sampler is None else sampler
+    if sampler not in ("cdf", "race", "auto"):
+        raise ValueError(f"sampler must be 'cdf', 'race' or 'auto', got {sampler!r}")
+    if sampler == "auto":
+        sampler = "race" if isinstance(nu, int) and 1 <= nu <= RACE_MAX_NU else "cdf"
     scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
     nu_h, nu_max = _nu_per_head(nu, H, q.device)
     kind, mask, sm = _mask_operand(attn_mask, (B, H, L, S), q)
     interpreting = _interpreting(kernels)
+    if sampler == "race":
+        return _race(kernels, q, k, v, nu, nu_h, nu_max, kind, mask, sm, is_causal, scale, seed, offset, tiles,
+                     interpreting)  # fmt: skip
     fixed = _blocks(interpreting, nu_max, S, tiles)
     one_pass = fixed["one_pass"] if fixed is not None else S <= ONE_PASS_MAX_KEYS
     meta = {"MASK_KIND": kind, "IS_CAUSAL": bool(is_causal), "BLOCK_E": max(16, _next_power_of_2(E)),
@@ -320,7 +380,7 @@ def sa_attention_fused(
     def grid(launch):
         return (-(-L // launch["BLOCK_M"]), B * H)
 
-    stats, sample, single = _tuned(kernels)
+    stats, sample, single, _ = _tuned(kernels)
     if one_pass:
         single[grid](*sample_args, **meta, **sample_meta, BLOCK_N=max(16, _next_power_of_2(S)))
     else:

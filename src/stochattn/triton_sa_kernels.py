@@ -17,11 +17,15 @@ nothing of size L x S is stored. Row statistics (max ``m``, normaliser ``Z``) li
   head with ``nu = 0`` is deterministic (weights ``e_j / Z``), the convention of :mod:`stochattn.attention`. With
   ONE_PASS (a row's keys fit one tile) it is the only pass: m and Z come from the same scores.
 
+* :func:`_race_kernel` (``sampler="race"``, one pass for small nu): each of a row's nu draws is an exponential race
+  over the keys (the key of least ``log E_dj - s_j`` wins, with probability ``softmax(s)_j``): no max, no
+  normaliser, no cumulative sum, O(nu S) random numbers per row; the winners' value rows averaged.
+
 UPCAST (the interpreter): 16-bit operands are converted to fp32 before every ``tl.dot``; Triton 3.9's interpreter
 returns wrong products for bf16 operands.
 
 Spacing ``t`` (0 <= t <= nu) of row ``r`` (r = (b H + h) L + i) uses the Philox counter
-``offset + r * (nu_max + 1) + t``.
+``offset + r * (nu_max + 1) + t``; the race's exponential of draw ``d`` at key ``j``, ``offset + (r nu_max + d) S + j``.
 """
 
 from __future__ import annotations
@@ -264,5 +268,63 @@ def _sample_kernel(Q, K, V, Mask, M_in, Z_in, Nu, Out, seed, offset, nu_max, tun
         v_last = tl.load(V + tl.maximum(last, 0)[:, None] * sv_s + offs_ev[None, :] * sv_e,
                          mask=(last[:, None] >= 0) & (offs_ev[None, :] < EV), other=0.0)  # fmt: skip
         acc = (acc + left[:, None] * v_last.to(tl.float32)) / nu
+    out = Out + b * so_b + h * so_h + offs_m[:, None] * so_l + offs_ev[None, :] * so_e
+    tl.store(out, acc.to(Out.dtype.element_ty), mask=(offs_m[:, None] < L) & (offs_ev[None, :] < EV))
+
+
+@triton.jit
+def _race_exponentials(seed, counters):
+    """Standard exponentials (counters' shape) for the race: E = -log(1 - v) with v = (x + 1/2) 2^-31 uniform on
+    (0, 1) from Philox's 31 random bits, so v is fine near 0, where the race's winners are decided (small E); the
+    series of -log(1 - v) to v^8 below 1/16 (relative error < 2^-32), log above; v at most 1 - 2^-24 (E <= 16.6)."""
+    r = tl.randint(seed, counters).to(tl.int32, bitcast=True)  # Philox's uint32
+    x = tl.where(r < 0, -r - 1, r)  # [0, 2^31)
+    v = tl.minimum((x.to(tl.float32) + 0.5) * 4.656612873077393e-10, 0.99999994)
+    series = v * (
+        1.0 + v * (0.5 + v * (1.0 / 3.0 + v * (0.25 + v * (0.2 + v * (1.0 / 6.0 + v * (1.0 / 7.0 + v * 0.125))))))
+    )
+    return tl.where(v < 0.0625, series, -tl.log(1.0 - v))
+
+
+@triton.jit(do_not_specialize=["seed", "offset", "nu_max", "tune_key"])
+def _race_kernel(Q, K, V, Mask, Nu, Out, seed, offset, nu_max, tune_key, H, L, S, E, EV, scale,
+                 sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
+                 sm_b, sm_h, sm_l, sm_s, so_b, so_h, so_l, so_e,
+                 MASK_KIND: tl.constexpr, IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_E: tl.constexpr, BLOCK_EV: tl.constexpr, NU_BLOCK: tl.constexpr, PRECISION: tl.constexpr,
+                 UPCAST: tl.constexpr):  # fmt: skip
+    """One pass, no normaliser: out = (W / nu) V with W the counts of nu_h independent categorical draws per row
+    (``W ~ Multinomial(nu_h, softmax row)``), each draw won by the key of least log E_dj - s_j over the row's keys
+    (an exponential race: key j wins with probability exp(s_j) / sum_k exp(s_k), whatever the row's max; a masked
+    key, s = -inf, never wins), E_dj i.i.d. standard exponentials on the Philox counters
+    ``offset + (r nu_max + d) S + j``. The winners are kept per draw across the key blocks, then their value rows
+    averaged. Work O(nu S) per row: for small nu (NU_BLOCK = the next power of two of nu_max; every head nu >= 1).
+    A row with no attendable key returns zeros."""
+    pid_m, pid_bh = tl.program_id(0), tl.program_id(1)
+    b, h = pid_bh // H, pid_bh % H
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rows = pid_bh.to(tl.int64) * L + offs_m
+    q = _load_q(Q + b * sq_b + h * sq_h, offs_m, L, E, sq_l, sq_e, BLOCK_E)
+    K = K + b * sk_b + h * sk_h
+    V = V + b * sv_b + h * sv_h
+    Mask = Mask + b * sm_b + h * sm_h
+    nu = tl.load(Nu + h)
+    d = tl.arange(0, NU_BLOCK)
+    first = offset + (rows[:, None] * nu_max + d[None, :]) * S  # (BLOCK_M, NU_BLOCK) the draws' first counters
+    best = tl.full((BLOCK_M, NU_BLOCK), float("inf"), tl.float32)
+    win = tl.full((BLOCK_M, NU_BLOCK), -1, tl.int32)
+    for n0 in range(0, _key_end(pid_m, S, IS_CAUSAL, BLOCK_M), BLOCK_N):
+        s, offs_n = _block_scores(q, K, Mask, offs_m, n0, L, S, E, scale, sk_s, sk_e, sm_l, sm_s,
+                                  MASK_KIND, IS_CAUSAL, BLOCK_N, BLOCK_E, PRECISION, UPCAST)  # fmt: skip
+        race = tl.log(_race_exponentials(seed, first[:, :, None] + offs_n[None, None, :])) - s[:, None, :]
+        block_best = tl.min(race, 2)
+        better = block_best < best  # +inf (every key of the block masked) never is
+        win = tl.where(better, n0 + tl.argmin(race, 2), win)
+        best = tl.where(better, block_best, best)
+    offs_ev = tl.arange(0, BLOCK_EV)
+    take = (win >= 0) & (d[None, :] < nu)
+    values = tl.load(V + win[:, :, None] * sv_s + offs_ev[None, None, :] * sv_e,
+                     mask=take[:, :, None] & (offs_ev[None, None, :] < EV), other=0.0)  # fmt: skip
+    acc = tl.sum(values.to(tl.float32), 1) / nu
     out = Out + b * so_b + h * so_h + offs_m[:, None] * so_l + offs_ev[None, :] * so_e
     tl.store(out, acc.to(Out.dtype.element_ty), mask=(offs_m[:, None] < L) & (offs_ev[None, :] < EV))
