@@ -218,6 +218,8 @@ def test_race_masks_causal_rows_seeds_and_limits():
     assert torch.all(wc[:, :, 0, 0] == 1)
     a = triton_sa.sa_attention_fused(q, k, _eye(1), 4, seed=1, sampler="race")
     assert torch.equal(a, triton_sa.sa_attention_fused(q, k, _eye(1), 4, seed=1, sampler="race"))
+    other_tiles = {"BLOCK_M": 16, "BLOCK_N": 32, "sample_warps": 4}  # the draws do not depend on the tiles
+    assert torch.equal(a, triton_sa.sa_attention_fused(q, k, _eye(1), 4, seed=1, sampler="race", tiles=other_tiles))
     assert not torch.equal(a, triton_sa.sa_attention_fused(q, k, _eye(1), 4, seed=2, sampler="race"))
     for bad in (triton_sa.RACE_MAX_NU + 1, torch.tensor([0])):
         with pytest.raises(ValueError, match="race sampler"):

@@ -283,7 +283,7 @@ def _race(kernels, q, k, v, nu, nu_h, nu_max, kind, mask, sm, is_causal, scale, 
         race = _tuned(kernels)[3]
         race[lambda launch: (-(-L // launch["BLOCK_M"]), B * H)](*args, **meta)
         return out
-    fixed = {"BLOCK_M": 32, "BLOCK_N": 16, "sample_warps": 4} if tiles is None else {**LEGACY_TILES, **tiles}
+    fixed = {"BLOCK_M": 128, "BLOCK_N": 16, "sample_warps": 4} if tiles is None else {**LEGACY_TILES, **tiles}
     unknown = set(fixed) - set(LEGACY_TILES)
     if unknown:
         raise ValueError(f"unknown tile settings {sorted(unknown)}; known: {sorted(LEGACY_TILES)}")
@@ -322,9 +322,9 @@ def sa_attention_fused(
 
     ``sampler``: ``"cdf"`` (the row's sorted uniforms placed in its cumulative sums, two passes; any nu),
     ``"race"`` (one pass, an exponential race per draw, no normaliser: O(nu S) random numbers per row; nu at most
-    :data:`RACE_MAX_NU` and >= 1 in every head; its Philox counters are ``offset + (r nu_max + d) S + j``), ``"auto"``
-    (the race for an int nu up to RACE_MAX_NU, else cdf) or None (:data:`DEFAULT_SAMPLER`, what the SDPA path
-    takes). The same law; different draws for the same seed."""
+    :data:`RACE_MAX_NU` and >= 1 in every head; the Philox counter ``offset + (r nu_max + d) ceil(S / 4) + g``
+    serves draw d at keys 4 g .. 4 g + 3), ``"auto"`` (the race for an int nu up to RACE_MAX_NU, else cdf) or None
+    (:data:`DEFAULT_SAMPLER`, what the SDPA path takes). The same law; different draws for the same seed."""
     ok, why = available(q.device)
     if not ok:
         raise FusedUnavailableError(why)

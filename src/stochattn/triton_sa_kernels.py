@@ -25,7 +25,8 @@ UPCAST (the interpreter): 16-bit operands are converted to fp32 before every ``t
 returns wrong products for bf16 operands.
 
 Spacing ``t`` (0 <= t <= nu) of row ``r`` (r = (b H + h) L + i) uses the Philox counter
-``offset + r * (nu_max + 1) + t``; the race's exponential of draw ``d`` at key ``j``, ``offset + (r nu_max + d) S + j``.
+``offset + r * (nu_max + 1) + t``; the race's exponentials of draw ``d`` at keys ``4 g .. 4 g + 3``, the four words
+of ``offset + (r nu_max + d) ceil(S / 4) + g``.
 """
 
 from __future__ import annotations
@@ -273,17 +274,27 @@ def _sample_kernel(Q, K, V, Mask, M_in, Z_in, Nu, Out, seed, offset, nu_max, tun
 
 
 @triton.jit
-def _race_exponentials(seed, counters):
-    """Standard exponentials (counters' shape) for the race: E = -log(1 - v) with v = (x + 1/2) 2^-31 uniform on
-    (0, 1) from Philox's 31 random bits, so v is fine near 0, where the race's winners are decided (small E); the
+def _race_exponentials(bits):
+    """Standard exponentials from Philox's uint32 ``bits`` (any shape): E = -log(1 - v) with v = (x + 1/2) 2^-31
+    uniform on (0, 1) from 31 random bits, so v is fine near 0, where the race's winners are decided (small E); the
     series of -log(1 - v) to v^8 below 1/16 (relative error < 2^-32), log above; v at most 1 - 2^-24 (E <= 16.6)."""
-    r = tl.randint(seed, counters).to(tl.int32, bitcast=True)  # Philox's uint32
+    r = bits.to(tl.int32, bitcast=True)
     x = tl.where(r < 0, -r - 1, r)  # [0, 2^31)
     v = tl.minimum((x.to(tl.float32) + 0.5) * 4.656612873077393e-10, 0.99999994)
     series = v * (
         1.0 + v * (0.5 + v * (1.0 / 3.0 + v * (0.25 + v * (0.2 + v * (1.0 / 6.0 + v * (1.0 / 7.0 + v * 0.125))))))
     )
     return tl.where(v < 0.0625, series, -tl.log(1.0 - v))
+
+
+@triton.jit
+def _race_part(bits, s, best, win, key0):
+    """One quarter of a key block in the race: s (BLOCK_M, G) the scores of keys key0 + 4 c, bits (BLOCK_M,
+    NU_BLOCK, G) their draws' random words; the (best, win) per draw updated where a key of this quarter wins."""
+    race = tl.log(_race_exponentials(bits)) - s[:, None, :]  # +inf where masked
+    part_best = tl.min(race, 2)
+    better = part_best < best  # +inf (every key masked) never is
+    return tl.where(better, part_best, best), tl.where(better, key0 + 4 * tl.argmin(race, 2), win)
 
 
 @triton.jit(do_not_specialize=["seed", "offset", "nu_max", "tune_key"])
@@ -296,10 +307,11 @@ def _race_kernel(Q, K, V, Mask, Nu, Out, seed, offset, nu_max, tune_key, H, L, S
     """One pass, no normaliser: out = (W / nu) V with W the counts of nu_h independent categorical draws per row
     (``W ~ Multinomial(nu_h, softmax row)``), each draw won by the key of least log E_dj - s_j over the row's keys
     (an exponential race: key j wins with probability exp(s_j) / sum_k exp(s_k), whatever the row's max; a masked
-    key, s = -inf, never wins), E_dj i.i.d. standard exponentials on the Philox counters
-    ``offset + (r nu_max + d) S + j``. The winners are kept per draw across the key blocks, then their value rows
-    averaged. Work O(nu S) per row: for small nu (NU_BLOCK = the next power of two of nu_max; every head nu >= 1).
-    A row with no attendable key returns zeros."""
+    key, s = -inf, never wins), E_dj i.i.d. standard exponentials; one Philox call (four 32-bit words) serves four
+    keys: counter ``offset + (r nu_max + d) ceil(S / 4) + g`` for keys 4 g .. 4 g + 3. The winners are kept per draw
+    across the key blocks, then their value rows averaged. Work O(nu S) per row: for small nu (NU_BLOCK = the next
+    power of two of nu_max; every head nu >= 1; BLOCK_N a multiple of 4). A row with no attendable key returns
+    zeros."""
     pid_m, pid_bh = tl.program_id(0), tl.program_id(1)
     b, h = pid_bh // H, pid_bh % H
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -310,17 +322,24 @@ def _race_kernel(Q, K, V, Mask, Nu, Out, seed, offset, nu_max, tune_key, H, L, S
     Mask = Mask + b * sm_b + h * sm_h
     nu = tl.load(Nu + h)
     d = tl.arange(0, NU_BLOCK)
-    first = offset + (rows[:, None] * nu_max + d[None, :]) * S  # (BLOCK_M, NU_BLOCK) the draws' first counters
+    groups = (S + 3) // 4
+    first = offset + (rows[:, None] * nu_max + d[None, :]) * groups  # (BLOCK_M, NU_BLOCK) the draws' first counters
+    g = tl.arange(0, BLOCK_N // 4)
     best = tl.full((BLOCK_M, NU_BLOCK), float("inf"), tl.float32)
     win = tl.full((BLOCK_M, NU_BLOCK), -1, tl.int32)
     for n0 in range(0, _key_end(pid_m, S, IS_CAUSAL, BLOCK_M), BLOCK_N):
-        s, offs_n = _block_scores(q, K, Mask, offs_m, n0, L, S, E, scale, sk_s, sk_e, sm_l, sm_s,
-                                  MASK_KIND, IS_CAUSAL, BLOCK_N, BLOCK_E, PRECISION, UPCAST)  # fmt: skip
-        race = tl.log(_race_exponentials(seed, first[:, :, None] + offs_n[None, None, :])) - s[:, None, :]
-        block_best = tl.min(race, 2)
-        better = block_best < best  # +inf (every key of the block masked) never is
-        win = tl.where(better, n0 + tl.argmin(race, 2), win)
-        best = tl.where(better, block_best, best)
+        s, _ = _block_scores(q, K, Mask, offs_m, n0, L, S, E, scale, sk_s, sk_e, sm_l, sm_s,
+                             MASK_KIND, IS_CAUSAL, BLOCK_N, BLOCK_E, PRECISION, UPCAST)  # fmt: skip
+        # key n0 + 4 c + i -> (BLOCK_M, G) tile i, column c; the four words of one Philox counter, one per tile.
+        # reshape: [m, c, a, b] = key 4 c + 2 a + b; split takes the last axis (b), then a
+        s_b0, s_b1 = tl.split(tl.reshape(s, (BLOCK_M, BLOCK_N // 4, 2, 2)))  # (BLOCK_M, G, 2): b = 0, 1
+        s0, s2 = tl.split(s_b0)
+        s1, s3 = tl.split(s_b1)
+        w0, w1, w2, w3 = tl.randint4x(seed, first[:, :, None] + (n0 // 4 + g)[None, None, :])
+        best, win = _race_part(w0, s0, best, win, n0)
+        best, win = _race_part(w1, s1, best, win, n0 + 1)
+        best, win = _race_part(w2, s2, best, win, n0 + 2)
+        best, win = _race_part(w3, s3, best, win, n0 + 3)
     offs_ev = tl.arange(0, BLOCK_EV)
     take = (win >= 0) & (d[None, :] < nu)
     values = tl.load(V + win[:, :, None] * sv_s + offs_ev[None, None, :] * sv_e,
