@@ -3,7 +3,8 @@
     python benchmarks/profile_sa.py [--nu 16] [--repeats 5] [--models timesfm climax]
 
 For the full-size TimesFM 2.5 200M and ClimaX modules of gpu_check.py (random weights), the deterministic pass and
-the SA pass (fused kernel, the adapters' default on CUDA; ``--explicit`` for the explicit path): wall milliseconds
+the SA pass (fused kernel, the adapters' default on CUDA, with each of ``--samplers`` cdf / race; ``--explicit`` for
+the explicit path): wall milliseconds
 per forward (median, device synchronised), the device's busy time per forward (the sum of CUDA kernel times under
 torch.profiler), the host time spent in SA's attention calls, and the top operators by device and host time. A
 forward whose wall time is far above its device time is bound by the host (Python, launches): there, SA's
@@ -101,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--explicit", action="store_true", help="the explicit path instead of the fused kernel")
+    parser.add_argument("--samplers", nargs="+", default=["cdf", "race"], choices=["cdf", "race"],
+                        help="the fused kernel's samplers to profile (race: nu <= 16)")  # fmt: skip
     parser.add_argument("--models", nargs="*", default=["timesfm", "climax"], choices=["timesfm", "climax"])
     parser.add_argument("--python-profile", type=int, default=25, metavar="N",
                         help="cProfile one SA forward: the N functions of most cumulative host time")  # fmt: skip
@@ -108,35 +111,39 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print(f"profile_sa: no CUDA device here (torch {torch.__version__}); nothing to profile.")
         return 0
+    from stochattn import triton_sa
     from stochattn.backbones.climax import climax_sa_nu
     from stochattn.patch import StochasticAttention
 
     device = torch.device("cuda")
     print(f"profile_sa on {torch.cuda.get_device_name(device)} (torch {torch.__version__}), nu {args.nu}", flush=True)
     builds = {"timesfm": (_timesfm, lambda nu: nu), "climax": (_climax, climax_sa_nu)}
+    samplers = ["explicit"] if args.explicit else [s for s in args.samplers if s == "cdf" or args.nu <= 16]
     for key in args.models:
         build, template = builds[key]
         name, model, call = build(device, False)
-        sa = StochasticAttention(model, nu=template(args.nu), generator=torch.Generator().manual_seed(0),
-                                 fused=False if args.explicit else None)  # fmt: skip
         with torch.no_grad():
-            sa.remove()
             call(), call()
             det_wall = _wall_ms(call, args.repeats)
             det_dev, det_table = _profile(call, args.repeats, args.top)
-            sa.apply()
-            call(), call()  # compile and autotune
-            sa_wall = _wall_ms(call, args.repeats)
-            with _HostClock() as clock:
-                call()
-            sa_dev, sa_table = _profile(call, args.repeats, args.top)
-            python_table = _python_profile(call, args.python_profile) if args.python_profile else ""
-            sa.remove()
-        print(f"\n== {name}: deterministic {det_wall:.1f} ms wall, {det_dev:.1f} ms device; SA "
-              f"({'explicit' if args.explicit else 'fused'}, nu {args.nu}) {sa_wall:.1f} ms wall "
-              f"({sa_wall / det_wall:.2f}x), {sa_dev:.1f} ms device ({sa_dev / det_dev:.2f}x); host time in SA's "
-              f"{clock.calls} attention calls {1e3 * clock.seconds:.1f} ms", flush=True)  # fmt: skip
-        print(f"-- deterministic, {det_table}\n-- SA, {sa_table}\n{python_table}", flush=True)
+            print(f"\n== {name}: deterministic {det_wall:.1f} ms wall, {det_dev:.1f} ms device", flush=True)
+            print(f"-- deterministic, {det_table}", flush=True)
+            for sampler in samplers:
+                triton_sa.DEFAULT_SAMPLER = "auto" if sampler == "race" else "cdf"  # auto: the race for an int nu
+                sa = StochasticAttention(model, nu=template(args.nu), generator=torch.Generator().manual_seed(0),
+                                         fused=False if sampler == "explicit" else None)  # fmt: skip
+                call(), call()  # compile and autotune
+                sa_wall = _wall_ms(call, args.repeats)
+                with _HostClock() as clock:
+                    call()
+                sa_dev, sa_table = _profile(call, args.repeats, args.top)
+                python_table = _python_profile(call, args.python_profile) if args.python_profile else ""
+                sa.remove()
+                print(f"== {name}: SA ({sampler}, nu {args.nu}) {sa_wall:.1f} ms wall ({sa_wall / det_wall:.2f}x), "
+                      f"{sa_dev:.1f} ms device ({sa_dev / det_dev:.2f}x); host time in SA's {clock.calls} attention "
+                      f"calls {1e3 * clock.seconds:.1f} ms", flush=True)  # fmt: skip
+                print(f"-- SA ({sampler}), {sa_table}\n{python_table}", flush=True)
+        triton_sa.DEFAULT_SAMPLER = "cdf"
         del model
         torch.cuda.empty_cache()
     return 0
