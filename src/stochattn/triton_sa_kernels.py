@@ -80,6 +80,30 @@ def _load_q(Q, offs_m, L, E, stride_ql, stride_qe, BLOCK_E: tl.constexpr):
                    mask=(offs_m[:, None] < L) & (offs_e[None, :] < E), other=0.0)  # fmt: skip
 
 
+@triton.jit
+def _program_rows(Q, K, V, Mask, Nu, H, L, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sv_b, sv_h, sm_b, sm_h,
+                  BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr):  # fmt: skip
+    """This program's share of the work: (pid_m, b, h, its query rows offs_m (BLOCK_M,), their global indices
+    rows = (b H + h) L + offs_m (int64), q (BLOCK_M, BLOCK_E), K, V and Mask at its (batch, head), the head's nu)."""
+    pid_m, pid_bh = tl.program_id(0), tl.program_id(1)
+    b, h = pid_bh // H, pid_bh % H
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rows = pid_bh.to(tl.int64) * L + offs_m
+    q = _load_q(Q + b * sq_b + h * sq_h, offs_m, L, E, sq_l, sq_e, BLOCK_E)
+    return (
+        pid_m,
+        b,
+        h,
+        offs_m,
+        rows,
+        q,
+        K + b * sk_b + h * sk_h,
+        V + b * sv_b + h * sv_h,
+        Mask + b * sm_b + h * sm_h,
+        tl.load(Nu + h),
+    )
+
+
 @triton.jit(do_not_specialize=["tune_key"])
 def _stats_kernel(Q, K, Mask, M_out, Z_out, tune_key, H, L, S, E, scale,
                   sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sm_b, sm_h, sm_l, sm_s,
@@ -224,16 +248,10 @@ def _sample_kernel(Q, K, V, Mask, M_in, Z_in, Nu, Out, seed, offset, nu_max, tun
     rounding: it may end slightly below Z) go to the row's last positive key. ONE_PASS (every key in one block,
     S <= BLOCK_N): the row statistics come from the block's own scores (pass 1 is not launched, M_in / Z_in are not
     read), and the scores are computed once. ``tune_key`` is not used by the kernel: the autotuner's key."""
-    pid_m, pid_bh = tl.program_id(0), tl.program_id(1)
-    b, h = pid_bh // H, pid_bh % H
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    pid_m, b, h, offs_m, rows, q, K, V, Mask, nu = _program_rows(
+        Q, K, V, Mask, Nu, H, L, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sv_b, sv_h, sm_b, sm_h, BLOCK_M, BLOCK_E
+    )
     offs_ev = tl.arange(0, BLOCK_EV)
-    rows = pid_bh.to(tl.int64) * L + offs_m
-    q = _load_q(Q + b * sq_b + h * sq_h, offs_m, L, E, sq_l, sq_e, BLOCK_E)
-    K = K + b * sk_b + h * sk_h
-    V = V + b * sv_b + h * sv_h
-    Mask = Mask + b * sm_b + h * sm_h
-    nu = tl.load(Nu + h)
     carry = tl.zeros((BLOCK_M,), tl.float32)
     last = tl.full((BLOCK_M,), -1, tl.int32)
     # the row's sorted points: x_k = Z (E_0 + ... + E_k) / (E_0 + ... + E_nu), k < nu, consumed in order
@@ -312,15 +330,9 @@ def _race_kernel(Q, K, V, Mask, Nu, Out, seed, offset, nu_max, tune_key, H, L, S
     across the key blocks, then their value rows averaged. Work O(nu S) per row: for small nu (NU_BLOCK = the next
     power of two of nu_max; every head nu >= 1; BLOCK_N a multiple of 4). A row with no attendable key returns
     zeros."""
-    pid_m, pid_bh = tl.program_id(0), tl.program_id(1)
-    b, h = pid_bh // H, pid_bh % H
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rows = pid_bh.to(tl.int64) * L + offs_m
-    q = _load_q(Q + b * sq_b + h * sq_h, offs_m, L, E, sq_l, sq_e, BLOCK_E)
-    K = K + b * sk_b + h * sk_h
-    V = V + b * sv_b + h * sv_h
-    Mask = Mask + b * sm_b + h * sm_h
-    nu = tl.load(Nu + h)
+    pid_m, b, h, offs_m, rows, q, K, V, Mask, nu = _program_rows(
+        Q, K, V, Mask, Nu, H, L, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sv_b, sv_h, sm_b, sm_h, BLOCK_M, BLOCK_E
+    )
     d = tl.arange(0, NU_BLOCK)
     groups = (S + 3) // 4
     first = offset + (rows[:, None] * nu_max + d[None, :]) * groups  # (BLOCK_M, NU_BLOCK) the draws' first counters
