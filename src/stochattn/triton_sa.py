@@ -100,9 +100,9 @@ def available(device: Union[str, torch.device] = "cuda") -> tuple[bool, str]:
     return True, ""
 
 
-def _nu_per_head(nu: Union[int, Tensor], H: int, device: torch.device) -> tuple[Tensor, int]:
-    """((H,) int32 on ``device``, max(1, largest nu)): a positive int for every head, or a per-head tensor (0 = a
-    deterministic head). An int nu (or a CPU tensor) costs no device synchronisation."""
+def _nu_per_head(nu: Union[int, Tensor], H: int, device: torch.device) -> tuple[Tensor, int, int]:
+    """((H,) int32 on ``device``, max(1, largest nu), smallest nu): a positive int for every head, or a per-head
+    tensor (0 = a deterministic head). An int nu (or a CPU tensor) costs no device synchronisation."""
     if isinstance(nu, Tensor):
         if nu.dtype.is_floating_point or nu.dtype == torch.bool or nu.numel() not in (1, H):
             raise ValueError(f"nu must be an int or an integer tensor of 1 or H={H} values, got {nu.dtype} "
@@ -111,10 +111,10 @@ def _nu_per_head(nu: Union[int, Tensor], H: int, device: torch.device) -> tuple[
         low, high = torch.stack([nu.min(), nu.max()]).tolist()  # one read (a device tensor: one synchronisation)
         if low < 0:
             raise ValueError("nu must be >= 0 (0 marks a deterministic head)")
-        return nu.to(device=device, dtype=torch.int32).contiguous(), max(1, high)
+        return nu.to(device=device, dtype=torch.int32).contiguous(), max(1, high), low
     if isinstance(nu, bool) or not isinstance(nu, int) or nu < 1:
         raise ValueError(f"nu must be a positive int or a per-head integer tensor, got {nu!r}")
-    return torch.full((H,), nu, dtype=torch.int32, device=device), nu
+    return torch.full((H,), nu, dtype=torch.int32, device=device), nu, nu
 
 
 def _mask_operand(attn_mask: Optional[Tensor], shape: tuple, like: Tensor) -> tuple[int, Tensor, tuple]:
@@ -123,7 +123,7 @@ def _mask_operand(attn_mask: Optional[Tensor], shape: tuple, like: Tensor) -> tu
     if attn_mask is None:
         return 0, like, (0, 0, 0, 0)
     if attn_mask.dtype == torch.bool:
-        kind, mask = 1, attn_mask.to(torch.int8)
+        kind, mask = 1, attn_mask.view(torch.int8)  # the same bytes (True = 1): no copy, no kernel
     else:
         kind, mask = 2, attn_mask.to(torch.float32)
     mask = torch.broadcast_to(mask, shape)
@@ -267,9 +267,10 @@ def _next_power_of_2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-def _race(kernels, q, k, v, nu, nu_h, nu_max, kind, mask, sm, is_causal, scale, seed, offset, tiles, interpreting):
+def _race(kernels, q, k, v, nu, nu_h, nu_max, nu_min, kind, mask, sm, is_causal, scale, seed, offset, tiles,
+          interpreting):  # fmt: skip
     """:func:`sa_attention_fused` with ``sampler="race"``: one launch of ``_race_kernel``."""
-    if nu_max > RACE_MAX_NU or (isinstance(nu, Tensor) and int(nu.min()) < 1):
+    if nu_max > RACE_MAX_NU or nu_min < 1:
         raise ValueError(f"the race sampler takes 1 <= nu <= {RACE_MAX_NU} in every head, got nu={nu!r}")
     B, H, L, E = q.shape
     S, Ev = k.shape[2], v.shape[3]
@@ -348,12 +349,12 @@ def sa_attention_fused(
     if sampler == "auto":
         sampler = "race" if isinstance(nu, int) and 1 <= nu <= RACE_MAX_NU else "cdf"
     scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
-    nu_h, nu_max = _nu_per_head(nu, H, q.device)
+    nu_h, nu_max, nu_min = _nu_per_head(nu, H, q.device)
     kind, mask, sm = _mask_operand(attn_mask, (B, H, L, S), q)
     interpreting = _interpreting(kernels)
     if sampler == "race":
-        return _race(kernels, q, k, v, nu, nu_h, nu_max, kind, mask, sm, is_causal, scale, seed, offset, tiles,
-                     interpreting)  # fmt: skip
+        return _race(kernels, q, k, v, nu, nu_h, nu_max, nu_min, kind, mask, sm, is_causal, scale, seed, offset,
+                     tiles, interpreting)  # fmt: skip
     fixed = _blocks(interpreting, nu_max, S, tiles)
     one_pass = fixed["one_pass"] if fixed is not None else S <= ONE_PASS_MAX_KEYS
     meta = {"MASK_KIND": kind, "IS_CAUSAL": bool(is_causal), "BLOCK_E": max(16, _next_power_of_2(E)),
