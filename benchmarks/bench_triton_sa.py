@@ -168,8 +168,11 @@ def _describe(config) -> str:
     return f"{kw}, {config.num_warps} warps, {config.num_stages} stages"
 
 
-def _timings(tuner) -> dict:
-    """{configuration: [median, 20th, 80th percentile ms]} of the autotuner's last tuning."""
+def _timings(tuner, tuned_before: int) -> dict:
+    """{configuration: [median, 20th, 80th percentile ms]} of the autotuner's last tuning, if it tuned since its cache
+    held ``tuned_before`` keys (else {}: this cell's size bucket was timed in an earlier cell)."""
+    if len(tuner.cache) <= tuned_before:
+        return {}
     timings = getattr(tuner, "configs_timings", None) or {}
     return {_describe(c): (list(t) if isinstance(t, (list, tuple)) else t) for c, t in timings.items()}
 
@@ -190,6 +193,7 @@ def kernel_rows(device: torch.device, timings: list | None = None, json_path: st
             cache[(E, n)] = (q, k, v, _ms(lambda: F.scaled_dot_product_attention(q, k, v)))
         q, k, v, sdpa_ms = cache[(E, n)]
         before = _ms(lambda: triton_sa.sa_attention_fused(q, k, v, nu, seed=1, tiles=triton_sa.LEGACY_TILES))
+        tuned = {t: len(t.cache) for t in (stats, sample, race_tuner)}
         triton_sa.sa_attention_fused(q, k, v, nu, seed=1)  # the autotuner times its configurations here
         after = _ms(lambda: triton_sa.sa_attention_fused(q, k, v, nu, seed=1))
         chosen = f"pass 1: {_describe(stats.best_config)}; pass 2: {_describe(sample.best_config)}"
@@ -200,8 +204,9 @@ def kernel_rows(device: torch.device, timings: list | None = None, json_path: st
             chosen += f"; race: {_describe(race_tuner.best_config)}"
         if timings is not None:
             timings.append({"E": E, "BH": B * H, "L": n, "nu": nu, "sdpa_ms": sdpa_ms, "before_ms": before,
-                            "after_ms": after, "race_ms": race, "pass1": _timings(stats), "pass2": _timings(sample),
-                            "race": _timings(race_tuner) if race is not None else {}})  # fmt: skip
+                            "after_ms": after, "race_ms": race, "pass1": _timings(stats, tuned[stats]),
+                            "pass2": _timings(sample, tuned[sample]),
+                            "race": _timings(race_tuner, tuned[race_tuner])})  # fmt: skip
         rows.append({"check": f"E {E}, B*H {B * H}, L=S {n}, nu {nu}: kernel / SDPA", "ok": True,
                      "value": f"before {before / sdpa_ms:.2f}x, after {after / sdpa_ms:.2f}x"
                               + (f", race {race / sdpa_ms:.2f}x" if race is not None else "")
