@@ -211,7 +211,10 @@ def _place_block(s, offs_n, V, acc, carry, last, taken, prefix, m, z, nu, to_row
         if SEARCH:
             g = tl.associative_scan(tl.where(positive, hi, carry[:, None]), 1, _max_combine)
         w = tl.zeros(s.shape, tl.float32)
-        more = 1
+        # the rows' next points (as the loop's first round computes them): no round where none is below the top
+        spacing = tl.sum(_spacings(seed, offset, rows, taken[:, None], nu_max), 1)
+        x_next = tl.where(taken < nu, (prefix + spacing) * to_row, float("inf"))
+        more = tl.max((x_next < top).to(tl.int32), 0)
         while more > 0:  # the row's next NU_BLOCK sorted points, until a point of every row reaches the top
             t = taken[:, None] + tl.arange(0, NU_BLOCK)[None, :]
             cum = prefix[:, None] + tl.cumsum(_spacings(seed, offset, rows, t, nu_max), 1)
