@@ -131,9 +131,21 @@ def compile_rows(archs=(90,), dtypes=("fp32", "bf16"), variants=VARIANTS, head_d
 
 
 def config_rows(arch: int = 90, dtype: str = "bf16", head_dim: int = 80, nu_max: int = 512) -> list[dict]:
-    """One row per configuration the autotuner may choose (stochattn.triton_sa's STATS_CONFIGS, SAMPLE_CONFIGS and
-    ONE_PASS_CONFIGS, no mask), with its registers and spills: what the autotuner times on a GPU."""
-    from stochattn.triton_sa import ONE_PASS_CONFIGS, SAMPLE_CONFIGS, STATS_CONFIGS, draw_tile
+    """One row per configuration the autotuner may choose (stochattn.triton_sa's STATS_CONFIGS, SAMPLE_CONFIGS,
+    ONE_PASS_CONFIGS and, for nu_max <= RACE_MAX_NU, the RACE_CONFIGS its pruning keeps; no mask), with its registers
+    and spills: what the autotuner times on a GPU."""
+    from stochattn.triton_sa import (
+        ONE_PASS_CONFIGS,
+        RACE_CONFIGS,
+        RACE_MAX_NU,
+        SAMPLE_CONFIGS,
+        STATS_CONFIGS,
+        _next_power_of_2,
+        draw_tile,
+    )
+
+    def kernel_row(rows: list[dict], name: str) -> dict:
+        return next(r for r in rows if r["check"].endswith(name))
 
     def label(kernel, m, n, nb, w, se):
         place = "" if se is None else (", search" if se else ", compare tile")
@@ -152,9 +164,15 @@ def config_rows(arch: int = 90, dtype: str = "bf16", head_dim: int = 80, nu_max:
     for configs, variant in ((SAMPLE_CONFIGS, VARIANTS[0]), (ONE_PASS_CONFIGS, VARIANTS[4])):
         for m, n, nb, w, se in configs:
             tiles = {"BLOCK_M": m, "NU_BLOCK": draw_tile(nb, nu_max), "sample_warps": w, "search": se}
-            row = compile_rows((arch,), (dtype,), (variant,), (head_dim,), nu_max, **tiles,
-                               **({"BLOCK_N": n} if n else {}))[-1]  # fmt: skip
+            row = kernel_row(compile_rows((arch,), (dtype,), (variant,), (head_dim,), nu_max, **tiles,
+                                          **({"BLOCK_N": n} if n else {})), "_sample_kernel")  # fmt: skip
             rows.append({**row, "check": label("pass 2", m, n, draw_tile(nb, nu_max), w, se)})
+    draws = _next_power_of_2(nu_max)
+    for m, n, w in RACE_CONFIGS if nu_max <= RACE_MAX_NU else ():
+        if m * draws * n <= 32 * 32 * w:  # the autotuner's pruning (triton_sa._tuned)
+            row = kernel_row(compile_rows((arch,), (dtype,), VARIANTS[:1], (head_dim,), nu_max, BLOCK_M=m, BLOCK_N=n,
+                                          sample_warps=w), "_race_kernel")  # fmt: skip
+            rows.append({**row, "check": label("race", m, n, draws, w, None)})
     return rows
 
 
