@@ -2,7 +2,7 @@
 
     python benchmarks/uci_paper_slice.py WORKDIR [--datasets ...] [--splits 3] [--fewer protein=1 naval=1]
         [--methods sa mc_dropout swag multiswag ivon hsa] [--cores 2] [--configfile extra.yaml ...] [--report-only]
-        [--partial] [--by-split] [--out WORKDIR/uci_paper_slice.md]
+        [--partial] [--by-split] [--out WORKDIR/uci_paper_slice.md] [--keep RECORDS]
 
 Runs the workflow's own rules (``snakemake -s Snakefile --directory WORKDIR --configfile config/config.yaml
 WORKDIR/slice.yaml ... results/tables/uci_master.md``) on the paper's architecture and schedules (config/config.yaml),
@@ -21,6 +21,11 @@ with either, several workdirs (each data set in one) make one report. A figure b
 ``.pdf``) puts every method's W1 against the paper's (``uci_figures.paper_w1_figure``).
 ``--by-split`` adds, per data set, each split's native W1 and PI-95 coverage and the pooled W1 without each
 split (its ratio to the paper): whether one split makes a cell, or every split does.
+``--keep RECORDS`` copies what the report read (each run's metrics.json and meta.json, each job's benchmark record)
+into ``RECORDS/<dataset>/``, one folder a data set laid out like a workdir's ``results/``, which ``--partial`` reads as
+a workdir: the repository's ``benchmarks/records/uci_paper/`` holds those of the runs that docs/measurements.md reports,
+so its tables can be remade (``uci_paper_slice.py benchmarks/records/uci_paper/* --partial``) on a machine without
+the runs' many CPU-hours.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -38,7 +44,7 @@ from stochattn.experiments.paper_comparison import paper_cells
 from stochattn.experiments.uci_tables import uci_crps_table, uci_master_table, uci_slice_comparison
 from stochattn.io import load_json
 from stochattn.report import load_runs, method_label
-from stochattn.resources import read_benchmarks
+from stochattn.resources import dataset_of, read_benchmarks
 
 REPO = Path(__file__).resolve().parents[1]
 ALL = ["yacht", "energy", "concrete", "wine", "kin8nm", "power", "naval", "protein"]
@@ -60,6 +66,35 @@ def slice_config(args: argparse.Namespace) -> dict:
     }
 
 
+def results_dir(work: Path) -> Path:
+    """A workdir's ``results/``, or ``work`` itself where it is a records folder (``--keep``): one without it."""
+    return work / "results" if (work / "results").is_dir() else work
+
+
+def keep_records(work: Path, datasets: list[str], dest: Path) -> list[Path]:
+    """Copy each data set's metrics.json and meta.json files and its benchmark records from the workdir ``work`` into
+    ``dest/<dataset>/`` (laid out like ``results/``), replacing what was there; returns the folders written."""
+    src = results_dir(work)
+    written = []
+    for ds in datasets:
+        files = [p for name in ("metrics.json", "meta.json") for p in (src / "uci" / ds).glob(f"split*/*/{name}")]
+        records = (src / "benchmarks").rglob("*.tsv")
+        files += [p for p in records if dataset_of(p.relative_to(src).with_suffix("").parts) == ds]
+        if not files:
+            continue
+        target = dest / ds
+        tmp = dest / f".{ds}.tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        for path in files:
+            out = tmp / path.relative_to(src)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, out)
+        shutil.rmtree(target, ignore_errors=True)
+        tmp.rename(target)
+        written.append(target)
+    return written
+
+
 def fmt(v: float, spec: str = ".3f") -> str:
     return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
 
@@ -69,7 +104,7 @@ def sa_nus(work: Path, table) -> dict:
     out = {}
     sa_rows = table[table["method"].isin(["sa", "sa_match"])]
     for ds, method in zip(sa_rows["dataset"], sa_rows["method"]):
-        metas = [load_json(p) for p in sorted((work / "results" / "uci" / ds).glob(f"split*/{method}/meta.json"))]
+        metas = [load_json(p) for p in sorted((results_dir(work) / "uci" / ds).glob(f"split*/{method}/meta.json"))]
         if not metas:
             continue
         at = sum(bool(m.get("at_boundary")) for m in metas)
@@ -124,7 +159,7 @@ def by_split(work: Path, datasets: list[str], cells) -> str:
     """Per data set, one row per method: each split's native test W1 / PI-95 coverage, then the pooled W1 (ratio to
     the paper's) over every split but one; from the metrics.json files present, through the workflow's own tables."""
     out = []
-    runs = work / "results" / "uci"
+    runs = results_dir(work) / "uci"
     for ds in datasets:
         files = sorted((runs / ds).glob("split*/*/metrics.json"))
         loaded = load_runs(files, progress=False) if files else None
@@ -176,6 +211,9 @@ def main() -> None:
         help="also each split's W1 and the pooled W1 without each split (from the metrics.json files)",
     )
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--keep", type=Path, default=None, metavar="RECORDS",
+                    help="copy the runs' metrics.json, meta.json and benchmark records into RECORDS/<dataset>/ "
+                         "(benchmarks/records/uci_paper: what docs/measurements.md reports)")  # fmt: skip
     args = ap.parse_args()
     works = [w.resolve() for w in args.workdir]
     if len(works) > 1 and not (args.report_only or args.partial):
@@ -197,7 +235,7 @@ def main() -> None:
 
     masters, home, hours = [], {}, {}
     for work in works:
-        uci = work / "results" / "uci"
+        uci = results_dir(work) / "uci"
         files = [p for ds in args.datasets for p in sorted((uci / ds).glob("split*/*/metrics.json"))]
         runs = load_runs(files, progress=False) if files else None
         if args.partial:
@@ -218,7 +256,7 @@ def main() -> None:
                 raise SystemExit(f"{ds} is in both {home[ds]} and {work}: give each data set's workdir once")
             home[ds] = work
         masters.append(master)
-        for rec in read_benchmarks(work / "results" / "benchmarks"):
+        for rec in read_benchmarks(results_dir(work) / "benchmarks"):
             if home.get(rec["dataset"]) == work:
                 wall, cpu = hours.get(rec["dataset"], (0.0, 0.0))
                 hours[rec["dataset"]] = (wall + rec["seconds"] / 3600, cpu + (rec["cpu_seconds"] or 0.0) / 3600)
@@ -237,6 +275,9 @@ def main() -> None:
     table.to_csv(out.with_suffix(".csv"), index=False)
     figure = paper_w1_figure(table, out.with_name(out.stem + "_w1"))
     print("wrote", out, out.with_suffix(".csv"), *figure)
+    if args.keep is not None:
+        for ds in dict.fromkeys(table["dataset"]):
+            print("kept", *keep_records(home[ds], [ds], args.keep))
 
 
 if __name__ == "__main__":

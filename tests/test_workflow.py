@@ -469,6 +469,34 @@ def test_html_report(tiny_run):
 
 
 @pytest.mark.slow
+def test_uci_paper_slice_report_is_remade_from_its_kept_records(tiny_run, tmp_path):
+    """benchmarks/uci_paper_slice.py --keep copies what its report read (metrics.json, meta.json, benchmark records)
+    into RECORDS/<dataset>/; --partial on that folder alone (no workdir, no samples) prints the same report."""
+    script = REPO / "benchmarks" / "uci_paper_slice.py"
+    records = tmp_path / "records"
+
+    def report(work: Path, out: Path, *extra: str) -> str:
+        res = subprocess.run([sys.executable, str(script), str(work), "--partial", "--datasets", "yacht",
+                              "--out", str(out), *extra], capture_output=True, text=True)  # fmt: skip
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+        return out.read_text()
+
+    first = report(tiny_run["work"], tmp_path / "a" / "slice.md", "--keep", str(records))
+    kept = records / "yacht"
+    assert sorted(p.name for p in kept.iterdir()) == ["benchmarks", "uci"]
+    for method in RUNS:
+        for name in ("metrics.json", "meta.json"):
+            run = Path("uci") / "yacht" / "split0" / method / name
+            assert (kept / run).read_bytes() == (tiny_run["work"] / "results" / run).read_bytes()
+    assert (kept / "benchmarks" / "train_backbone" / "uci" / "yacht" / "split0.tsv").is_file()
+    assert not list(kept.rglob("*.npz")) and not list(records.glob(".*"))  # no samples; no temporary folder left
+    assert "**yacht**" in first and "| SA |" in first and "CPU-hours wall" in first
+    assert report(kept, tmp_path / "b" / "slice.md") == first
+    report(tiny_run["work"], tmp_path / "c" / "slice.md", "--keep", str(records))  # a second keep replaces the first
+    assert sorted(p.name for p in records.iterdir()) == ["yacht"]
+
+
+@pytest.mark.slow
 def test_nan_in_predictions_is_a_clear_error(tiny_run):
     """Runs last on the tiny run's files: a samples.npz with NaN makes evaluate fail and leaves no metrics."""
     work = tiny_run["work"]

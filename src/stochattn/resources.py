@@ -28,15 +28,15 @@ from typing import Any, Mapping
 
 from stochattn.extras import requires
 
-__all__ = ["read_benchmarks", "runtime_estimates", "dataset_estimates", "load_dataset_estimates", "pairs_mb",
-           "windows_mb", "memory_needed", "write_measured", "load_measured", "load_step_costs", "Sizes", "Work",
-           "adapt_work", "method_work", "candidate_work", "selection_work", "member_work", "analyses_work",
+__all__ = ["dataset_of", "read_benchmarks", "runtime_estimates", "dataset_estimates", "load_dataset_estimates",
+           "pairs_mb", "windows_mb", "memory_needed", "write_measured", "load_measured", "load_step_costs", "Sizes",
+           "Work", "adapt_work", "method_work", "candidate_work", "selection_work", "member_work", "analyses_work",
            "analyses_sweep_work", "analyses_bo_work", "gpu_minutes", "QueueLimitError", "runtime_request", "main"]
 
 _PER_METHOD = {"run_method", "calibrate_sa"}
 
 
-def _dataset_of(parts: tuple[str, ...]) -> str | None:
+def dataset_of(parts: tuple[str, ...]) -> str | None:
     """The data set of a benchmark record's wildcard path: the folder before ``split<k>``."""
     for i, part in enumerate(parts):
         if re.fullmatch(r"split\d+", part) and i > 0:
@@ -58,7 +58,7 @@ def read_benchmarks(root: str | Path) -> list[dict[str, Any]]:
             for rec in csv.DictReader(fh, delimiter="\t"):
                 rss, cpu = rec.get("max_rss", "NA"), rec.get("cpu_time", "NA")
                 rows.append({
-                    "rule": rule, "family": family, "job": "/".join(rel.parts[1:]), "dataset": _dataset_of(rel.parts),
+                    "rule": rule, "family": family, "job": "/".join(rel.parts[1:]), "dataset": dataset_of(rel.parts),
                     "seconds": float(rec["s"]), "cpu_seconds": None if cpu in ("NA", "", None) else float(cpu),
                     "max_rss_mb": None if rss in ("NA", "", None) else float(rss),
                 })  # fmt: skip
