@@ -24,7 +24,7 @@ split (its ratio to the paper): whether one split makes a cell, or every split d
 ``--keep RECORDS`` copies what the report read (each run's metrics.json and meta.json, each job's benchmark record)
 into ``RECORDS/<dataset>/``, one folder a data set laid out like a workdir's ``results/``, which ``--partial`` reads as
 a workdir: the repository's ``benchmarks/records/uci_paper/`` holds those of the runs that docs/measurements.md reports,
-so its tables can be remade (``uci_paper_slice.py benchmarks/records/uci_paper/* --partial``) on a machine without
+so its tables can be remade (``uci_paper_slice.py benchmarks/records/uci_paper/*/ --partial``) on a machine without
 the runs' many CPU-hours.
 """
 

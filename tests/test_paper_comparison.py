@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -196,3 +198,22 @@ def test_uci_slice_comparison_puts_each_method_beside_the_paper():
     assert by.loc["mc_dropout", "crps"] == 0.25 and by.loc["mc_dropout", "paper_crps"] == 0.413
     assert math.isnan(by.loc["sa", "crps"])
     pd.testing.assert_frame_equal(with_crps.drop(columns="crps"), table.drop(columns="crps"))
+
+
+def test_the_kept_uci_records_remake_their_report(tmp_path):
+    """benchmarks/records/uci_paper (uci_paper_slice.py --keep): the repository's records of the paper
+    configuration's UCI runs stay readable by the report that docs/measurements.md quotes, each data set with its
+    backbone's RMSE/sigma_y, every cell beside the paper's W1 and with its CPU-hours."""
+    records = sorted(p for p in (REPO / "benchmarks" / "records" / "uci_paper").iterdir() if p.is_dir())
+    assert records, "no records kept"
+    out = tmp_path / "slice.md"
+    res = subprocess.run([sys.executable, str(REPO / "benchmarks" / "uci_paper_slice.py"), *map(str, records),
+                          "--partial", "--out", str(out)], capture_output=True, text=True)  # fmt: skip
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    text = out.read_text()
+    for folder in records:
+        assert f"**{folder.name}** (" in text and "paper 0." in text
+    table = pd.read_csv(out.with_suffix(".csv"))
+    assert set(table["dataset"]) == {p.name for p in records}
+    assert table["paper_w1"].notna().all() and table["w1"].between(0, 0.5).all()
+    assert "CPU-hours wall" in text and "; - CPU-hours" not in text  # every data set with its benchmark records
