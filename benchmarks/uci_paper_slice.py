@@ -22,10 +22,10 @@ with either, several workdirs (each data set in one) make one report. A figure b
 ``--by-split`` adds, per data set, each split's native W1 and PI-95 coverage and the pooled W1 without each
 split (its ratio to the paper): whether one split makes a cell, or every split does.
 ``--keep RECORDS`` copies what the report read (each run's metrics.json and meta.json, each job's benchmark record)
-into ``RECORDS/<dataset>/``, one folder a data set laid out like a workdir's ``results/``, which ``--partial`` reads as
-a workdir: the repository's ``benchmarks/records/uci_paper/`` holds those of the runs that docs/measurements.md reports,
-so its tables can be remade (``uci_paper_slice.py benchmarks/records/uci_paper/*/ --partial``) on a machine without
-the runs' many CPU-hours.
+into ``RECORDS/<dataset>/`` (file by file: other runs' records stay), one folder a data set laid out like a workdir's
+``results/``, which ``--partial`` reads as a workdir: the repository's ``benchmarks/records/uci_paper/`` holds those of
+the runs that docs/measurements.md reports, so its tables can be remade (``uci_paper_slice.py
+benchmarks/records/uci_paper/*/ --partial``) on a machine without the runs' many CPU-hours.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import yaml
 
 from stochattn.experiments.paper_comparison import paper_cells
 from stochattn.experiments.uci_tables import uci_crps_table, uci_master_table, uci_slice_comparison
-from stochattn.io import load_json
+from stochattn.io import atomic_path, load_json
 from stochattn.report import load_runs, method_label
 from stochattn.resources import dataset_of, read_benchmarks
 
@@ -73,25 +73,23 @@ def results_dir(work: Path) -> Path:
 
 def keep_records(work: Path, datasets: list[str], dest: Path) -> list[Path]:
     """Copy each data set's metrics.json and meta.json files and its benchmark records from the workdir ``work`` into
-    ``dest/<dataset>/`` (laid out like ``results/``), replacing what was there; returns the folders written."""
+    ``dest/<dataset>/`` (laid out like ``results/``), each file replaced atomically; the records of other runs already
+    there stay, so runs made in several workdirs (sessions, machines) add up. Returns the folders written."""
     src = results_dir(work)
     written = []
     for ds in datasets:
         files = [p for name in ("metrics.json", "meta.json") for p in (src / "uci" / ds).glob(f"split*/*/{name}")]
         records = (src / "benchmarks").rglob("*.tsv")
         files += [p for p in records if dataset_of(p.relative_to(src).with_suffix("").parts) == ds]
-        if not files:
-            continue
-        target = dest / ds
-        tmp = dest / f".{ds}.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
         for path in files:
-            out = tmp / path.relative_to(src)
+            out = dest / ds / path.relative_to(src)
+            if out.resolve() == path.resolve():
+                continue  # keeping a records folder into itself
             out.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, out)
-        shutil.rmtree(target, ignore_errors=True)
-        tmp.rename(target)
-        written.append(target)
+            with atomic_path(out) as tmp:
+                shutil.copyfile(path, tmp)
+        if files:
+            written.append(dest / ds)
     return written
 
 

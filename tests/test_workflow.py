@@ -494,6 +494,11 @@ def test_uci_paper_slice_report_is_remade_from_its_kept_records(tiny_run, tmp_pa
     assert report(kept, tmp_path / "b" / "slice.md") == first
     report(tiny_run["work"], tmp_path / "c" / "slice.md", "--keep", str(records))  # a second keep replaces the first
     assert sorted(p.name for p in records.iterdir()) == ["yacht"]
+    other = kept / "uci" / "yacht" / "split7" / "sa" / "metrics.json"  # another run's record (another workdir) stays
+    other.parent.mkdir(parents=True)
+    other.write_bytes((kept / "uci" / "yacht" / "split0" / "sa" / "metrics.json").read_bytes())
+    report(tiny_run["work"], tmp_path / "d" / "slice.md", "--keep", str(records))
+    assert other.is_file() and not list(records.rglob("*.tmp"))
 
 
 @pytest.mark.slow
