@@ -156,3 +156,56 @@ def test_remove_finished_resumes_deletes_only_checkpoints_whose_output_exists(tm
     assert sorted(removed) == sorted(files[:3])
     assert all(not f.exists() for f in files[:3]) and all(f.exists() for f in (*files[3:], other, done, inside))
     assert remove_finished_resumes(tmp_path / "missing") == []
+
+
+ENTRIES = ["stochattn.experiments.uci:run_method", "stochattn.report:write_table"]
+
+
+def _fresh(P):
+    P._parse_module.cache_clear()  # the process's own memo: every call below reads the disk cache or parses
+
+
+def test_code_summaries_read_from_the_disk_cache_equal_a_fresh_parse(tmp_path, monkeypatch):
+    import stochattn.provenance as P
+
+    monkeypatch.setenv("STOCHATTN_CACHE_DIR", str(tmp_path / "cache"))
+    _fresh(P)
+    parsed = P.code_closure(ENTRIES)
+    summaries = sorted((tmp_path / "cache" / "code").glob("*.json"))
+    assert len(summaries) >= 5  # one per module the closure reached
+    _fresh(P)
+    with monkeypatch.context() as m:  # a warm cache parses nothing
+        m.setattr(P, "_summarise", lambda *a: pytest.fail("parsed although every summary is on disk"))
+        assert P.code_closure(ENTRIES) == parsed
+    for f in summaries:  # a damaged summary is parsed afresh (and replaced)
+        f.write_text('{"digests": ')
+    _fresh(P)
+    assert P.code_closure(ENTRIES) == parsed
+    assert all(load_json(f)["digests"] for f in summaries)
+    monkeypatch.setenv("STOCHATTN_CACHE_DIR", str(tmp_path / "file"))  # a cache that cannot be written: parse only
+    (tmp_path / "file").write_text("not a folder")
+    _fresh(P)
+    assert P.code_closure(ENTRIES) == parsed
+    _fresh(P)
+
+
+def test_an_edited_module_is_never_served_its_old_summary(tmp_path, monkeypatch):
+    """The cache is keyed by the module's text: an edit of a body (same size, same mtime even) hashes anew."""
+    import os
+
+    import stochattn.provenance as P
+
+    monkeypatch.setenv("STOCHATTN_CACHE_DIR", str(tmp_path / "cache"))
+    module = tmp_path / "fake.py"
+    module.write_text('def f(x):\n    """doc"""\n    return x + 1\n')
+    st = module.stat()
+    before = P._parse_module(str(module), st.st_mtime_ns, st.st_size, "stochattn.fake")[0]["f"]
+    module.write_text('def f(x):\n    """doc"""\n    return x + 2\n')
+    os.utime(module, ns=(st.st_atime_ns, st.st_mtime_ns))
+    P._parse_module.cache_clear()
+    after = P._parse_module(str(module), st.st_mtime_ns, st.st_size, "stochattn.fake")[0]["f"]
+    assert after != before
+    module.write_text('def f(x):\n    """another doc"""\n    return x + 2  # a comment\n')
+    P._parse_module.cache_clear()
+    assert P._parse_module(str(module), st.st_mtime_ns + 1, st.st_size, "stochattn.fake")[0]["f"] == after
+    P._parse_module.cache_clear()
