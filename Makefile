@@ -62,7 +62,7 @@ run: $(STAMP)
 # jobs of the SLURM test, the kill -9 rerun) with the ones that compute.
 TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(VENV)/bin/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 bench: $(STAMP)
 	$(VENV)/bin/python benchmarks/bench_attention.py
