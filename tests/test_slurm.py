@@ -245,9 +245,9 @@ def test_training_killed_at_its_time_limit_resumes_on_slurm(slurm, tiny_chain, t
 
 # SLURM checks time limits every 30 s and sends a job's early signal at the first check at most 30 s before the time
 # asked for: with --signal=USR1@5, 25-55 s into a 1-minute job, 85-115 s into its 2-minute retry (the runtime doubles
-# on a retry). A SWAG phase of ~65 s outlasts the first attempt's share, and the retry ends it (a machine that slows
-# down meanwhile may need a third attempt: retries leave room for it). Its epochs are counted from this machine's
-# speed, measured just before.
+# on a retry). A SWAG phase of ~65 s of CPU time (so at least as much wall time) outlasts the first attempt's share,
+# and the retry ends it (a machine that slows down meanwhile may need a third attempt: retries leave room for it). Its
+# epochs are counted from this machine's speed, measured just before.
 SWAG_SECONDS = 65
 
 
