@@ -51,10 +51,11 @@ def _skip_the_slurm_plugins_config_probe():
     os.environ["PATH"] = _PROBE_SHIM + os.pathsep + os.environ.get("PATH", "")
 
 
-#: The test files that take longest under `make test` (2026-11-30, 2 cores: their tests' seconds summed, ~870 / 500 /
-#: 330 / 420 / 250 / 250 / 125 / 110 / 110), started first: a long file started last runs alone at the end while the
-#: other worker idles (pytest-xdist's own order, by number of tests, put tests/test_slurm.py's ~15 minutes of mostly
-#: waiting on SLURM's time limits last). The Makefile passes --no-loadscope-reorder so that this order is kept.
+#: The test files that take longest under `make test`, started first (their tests' seconds summed in the run at
+#: 20adc4e, 2 cores: 742 / 429 / 217 / 349 / 138 / 365 / 104 / 118 / 64; the two workers ended within 3 % of half the
+#: suite's sum): a long file started last runs alone at the end while the other worker idles (pytest-xdist's own
+#: order, by number of tests, put tests/test_slurm.py's ~15 minutes of mostly waiting on SLURM's time limits last).
+#: The Makefile passes --no-loadscope-reorder so that this order is kept.
 LONGEST_FIRST = ("test_slurm.py", "test_era5_workflow.py", "test_ett_workflow.py", "test_workflow.py", "test_reruns.py",
                  "test_triton_sa.py", "test_custom_dataset.py", "test_examples.py", "test_artefacts.py")  # fmt: skip
 

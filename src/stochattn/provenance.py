@@ -348,7 +348,7 @@ def _summarise(source: str, path: str, module: str) -> dict:
 def _parse_module(path: str, mtime_ns: int, size: int, module: str) -> tuple[dict, dict, dict]:
     """(digests, imports, references) of :func:`_summarise` for the module's file at this version. Summaries are
     kept on disk by the sha256 of the module's text and :func:`_summary_salt`: each Snakemake process parses the
-    workflow, which hashes its rules' code (~2.5 s of AST work per process on a 2-core VM, 0.1 s from the cache).
+    workflow, which hashes its rules' code (code_version 2.66 s -> 0.54 s per start with config/test.yaml, 2-core VM).
     A missing, unreadable or unwritable cache only costs the parse."""
     text = Path(path).read_bytes()
     key = hashlib.sha256(_summary_salt() + module.encode() + b"\0" + text).hexdigest()
