@@ -66,6 +66,30 @@ def _profile(path: Path) -> Path:
     return path
 
 
+#: The SLURM plugin checks its jobs' status 2 s after a submission (the profile's init-seconds), then 10 s later after
+#: each check that finds no job finished, up to 180 s (hard-coded in snakemake-executor-plugin-slurm 2.x: on a real
+#: cluster it spares slurmctld). In a chain of short jobs most of a run was that wait: a 4-s job seen finished 36 s
+#: after its submission, 180 s for the tiny run's 7 jobs. The Snakemake process that submits here keeps the checks
+#: at most STATUS_CHECK_CAP seconds apart; the jobs themselves run plain Snakemake. Polling is not what these tests
+#: test (the results, limits, signals and resumes are), and a real cluster keeps the plugin's back-off.
+STATUS_CHECK_CAP = 3
+_CAPPED_STATUS_CHECKS = f"""
+import sys
+from snakemake_interface_executor_plugins.executors.remote import RemoteExecutor
+interval = RemoteExecutor.next_seconds_between_status_checks
+RemoteExecutor.next_seconds_between_status_checks = interval.setter(
+    lambda self, seconds: interval.fset(self, min(seconds, {STATUS_CHECK_CAP})))
+from snakemake.cli import main
+sys.argv[0] = "snakemake"
+main()
+"""
+
+
+def _slurm_snakemake_cmd() -> list[str]:
+    """Snakemake (``_snakemake_cmd``'s) whose status checks of SLURM jobs are at most STATUS_CHECK_CAP s apart."""
+    return [sys.executable, "-c", _CAPPED_STATUS_CHECKS]
+
+
 def _short_partition(name: str = "short", minutes: int = 1) -> None:
     """A partition ``name`` on the node whose MaxTime is ``minutes`` (created, or updated when it exists)."""
     exists = subprocess.run(["scontrol", "show", "partition", name], capture_output=True).returncode == 0
@@ -84,8 +108,9 @@ def test_tiny_run_on_slurm_equals_the_local_run(slurm, tiny_chain, tmp_path):
     work = tmp_path / "work"
     # this node has no CUDA: config/test.yaml's require_gpu: false lets the fake-GPU jobs run
     cfg = tiny_config(tmp_path / "slurm.yaml")
-    cmd = ["timeout", "-k", "30", "540", *_snakemake_cmd(), "--snakefile", str(SNAKEFILE), "--directory", str(work),
-           "--profile", str(_profile(tmp_path / "profile")), *TINY_TARGETS, "--configfile", str(cfg)]  # fmt: skip
+    cmd = ["timeout", "-k", "30", "540", *_slurm_snakemake_cmd(), "--snakefile", str(SNAKEFILE),
+           "--directory", str(work), "--profile", str(_profile(tmp_path / "profile")), *TINY_TARGETS,
+           "--configfile", str(cfg)]  # fmt: skip
     t0 = time.time()
     res = subprocess.run(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
     wall = time.time() - t0
@@ -208,8 +233,8 @@ def test_training_killed_at_its_time_limit_resumes_on_slurm(slurm, tiny_chain, t
     (profile / "partitions.yaml").write_text(yaml.safe_dump(partitions))
     (profile / "config.yaml").write_text(yaml.safe_dump(prof, sort_keys=False))
     work = tmp_path / "work"
-    cmd = ["timeout", "-k", "30", "900", *_snakemake_cmd(), "--snakefile", str(SNAKEFILE), "--directory", str(work),
-           "--profile", str(profile), target, "--configfile", str(cfg)]  # fmt: skip
+    cmd = ["timeout", "-k", "30", "900", *_slurm_snakemake_cmd(), "--snakefile", str(SNAKEFILE),
+           "--directory", str(work), "--profile", str(profile), target, "--configfile", str(cfg)]  # fmt: skip
     t0 = time.time()
     res = subprocess.run(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=960)
     log = res.stdout
@@ -336,8 +361,8 @@ def test_swag_phase_signalled_before_its_time_limit_resumes_on_slurm(slurm, tmp_
     (profile / "partitions.yaml").write_text(yaml.safe_dump({"partitions": {"short2": {"max_runtime": 2,
                                                                                       "max_gpu": 1}}}))  # fmt: skip
     (profile / "config.yaml").write_text(yaml.safe_dump(prof, sort_keys=False))
-    cmd = ["timeout", "-k", "30", "540", *_snakemake_cmd(), "--snakefile", str(SNAKEFILE), "--directory", str(work),
-           "--profile", str(profile), *targets, "--configfile", str(cfg)]  # fmt: skip
+    cmd = ["timeout", "-k", "30", "540", *_slurm_snakemake_cmd(), "--snakefile", str(SNAKEFILE),
+           "--directory", str(work), "--profile", str(profile), *targets, "--configfile", str(cfg)]  # fmt: skip
     logs, done = [], threading.Event()
     poll = threading.Thread(target=_snapshots, args=(work / "logs/uci/yacht/split0/swag.log", done, logs))
     poll.start()
