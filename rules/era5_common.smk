@@ -59,7 +59,7 @@ def era5_variables():
         s = ERA5["standin"]
         return [k for v in s["variables"]
                 for k in ([f"{v}_{lv}" for lv in s["levels"]] if WEATHERBENCH_VARIABLES[v][1] else [v])]  # fmt: skip
-    from stochattn.backbones.climax import CLIMAX_DEFAULT_VARS
+    from stochattn.data.era5 import CLIMAX_DEFAULT_VARS
 
     return list(CLIMAX_DEFAULT_VARS)
 

@@ -134,7 +134,7 @@ def test_climax_folders_cover_the_48_inputs():
                        "u_component_of_wind", "v_component_of_wind", "temperature", "relative_humidity",
                        "specific_humidity"]  # fmt: skip
     keys = [f for f in folders if not E.WEATHERBENCH_VARIABLES[f][1]]
-    keys += [f"{f}_{lv}" for f in folders if E.WEATHERBENCH_VARIABLES[f][1] for lv in R.CLIMAX_LEVELS]
+    keys += [f"{f}_{lv}" for f in folders if E.WEATHERBENCH_VARIABLES[f][1] for lv in E.CLIMAX_LEVELS]
     assert sorted(keys + list(E.CLIMAX_CONSTANTS)) == sorted(C.CLIMAX_DEFAULT_VARS)
 
 
@@ -179,7 +179,7 @@ def test_weatherbench_mirror_through_the_real_fetch_and_climax_preprocessing(mir
     assert all(Path(r["source"]).is_relative_to(root / "weatherbench" / "5.625deg") for r in record.values())
     out = tmp_path / "npz"
     manifest = E.preprocess_climax(tmp_path / "data", out, folders, {"train": [2015], "val": [2016]}, num_shards=2,
-                                   levels=R.CLIMAX_LEVELS, progress_file=io.StringIO())  # fmt: skip
+                                   levels=E.CLIMAX_LEVELS, progress_file=io.StringIO())  # fmt: skip
     assert len(manifest["keys"]) == 45 and manifest["step_hours"] == 1
     for part, year in (("train", 2015), ("val", 2016)):
         shard = E.load_shard(out / part / f"{year}_1.npz")

@@ -45,7 +45,6 @@ __all__ = [
     "REHEARSAL_DATA",
     "TIMESFM_FULL_DIMS",
     "CLIMAX_FULL_ARCH",
-    "CLIMAX_LEVELS",
     "climax_weatherbench_folders",
     "timesfm_dims",
     "save_timesfm_checkpoint",
@@ -183,8 +182,6 @@ def write_timesfm_checkpoint(
 # ------------------------------------------------------------------------------------------------------------------
 # WeatherBench 5.625 deg
 # ------------------------------------------------------------------------------------------------------------------
-#: Pressure levels of ClimaX's 48 inputs (``CLIMAX_DEFAULT_VARS``).
-CLIMAX_LEVELS: tuple[int, ...] = (50, 250, 500, 600, 700, 850, 925)
 
 # Rough global climatological means (ERA5 order of magnitude) per WeatherBench short name, per pressure level (hPa)
 # for the pressure-level variables, and the SD of the seeded noise around them; (lower, upper) clip bounds.
@@ -207,9 +204,8 @@ _BOUNDS: dict[str, tuple[float, float]] = {"r": (0.0, 100.0), "q": (0.0, np.inf)
 def climax_weatherbench_folders() -> list[str]:
     """The WeatherBench folders ClimaX's 48 input variables come from, in ``CLIMAX_DEFAULT_VARS`` order (the
     constant fields come from the constants file): 2m_temperature, 10m_u/v_component_of_wind, then the six
-    pressure-level folders (at :data:`CLIMAX_LEVELS`)."""
-    from stochattn.backbones.climax import CLIMAX_DEFAULT_VARS
-    from stochattn.data.era5 import CLIMAX_CONSTANTS, WEATHERBENCH_VARIABLES
+    pressure-level folders (at :data:`~stochattn.data.era5.CLIMAX_LEVELS`)."""
+    from stochattn.data.era5 import CLIMAX_CONSTANTS, CLIMAX_DEFAULT_VARS, WEATHERBENCH_VARIABLES
 
     folders: list[str] = []
     for var in CLIMAX_DEFAULT_VARS:
@@ -295,8 +291,9 @@ def write_weatherbench_mirror(
     as ``fetch_weatherbench`` checks (it opens all years of a folder at once and requires evenly spaced times; with
     three or more short years, or years with a gap, that check fails: only full years are gap-free then; the
     per-year ClimaX preprocessing accepts any of them). Pressure-level folders hold ``levels`` (default all 13
-    :data:`~stochattn.data.era5.PRESSURE_LEVELS`; ClimaX reads :data:`CLIMAX_LEVELS`). Values: a rough global
-    climatological mean per variable and level (z500 5.4e4 m^2 s^-2, t850 280 K, t2m 287 K, q850 5.5e-3 kg/kg, ...)
+    :data:`~stochattn.data.era5.PRESSURE_LEVELS`; ClimaX reads :data:`~stochattn.data.era5.CLIMAX_LEVELS`). Values:
+    a rough global climatological mean per variable and level (z500 5.4e4 m^2 s^-2, t850 280 K, t2m 287 K, q850
+    5.5e-3 kg/kg, ...)
     plus seeded Gaussian noise, clipped to the physical range (r in [0, 100] %, q, tisr, tp >= 0); one random
     stream per (seed, file). Every file carries the global attribute ``rehearsal`` (:data:`REHEARSAL_DATA`);
     ``<root>/weatherbench/rehearsal.json`` records the label, arguments and the returned manifest.
@@ -373,7 +370,7 @@ def write_weatherbench_mirror(
 # ClimaX
 # ------------------------------------------------------------------------------------------------------------------
 def _climax_full_arch() -> dict[str, Any]:
-    from stochattn.backbones.climax import CLIMAX_DEFAULT_VARS
+    from stochattn.data.era5 import CLIMAX_DEFAULT_VARS
 
     return {"default_vars": CLIMAX_DEFAULT_VARS, "img_size": (32, 64), "patch_size": 2, "embed_dim": 1024,
             "depth": 8, "decoder_depth": 2, "num_heads": 16, "mlp_ratio": 4.0, "drop_path": 0.1,

@@ -407,7 +407,7 @@ def disk_estimate(config: Mapping[str, Any], plan: Sequence[Download], sizes: Ma
     out.setdefault("uci", {}).update(results=uci)
     era5 = config.get("era5", {})
     if era5.get("enabled") and era5.get("source") == "weatherbench":
-        from stochattn.backbones.climax import CLIMAX_DEFAULT_VARS
+        from stochattn.data.era5 import CLIMAX_DEFAULT_VARS
 
         wb = era5["weatherbench"]
         years = sorted({int(y) for ys in wb["years"].values() for y in ys})

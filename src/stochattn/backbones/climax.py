@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from stochattn.backbones.checkpoints import CheckpointMismatchError, state_dict_mismatch
+from stochattn.data.era5 import CLIMAX_DEFAULT_VARS
 from stochattn.patch import SAState, attention_modules, register_attention
 from stochattn.training import seeded
 
@@ -71,28 +72,6 @@ __all__ = [
 # ----------------------------------------------------------------------------------------------------------------
 # constants
 # ----------------------------------------------------------------------------------------------------------------
-_LEVELS = (50, 250, 500, 600, 700, 850, 925)
-_PRESSURE_VARS = (
-    "geopotential",
-    "u_component_of_wind",
-    "v_component_of_wind",
-    "temperature",
-    "relative_humidity",
-    "specific_humidity",
-)
-#: The 48 input/output variables of ClimaX's 5.625 deg global forecasting model, in order: ``model.net.init_args.
-#: default_vars`` of microsoft/ClimaX ``configs/global_forecast_climax.yaml`` (commit 8a37186; the ``data.variables``
-#: list of the same file is identical). 6 single-level fields, then 6 pressure-level fields x 7 levels, level fastest.
-#: "lattitude" is ClimaX's spelling (it is a key in their .npz files), kept as is.
-CLIMAX_DEFAULT_VARS: Tuple[str, ...] = (
-    "land_sea_mask",
-    "orography",
-    "lattitude",
-    "2m_temperature",
-    "10m_u_component_of_wind",
-    "10m_v_component_of_wind",
-) + tuple(f"{name}_{level}" for name in _PRESSURE_VARS for level in _LEVELS)
-
 #: Z500 (geopotential at 500 hPa): index 6 + 2 = 8 of :data:`CLIMAX_DEFAULT_VARS`.
 Z500 = "geopotential_500"
 Z500_INDEX = CLIMAX_DEFAULT_VARS.index(Z500)

@@ -60,6 +60,8 @@ __all__ = [
     "WEATHERBENCH_VARIABLES",
     "CONSTANT_FIELDS",
     "CLIMAX_CONSTANTS",
+    "CLIMAX_DEFAULT_VARS",
+    "CLIMAX_LEVELS",
     "CLIMAX_YEARS",
     "PARTITIONS",
     "WEATHERBENCH_URL_TEMPLATE",
@@ -132,6 +134,29 @@ CONSTANT_FIELDS: tuple[str, ...] = ("orography", "lsm", "slt", "lat2d", "lon2d")
 
 CLIMAX_CONSTANTS: dict[str, str] = {"land_sea_mask": "lsm", "orography": "orography", "lattitude": "lat2d"}
 """ClimaX key -> constants variable, the constant input fields of ClimaX's preprocessing (its spelling)."""
+
+#: Pressure levels (hPa) of ClimaX's 48 inputs (:data:`CLIMAX_DEFAULT_VARS`).
+CLIMAX_LEVELS: tuple[int, ...] = (50, 250, 500, 600, 700, 850, 925)
+_CLIMAX_PRESSURE_VARS = (
+    "geopotential",
+    "u_component_of_wind",
+    "v_component_of_wind",
+    "temperature",
+    "relative_humidity",
+    "specific_humidity",
+)
+#: The 48 input/output variables of ClimaX's 5.625 deg global forecasting model, in order: ``model.net.init_args.
+#: default_vars`` of microsoft/ClimaX ``configs/global_forecast_climax.yaml`` (commit 8a37186; the ``data.variables``
+#: list of the same file is identical). 6 single-level fields, then 6 pressure-level fields x 7 levels, level fastest.
+#: "lattitude" is ClimaX's spelling (it is a key in their .npz files), kept as is.
+CLIMAX_DEFAULT_VARS: tuple[str, ...] = (
+    "land_sea_mask",
+    "orography",
+    "lattitude",
+    "2m_temperature",
+    "10m_u_component_of_wind",
+    "10m_v_component_of_wind",
+) + tuple(f"{name}_{level}" for name in _CLIMAX_PRESSURE_VARS for level in CLIMAX_LEVELS)
 
 PARTITIONS = ("train", "val", "test")
 
