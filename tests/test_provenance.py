@@ -65,6 +65,29 @@ def test_record_hashes_inputs_like_hashlib(tmp_path):
     assert rec["torch_threads"] == torch.get_num_threads()
 
 
+def test_a_job_without_torch_records_no_device_and_never_imports_torch(tmp_path):
+    """A table or figure job's record, in a process that never imported torch: device and threads are None (the job
+    used neither), and building the record did not import torch; in a process that uses torch they are named."""
+    import json
+    import sys
+
+    code = (
+        "import json, sys\n"
+        "from stochattn.provenance import provenance_record\n"
+        f"rec = provenance_record(rule='t', inputs=[], outputs=[], config_subset={{}}, seeds=[], started=0.0,\n"
+        f"                        finished=1.0, repo_dir={str(tmp_path)!r})\n"
+        "torch_before = 'torch' in sys.modules\n"
+        "import torch\n"
+        "from stochattn.provenance import device_info\n"
+        "print(json.dumps([rec['device'], rec['torch_threads'], torch_before, device_info()]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    device, threads, torch_before, after = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (device, threads, torch_before) == (None, None, False)
+    assert after["device"] and isinstance(after["torch_threads"], int) and after["torch_threads"] >= 1
+
+
 def test_directory_input_and_missing_input(tmp_path):
     a, b = _inputs(tmp_path)
     rec = file_record(tmp_path / "in")

@@ -136,11 +136,12 @@ def package_versions() -> dict[str, str | None]:
 
 
 def device_info() -> dict[str, Any]:
-    """``{"device": CUDA device name or "cpu", "torch_threads": int or None}`` (CUDA device 0 when available)."""
-    try:
-        import torch
-    except ImportError:
-        return {"device": "cpu", "torch_threads": None}
+    """``{"device": CUDA device name or "cpu", "torch_threads": int}`` (CUDA device 0 when available) in a process
+    that uses torch; ``{"device": None, "torch_threads": None}`` in one that never imported it (a table or figure job:
+    importing torch only to name a device it does not use cost such a job about a third of its time)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return {"device": None, "torch_threads": None}
     device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
     return {"device": device, "torch_threads": torch.get_num_threads()}
 
