@@ -138,7 +138,7 @@ def package_versions() -> dict[str, str | None]:
 def device_info() -> dict[str, Any]:
     """``{"device": CUDA device name or "cpu", "torch_threads": int}`` (CUDA device 0 when available) in a process
     that uses torch; ``{"device": None, "torch_threads": None}`` in one that never imported it (a table or figure job:
-    importing torch only to name a device it does not use cost such a job about a third of its time)."""
+    importing torch only to name a device it does not use was about half of an ERA5 figure job's CPU)."""
     torch = sys.modules.get("torch")
     if torch is None:
         return {"device": None, "torch_threads": None}
