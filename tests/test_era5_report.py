@@ -8,7 +8,6 @@ import math
 from pathlib import Path
 
 import numpy as np
-import scoringrules as sr
 import pandas as pd
 import pytest
 
@@ -22,6 +21,10 @@ from stochattn.io import load_json, load_npz, save_json, save_npz, sha256_record
 from stochattn.metrics import central_interval
 from stochattn.scaling import apply_scale
 from test_figures import assert_figure_files  # PNG + PDF written, non-empty, something drawn
+
+# scoringrules itself (the reference these tests score against), imported with its numba kernels cached on disk:
+# a plain import compiles them again in every pytest worker (~4 CPU-s each)
+sr = M._scoringrules()
 
 S, N, N_CAL = 5, 3, 4
 LAT = np.arange(-87.1875, 90.0, 5.625)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import scoringrules as sr
 from scipy import stats
 
 from stochattn import metrics as M
+
+# scoringrules itself (the reference these tests score against), imported with its numba kernels cached on disk:
+# a plain import compiles them again in every pytest worker (~4 CPU-s each)
+sr = M._scoringrules()
 
 # ClimaX 5.625 deg grid: 32 latitudes, 64 longitudes
 LAT32 = -87.1875 + 5.625 * np.arange(32)

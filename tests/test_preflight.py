@@ -1,6 +1,7 @@
 """stochattn.preflight without a cluster: SLURM's time and Gres formats, the plan from Snakemake's DAG, the checks of
 a job against a partition, of the account and of the torch build against the GPU nodes, and the whole screen against
-fake SLURM commands (the real-SLURM run is in test_slurm.py)."""
+fake SLURM commands, and where the paper protocol's jobs go under `--profile slurm` (the real-SLURM run is in
+test_slurm.py)."""
 
 from __future__ import annotations
 
@@ -55,12 +56,19 @@ def test_the_reason_shown_is_that_of_the_largest_request():
     assert rule == "era5_figure" and len(group) == 3 and why == "partition cpu: runtime 1440 min > MaxTime 60 min"
 
 
-def test_the_plan_comes_from_snakemakes_dag(tmp_path):
+@pytest.fixture(scope="module")
+def slurm_plan(tmp_path_factory) -> dict:
+    """`snakemake --profile slurm -n` as a user types it (cwd = repository root) on the paper protocol, through
+    plan_jobs: its jobs and local rules (built once for the tests below: ~35 CPU-s of Snakemake's DAG)."""
+    return _plan_in_subprocess(["--profile", "slurm", "--directory", str(tmp_path_factory.mktemp("plan"))])
+
+
+def test_the_plan_comes_from_snakemakes_dag(slurm_plan):
     """plan_jobs reads the jobs and the local rules from Snakemake's own DAG under the SLURM profile (no text
     parsing): the paper protocol's rules with their evaluated resources; era5_figure, whose Snakefile block follows a
     local rule, is a job; the fetch rules that download on the login node are local; era5_fetch, which links and
     hashes ~129 GB, is a job."""
-    plan = _plan_in_subprocess(["--profile", "slurm", "--directory", str(tmp_path)])
+    plan = slurm_plan
     rules = {j["rule"] for j in plan["jobs"]}
     assert {"train_backbone", "era5_figure", "era5_fetch"} <= rules
     assert {"fetch_uci", "fetch_ett", "ett_fetch_checkpoint", "era5_fetch_checkpoint", "all"} <= set(plan["local"])
@@ -68,6 +76,48 @@ def test_the_plan_comes_from_snakemakes_dag(tmp_path):
     train = next(j for j in plan["jobs"] if j["rule"] == "train_backbone")
     assert train["resources"]["gpu"] == 1 and train["threads"] == 4 and train["resources"]["runtime"] > 0
     assert "Using profiles slurm and workflow specific profile" in plan["log"]
+
+
+def test_paper_protocol_under_the_slurm_profile_puts_every_model_job_on_a_gpu(slurm_plan):
+    """`snakemake --profile slurm -n` as a user types it (cwd = repository root) on the paper protocol
+    (config/config.yaml): every job of a rule that trains or samples asks for the configured GPU and threads and the
+    plugin's partition scorer (slurm/partitions.yaml) sends it to the GPU partition; every other job stays on the CPU
+    partition with one thread; no runtime request exceeds cluster.max_runtime_hours.
+
+    The model rules come from the workflow: those whose jobs declare a GPU, and every rule derived from one with
+    `use rule A as B` (a `with: resources:` block replaces the parent's, the drift this guards against). A model
+    rule that declares nothing fails its first job in every tiny run (config/test.yaml: check_model_job)."""
+    import yaml
+    from snakemake_executor_plugin_slurm.partitions import get_best_partition, read_partition_file
+
+    plan = slurm_plan  # Snakemake's own DAG
+    assert re.search(r"Using profiles? slurm and workflow specific profile", plan["log"]), plan["log"][:500]
+    jobs = [Job(j["rule"], "", j["threads"], j["resources"]) for j in plan["jobs"]]
+    cluster = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["cluster"]
+    declared = {j.rule for j in jobs if j.gpus > 0}
+    derived = {b for f in (REPO / "rules").glob("*.smk")
+               for a, b in re.findall(r"^use rule (\w+) as (\w+)", f.read_text(), re.M) if a in declared}  # fmt: skip
+    model_rules = declared | derived
+    assert {"train_backbone", "ett_adapt", "ett_swag", "run_swag", "era5_swag", "ett_multiswag_member"} <= model_rules
+    partitions = read_partition_file(REPO / "slurm" / "partitions.yaml")
+    gpu_partitions = {p.name for p in partitions if p.limits.max_gpu > 0}
+
+    class _Log:
+        def info(self, *a): pass
+        debug = warning = info
+
+    wrong = []
+    for job in jobs:
+        model = job.rule in model_rules
+        partition = get_best_partition(partitions, job, _Log())
+        ok = (job.gpus == cluster["gpus_per_job"] and partition in gpu_partitions
+              and job.threads == cluster["gpu_threads"]) if model else (
+              "gpu" not in job.resources and partition not in gpu_partitions and job.threads == 1)  # fmt: skip
+        ok &= job.runtime <= 60 * cluster["max_runtime_hours"]
+        if not ok:
+            wrong.append((job.rule, job.threads, partition, job.resources))
+    assert not wrong, f"{len(wrong)} misplaced jobs, e.g. {wrong[:5]}"
+    assert len(jobs) > 1000
 
 
 def _plan_in_subprocess(args: list[str]) -> dict:

@@ -9,7 +9,6 @@ import re
 from pathlib import Path
 
 import numpy as np
-import scoringrules as sr
 import pandas as pd
 import pytest
 
@@ -18,6 +17,10 @@ from stochattn import report as R
 from stochattn.experiments import uci_tables as U
 from stochattn.experiments.evaluate import evaluate
 from stochattn.io import load_json, load_npz, save_json, save_npz, sha256_record
+
+# scoringrules itself (the reference these tests score against), imported with its numba kernels cached on disk:
+# a plain import compiles them again in every pytest worker (~4 CPU-s each)
+sr = M._scoringrules()
 
 LEVELS = (0.25, 0.5, 0.75, 0.95)
 SECONDS = {  # (train, calibrate, predict) per method, fixed so the cost table has closed-form values
