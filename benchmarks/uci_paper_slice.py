@@ -10,15 +10,17 @@ the first ``--splits`` Gal splits of each data set (``--fewer`` gives some data 
 with protein and naval in a session), the data from ``--mirror`` (default ../shared/data beside the repository), every
 job on the CPU with one thread. Then prints, per data set, one row per method (both SA operating points): RMSE/sigma_y
 of the deterministic backbone, native pooled-PIT W1 with the W1 of as many calibrated PIT values (its floor), the native
-PI-95 test coverage and the PIT mean's z, beside the paper's RMSE/sigma_y and W1 (config/paper_results.yaml; the paper
-pools 20 splits, 5 for protein), SA's calibrated nu per split ("(boundary)" where the calibration ended at nu = 1
-wanting more dispersion, as the workflow's tables mark it), the ensemble CRPS (mean over the same splits, target units)
-beside the paper's appendix Table tab:uci_crps (the paper's own statistic for it, 20 splits), and the data set's
-CPU-hours: the wall-clock seconds of its jobs (every job runs one thread; on a shared machine wall time exceeds CPU
-time) and Snakemake's ``cpu_time`` of them (results/benchmarks/). ``--report-only`` skips the run and reads WORKDIR as
-it is; ``--partial`` reports from the metrics.json files present (the runs evaluated so far) without running anything;
-with either, several workdirs (each data set in one) make one report. A figure beside the report (``<out>_w1.png`` /
-``.pdf``) puts every method's W1 against the paper's (``uci_figures.paper_w1_figure``).
+PI-95 test coverage, the PIT mean's z and the point prediction's bias (mean of (y - point)/sigma_y over the test rows of
+all splits, with its z: a cell's PIT bias named by its cause; the line of a cell beyond 2x says so where |z| > 3),
+beside the paper's RMSE/sigma_y and W1 (config/paper_results.yaml; the paper pools 20 splits, 5 for protein), SA's
+calibrated nu per split ("(boundary)" where the calibration ended at nu = 1 wanting more dispersion, as the workflow's
+tables mark it), the ensemble CRPS (mean over the same splits, target units) beside the paper's appendix Table
+tab:uci_crps (the paper's own statistic for it, 20 splits), and the data set's CPU-hours: the wall-clock seconds of its
+jobs (every job runs one thread; on a shared machine wall time exceeds CPU time) and Snakemake's ``cpu_time`` of them
+(results/benchmarks/). ``--report-only`` skips the run and reads WORKDIR as it is; ``--partial`` reports from the
+metrics.json files present (the runs evaluated so far) without running anything; with either, several workdirs (each
+data set in one) make one report. A figure beside the report (``<out>_w1.png`` / ``.pdf``) puts every method's W1
+against the paper's (``uci_figures.paper_w1_figure``).
 ``--by-split`` adds, per data set, each split's native W1 and PI-95 coverage and the pooled W1 without each
 split (its ratio to the paper): whether one split makes a cell, or every split does.
 ``--keep RECORDS`` copies what the report read (each run's metrics.json and meta.json, each job's benchmark record)
@@ -43,6 +45,7 @@ import yaml
 from stochattn.experiments.paper_comparison import paper_cells
 from stochattn.experiments.uci_tables import uci_crps_table, uci_master_table, uci_slice_comparison
 from stochattn.io import atomic_path, load_json
+from stochattn.metrics import PIT_BIAS_Z
 from stochattn.report import load_runs, method_label
 from stochattn.resources import dataset_of, read_benchmarks
 
@@ -123,17 +126,24 @@ def markdown(table, hours: dict, nus: dict) -> str:
             f"\n**{ds}** ({int(d['n'].max())} splits{acc}; {fmt(wall, '.2f')} CPU-hours wall, "
             f"{fmt(cpu, '.2f')} by cpu_time)\n"
         )
-        out.append("| method | splits | native W1 (floor) | paper W1 | ratio | PI-95 coverage | PIT-mean z | SA's nu | "
-                   "CRPS | paper CRPS |")  # fmt: skip
-        out.append("|:--|--:|--:|--:|--:|--:|--:|:--|--:|--:|")
+        out.append("| method | splits | native W1 (floor) | paper W1 | ratio | PI-95 coverage | PIT-mean z | "
+                   "point bias (z) | SA's nu | CRPS | paper CRPS |")  # fmt: skip
+        out.append("|:--|--:|--:|--:|--:|--:|--:|--:|:--|--:|--:|")
         for _, r in d.iterrows():
             out.append(
                 f"| {method_label(r['method'])} | {int(r['n'])} | {fmt(r['w1'])} ({fmt(r['w1_floor'])}) | "
                 f"{fmt(r['paper_w1'])} | "
                 f"{fmt(r['ratio'], '.2f')} | {fmt(r['coverage_95'], '.2f')} | {fmt(r['pit_mean_z'], '+.1f')} | "
-                f"{nus.get((ds, r['method']), '')} | {fmt(r['crps'], '.4g')} | {fmt(r['paper_crps'], '.4g')} |"
+                f"{point_bias(r)} | {nus.get((ds, r['method']), '')} | {fmt(r['crps'], '.4g')} | "
+                f"{fmt(r['paper_crps'], '.4g')} |"
             )
     return "\n".join(out) + "\n"
+
+
+def point_bias(r) -> str:
+    """The point prediction's bias as "+0.046 (+9.9)": its mean residual in sigma_y units and its z (blank for records
+    without)."""
+    return "" if not math.isfinite(r["point_bias"]) else f"{r['point_bias']:+.3f} ({r['point_bias_z']:+.1f})"
 
 
 def beyond(table) -> str:
@@ -147,7 +157,9 @@ def beyond(table) -> str:
         side = "worse" if r["w1"] > r["paper_w1"] else "better"
         lines.append(f"- {r['dataset']} {method_label(r['method'])} ({side}): {fmt(r['w1'])} against "
                      f"{fmt(r['paper_w1'])} ({fmt(r['ratio'], '.2f')}x; floor {fmt(r['w1_floor'])}), "
-                     f"PI-95 {fmt(r['coverage_95'], '.2f')}")  # fmt: skip
+                     f"PI-95 {fmt(r['coverage_95'], '.2f')}"
+                     + (f"; its point is biased: mean residual {r['point_bias']:+.3f} σ_y, z {r['point_bias_z']:+.1f}"
+                        if abs(r["point_bias_z"]) > PIT_BIAS_Z else ""))  # fmt: skip
     if not out_mask.any():
         lines.append("- none")
     return "\n".join(lines) + "\n"

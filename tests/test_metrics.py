@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -531,6 +533,32 @@ np.testing.assert_allclose(metrics.crps(x, y), sr.crps_ensemble(y, x, m_axis=0, 
                            rtol=1e-12)
 """
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+
+
+def test_point_residual_pools_exactly_and_flags_a_biased_point():
+    """point_residual's moments of (y - point) / sigma_y; pooled_moments of groups of 1, 7 and 500 values equals the
+    moments of the concatenation (the parallel sums of squares, no approximation). A point off by 0.1 sd over 20000
+    rows is flagged (z ~ +14, its SE is 1); an unbiased one is not."""
+    rng = np.random.default_rng(3)
+    groups = [rng.normal(mu, sd, n) for mu, sd, n in ((2.0, 1.0, 1), (0.5, 3.0, 7), (-0.2, 0.5, 500))]
+    parts = [{"n": 1, "mean": float(groups[0][0]), "sd": 0.0}]  # one value (point_residual itself needs 2)
+    parts += [M.point_residual(np.zeros_like(g), 2.0 * g, sigma_y=2.0) for g in groups[1:]]
+    assert parts[2]["n"] == 500 and parts[2]["mean"] == pytest.approx(groups[2].mean(), rel=1e-12)
+    all_ = np.concatenate(groups)
+    pooled = M.pooled_moments(parts)
+    assert pooled["n"] == all_.size and pooled["mean"] == pytest.approx(all_.mean(), rel=1e-12)
+    assert pooled["sd"] == pytest.approx(all_.std(ddof=1), rel=1e-12)
+    assert pooled["z"] == pytest.approx(all_.mean() / (all_.std(ddof=1) / math.sqrt(all_.size)), rel=1e-12)
+    y = rng.standard_normal(20000)
+    noisy = y + rng.standard_normal(20000)
+    assert M.point_residual(y - 0.1, noisy)["z"] > M.PIT_BIAS_Z
+    assert abs(M.point_residual(y, noisy)["z"]) < M.PIT_BIAS_Z
+    with pytest.raises(ValueError, match="sigma_y"):
+        M.point_residual(y, noisy, sigma_y=0.0)
+    with pytest.raises(ValueError, match="at least 2"):
+        M.point_residual(y[:1], noisy[:1])
+    with pytest.raises(ValueError, match=">= 2 values"):
+        M.pooled_moments([{"n": 1, "mean": 0.0, "sd": 0.0}])
 
 
 def test_bias_sources_tells_an_offset_ensemble_from_a_biased_point():

@@ -198,6 +198,13 @@ def test_uci_slice_comparison_puts_each_method_beside_the_paper():
     assert by.loc["mc_dropout", "crps"] == 0.25 and by.loc["mc_dropout", "paper_crps"] == 0.413
     assert math.isnan(by.loc["sa", "crps"])
     pd.testing.assert_frame_equal(with_crps.drop(columns="crps"), table.drop(columns="crps"))
+    assert table["point_bias"].isna().all()  # metrics files without the point's residual moments
+    bias = pd.DataFrame([{"dataset": "energy", "method": "sa", "metric": m, "value": v, "n": 3}
+                         for m, v in (("point_bias", 0.046), ("point_bias_z", 9.9))])
+    by = uci_tables.uci_slice_comparison(pd.concat([pd.DataFrame(rows), bias]), P.paper_cells(REFERENCE)).set_index(
+        "method")
+    assert (by.loc["sa", "point_bias"], by.loc["sa", "point_bias_z"]) == (0.046, 9.9)
+    assert math.isnan(by.loc["sa_match", "point_bias"])
 
 
 def test_the_kept_uci_records_remake_their_report(tmp_path):

@@ -191,6 +191,16 @@ def test_pooled_w1_is_w1_of_concatenated_pit(fake):
             floor, mean_z = _get(tidy, dataset, method, "w1_floor"), _get(tidy, dataset, method, "pit_mean_z")
             assert floor.value == M.w1_null_floor(sum(len(p) for p in pits))
             assert mean_z.value == M.pit_mean_z(np.concatenate(pits))[1]
+            # the point's bias: the test residuals of every split concatenated (each in its sigma_y units), from
+            # the metrics files' moments alone
+            res = []
+            for k in range(3):
+                z = load_npz(files[(dataset, k, method)]["samples"])
+                res.append((z["y"] - z["point"]) / float(z["sigma_y"]))
+            res = np.concatenate(res)
+            bias, bias_z = _get(tidy, dataset, method, "point_bias"), _get(tidy, dataset, method, "point_bias_z")
+            assert bias.value == pytest.approx(res.mean(), rel=1e-12, abs=1e-15)
+            assert bias_z.value == pytest.approx(res.mean() / (res.std(ddof=1) / math.sqrt(res.size)), rel=1e-9)
     # pooling is not averaging: per-split W1 of 40 points carries a larger finite-sample floor
     sa_pooled = _get(tidy, "yacht", "sa", "w1_native_pooled").value
     assert sa_pooled != _get(tidy, "yacht", "sa", "w1_native_per_split").value

@@ -55,6 +55,8 @@ __all__ = [
     "PIT_BIAS_Z",
     "pit_mean_z",
     "spread_tracking",
+    "point_residual",
+    "pooled_moments",
     "bias_sources",
     "climax_lat_weighted_acc",
     "normalised_energy_score",
@@ -682,6 +684,40 @@ def spread_tracking(samples: Any, point: Any, y: Any, bins: int = 10) -> dict[st
             "abs_residual": e_bin.tolist(), "n": int(spread.size)}
 
 
+def point_residual(point: Any, y: Any, sigma_y: float = 1.0) -> dict[str, float]:
+    """The point prediction's own bias: moments of ``(y - point) / sigma_y`` over the inputs.
+
+    ``point``, ``y``: same shape (every entry one prediction). Returns ``n``, ``mean``, ``sd`` (ddof 1) and ``z`` =
+    mean / (sd / sqrt(n)): ``|z| > PIT_BIAS_Z`` says the point (for SA: the deterministic backbone's) is biased,
+    whatever its ensemble does. ``n``, ``mean`` and ``sd`` pool exactly over splits (:func:`pooled_moments`)."""
+    p, t = _check_same_shape(point, y, "point", "y")
+    if not (sigma_y > 0):
+        raise ValueError(f"sigma_y: must be positive, got {sigma_y}")
+    res = ((t - p) / sigma_y).ravel()
+    if res.size < 2:
+        raise ValueError(f"point_residual needs at least 2 predictions, got {res.size}")
+    return _moments(res.size, float(res.mean()), float(res.std(ddof=1)))
+
+
+def _moments(n: float, mean: float, sd: float) -> dict[str, float]:
+    se = sd / math.sqrt(n)
+    z = mean / se if se > 0 else (math.copysign(math.inf, mean) if mean != 0 else 0.0)
+    return {"n": float(n), "mean": mean, "sd": sd, "z": z}
+
+
+def pooled_moments(parts: Any) -> dict[str, float]:
+    """:func:`point_residual`'s ``n``, ``mean``, ``sd`` and ``z`` of several groups' values concatenated, from each
+    group's ``{"n", "mean", "sd"}`` alone (exact: within-group plus between-group sums of squares). ``parts``: an
+    iterable of such mappings; raises ValueError when they hold fewer than 2 values in all."""
+    groups = [(float(g["n"]), float(g["mean"]), float(g["sd"])) for g in parts]
+    total = sum(n for n, _, _ in groups)
+    if total < 2 or any(not (n >= 1) for n, _, _ in groups):
+        raise ValueError(f"pooled_moments needs groups of >= 1 value and >= 2 values in all, got {groups}")
+    mean = sum(n * m for n, m, _ in groups) / total
+    ss = sum((n - 1) * sd**2 + n * (m - mean) ** 2 for n, m, sd in groups)
+    return _moments(total, mean, math.sqrt(ss / (total - 1)))
+
+
 def bias_sources(
     samples: Any, point: Any, y: Any, rng: np.random.Generator | int, sigma_y: float = 1.0
 ) -> dict[str, float]:
@@ -711,13 +747,12 @@ def bias_sources(
     offset = x.mean(axis=0) - p
     recentred = x - offset
     pit_raw, pit_rc = pit(x, t, seed), pit(recentred, t, seed)
-    res = (t - p) / sigma_y
-    se_res = res.std(ddof=1) / math.sqrt(res.size) if res.size > 1 else math.nan
+    res = point_residual(p, t, sigma_y)
     se_off = offset.std(ddof=1) / math.sqrt(offset.size) if offset.size > 1 else math.nan
     return {
         "n": float(p.size),
-        "point_residual_mean": float(res.mean()),
-        "point_residual_z": float(res.mean() / se_res) if se_res > 0 else math.nan,
+        "point_residual_mean": res["mean"],
+        "point_residual_z": res["z"],
         "ensemble_offset_mean": float(offset.mean() / sigma_y),
         "ensemble_offset_median": float((np.median(x, axis=0) - p).mean() / sigma_y),
         "ensemble_offset_z": float(offset.mean() / se_off) if se_off > 0 else math.nan,

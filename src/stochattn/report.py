@@ -103,7 +103,9 @@ SCALAR_BLOCKS: tuple[str, ...] = ("native", "scaled")
 SECONDS_KEYS: tuple[str, ...] = ("train", "calibrate", "predict")
 """The ``seconds`` of a run (``seconds_<key>`` columns of runs)."""
 
-_OPTIONAL_BLOCKS = ("matched",)  # absent: NaN columns (a run evaluated without SA as the coverage reference)
+# absent: NaN columns (a run evaluated without SA as the coverage reference; point_residual: metrics files written
+# before it was recorded)
+_OPTIONAL_BLOCKS = ("matched", "point_residual")
 _MATCHED_KEYS = ("target_coverage", "factor", "cal_coverage", "coverage", "width")
 
 
@@ -208,13 +210,14 @@ def load_runs(metrics_paths: Iterable[str | os.PathLike], *, progress: bool = Tr
     """Read per-run ``metrics.json`` files (:func:`stochattn.experiments.evaluate.evaluate`'s format) into one
     DataFrame, one row per (dataset, split, method).
 
-    Columns: ``dataset, split (int), method, sigma_y, temperature, nu`` (NaN for methods without one),
-    ``native_<key>`` and ``scaled_<key>`` for every scalar of the file's ``"native"`` / ``"scaled"`` blocks
-    (``mae, rmse, nrmse, crps, ..., coverage_95, width_95, w1``), ``matched_<key>`` for the optional ``"matched"``
-    block (``target_coverage_95, factor_95, cal_coverage_95, coverage_95, width_95``, ... per level; NaN when
-    the file has none), ``seconds_train, seconds_calibrate, seconds_predict`` (NaN when absent), ``pit_native`` and
-    ``pit_scaled`` (1-D float arrays, object columns) and ``path``. Rows are sorted by data set
-    (:func:`dataset_order`), method (:func:`method_order`) and split.
+    Columns: ``dataset, split (int), method, sigma_y, temperature, nu`` (NaN for methods without one), ``native_<key>``
+    and ``scaled_<key>`` for every scalar of the file's ``"native"`` / ``"scaled"`` blocks (``mae, rmse, nrmse, crps,
+    ..., coverage_95, width_95, w1``), ``matched_<key>`` for the optional ``"matched"`` block (``target_coverage_95,
+    factor_95, cal_coverage_95, coverage_95, width_95``, ... per level; NaN when the file has none),
+    ``point_residual_<key>`` for its optional ``"point_residual"`` block (``n, mean, sd, z`` and ``cal_n, ...``: the
+    point prediction's bias in sigma_y units; absent columns for files without one), ``seconds_train, seconds_calibrate,
+    seconds_predict`` (NaN when absent), ``pit_native`` and ``pit_scaled`` (1-D float arrays, object columns) and
+    ``path``. Rows are sorted by data set (:func:`dataset_order`), method (:func:`method_order`) and split.
 
     ``dataset`` / ``split`` / ``method`` come from the file; where the file lacks one, from the workflow's run
     layout ``.../<dataset>/split<k>/<method>/metrics.json``. Raises FileNotFoundError for a missing file and

@@ -145,6 +145,11 @@ def evaluate(
         "num_samples": int(run["samples"].shape[0]), "n_test": int(run["samples"].shape[1]),
         "n_cal": int(run["cal_y"].shape[0]),
     }
+    # the point's own bias (for SA: the backbone's), test and calibration parts, in sigma_y units: pooled exactly
+    # over splits by the tables (metrics.pooled_moments), it names a PIT-mean bias's cause
+    test_res = metrics.point_residual(run["point"], run["y"], sigma_y)
+    cal_res = metrics.point_residual(run["cal_point"], run["cal_y"], sigma_y)
+    out["point_residual"] = {**test_res, **{f"cal_{k}": v for k, v in cal_res.items()}}
     if matched is not None:
         out["matched"] = matched
         out["matched_reference"] = REFERENCE

@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from stochattn.extras import requires
-from stochattn.metrics import pit_mean_z, w1_null_floor, w1_uniform
+from stochattn.metrics import pit_mean_z, pooled_moments, w1_null_floor, w1_uniform
 from stochattn.report import (
     SCALAR_BLOCKS,
     SECONDS_KEYS,
@@ -90,6 +90,10 @@ def uci_master_table(runs: pd.DataFrame) -> pd.DataFrame:
                              values (``w1_null_floor``, ~0.31/sqrt(n)): a pooled W1 near it reads as calibrated.
         ``pit_mean``, ``pit_mean_z``  per method: the pooled native PIT's mean and its z = (mean - 1/2) / SE; the
                              reproduction report flags |z| > ``PIT_BIAS_Z`` (a point bias, not a dispersion result).
+        ``point_bias``, ``point_bias_z`` per method (beyond the paper): the mean of ``(y - point) / sigma_y`` over
+                             the test rows of all splits and its z (:func:`stochattn.metrics.pooled_moments` of each
+                             split's ``point_residual`` block; NaN where a metrics file has none): a biased point
+                             (SA's: the backbone's) that a PIT-mean bias comes from.
         ``pi95_width_ratio`` per method: mean over splits of the method's temperature-scaled test ``width_95``
                              (``scaled`` block: factor T fitted on the calibration part; SA's own is native) / SA's
                              mean native ``width_95``; SA = 1.0 exactly. ``std``: std over the shared splits of
@@ -124,6 +128,7 @@ def uci_master_table(runs: pd.DataFrame) -> pd.DataFrame:
             rows.append({"dataset": dataset, "method": method, "metric": "w1_native_pooled",
                          "value": w1_uniform(pooled), "std": math.nan, "n": len(m)})
             rows += _pit_rows(dataset, method, pooled, len(m))
+            rows += _point_bias_rows(dataset, method, m)
         for key in _matched_levels(d):
             rows += _width_ratio_rows(dataset, d, methods, key, "scaled")
             rows += _width_ratio_rows(dataset, d, methods, key, "matched")
@@ -154,6 +159,17 @@ def _pit_rows(dataset: str, method: str, pooled: np.ndarray, n_splits: int) -> l
               "pit_mean_z": z}  # fmt: skip
     return [{"dataset": dataset, "method": method, "metric": k, "value": v, "std": math.nan, "n": n_splits}
             for k, v in values.items()]
+
+
+def _point_bias_rows(dataset: str, method: str, m: pd.DataFrame) -> list[dict[str, Any]]:
+    """``point_bias`` and ``point_bias_z``: the test residual moments of ``m``'s splits pooled exactly
+    (:func:`stochattn.metrics.pooled_moments`); NaN unless every split's metrics file has them."""
+    parts = [{"n": n, "mean": mu, "sd": sd} for n, mu, sd in
+             zip(column(m, "point_residual_n"), column(m, "point_residual_mean"), column(m, "point_residual_sd"))]
+    known = bool(parts) and all(np.isfinite([p["n"], p["mean"], p["sd"]]).all() for p in parts)
+    pooled = pooled_moments(parts) if known else {"mean": math.nan, "z": math.nan}
+    return [{"dataset": dataset, "method": method, "metric": f"point_bias{k}", "value": pooled[key],
+             "std": math.nan, "n": len(m)} for k, key in (("", "mean"), ("_z", "z"))]
 
 
 def _matched_levels(runs: pd.DataFrame) -> list[str]:
@@ -410,7 +426,8 @@ UCI_TABLE_SPECS: dict[str, TableSpec] = {s.name: s for s in (MASTER_TABLE, MATCH
 # --------------------------------------------------------------------------------------------------------------
 # one run of the paper configuration beside the paper (benchmarks/uci_paper_slice.py)
 # --------------------------------------------------------------------------------------------------------------
-SLICE_METRICS = ("rmse_over_sigma", "w1_native_pooled", "w1_floor", "coverage_95_native", "pit_mean_z", "crps")
+SLICE_METRICS = ("rmse_over_sigma", "w1_native_pooled", "w1_floor", "coverage_95_native", "pit_mean_z",
+                 "point_bias", "point_bias_z", "crps")
 """The metrics the slice comparison shows per (data set, method): the master table's, and :func:`uci_crps_table`'s
 ``crps`` where its rows are given too."""
 
@@ -418,7 +435,8 @@ SLICE_METRICS = ("rmse_over_sigma", "w1_native_pooled", "w1_floor", "coverage_95
 def uci_slice_comparison(master: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFrame:
     """Per (data set, method) of a master table (:func:`uci_master_table`'s tidy rows): ``n`` (splits),
     ``rmse_over_sigma`` (SA's row only, the deterministic backbone's), native pooled-PIT ``w1`` with its calibrated
-    ``w1_floor``, the native PI-95 test ``coverage_95`` (mean over splits), ``pit_mean_z``, and the paper's
+    ``w1_floor``, the native PI-95 test ``coverage_95`` (mean over splits), ``pit_mean_z``, the point's ``point_bias``
+    and its ``point_bias_z`` (beyond the paper: NaN for metrics files without them), and the paper's
     ``paper_rmse_over_sigma`` / ``paper_w1`` (``cells``: :func:`stochattn.experiments.paper_comparison.paper_cells`;
     the scale-matching SA run is read against the paper's SA), ``ratio`` = ``w1 / paper_w1`` and ``within``: the
     cell is within a factor 2 of the paper either way, or within 1.5x our floor (a paper value below the floor of as
@@ -447,6 +465,7 @@ def uci_slice_comparison(master: pd.DataFrame, cells: pd.DataFrame) -> pd.DataFr
                 "w1": value["w1_native_pooled"], "w1_floor": value["w1_floor"],
                 "paper_w1": paper_value(dataset, method, "w1_native_pooled"),
                 "coverage_95": value["coverage_95_native"], "pit_mean_z": value["pit_mean_z"],
+                "point_bias": value["point_bias"], "point_bias_z": value["point_bias_z"],
                 "crps": value["crps"], "paper_crps": paper_value(dataset, method, "crps"),
             })  # fmt: skip
     table = pd.DataFrame(rows)
