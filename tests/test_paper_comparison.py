@@ -154,6 +154,13 @@ def test_both_operating_points_floor_and_bias_flag():
     assert verdicts in md
     assert "w1_native_pooled: loss arg-min 0, scale-match 1" in md and "3.91-3.95" in md
     assert "- yacht, SA: PIT-mean bias (z = +5.2)" in md
+    # the cause, where the table has the point's own bias: a biased point, or an ensemble off an unbiased one
+    for point_z, cause in ((9.9, "; its point is biased, z = +9.9"),
+                           (1.5, "; its point is not (z = +1.5): the ensemble sits off it")):  # fmt: skip
+        more = rows + [mean_row("yacht", "sa", "point_bias_z", [point_z])]
+        flagged = P.compare(P.paper_cells(reference), {"uci_master": tidy_frame(more)}, {}).set_index("method")
+        assert flagged.loc["sa", "flag"] == f"PIT-mean bias (z = +5.2{cause})"
+        assert flagged.loc["swag", "flag"] == ""
 
 
 def test_write_comparison_is_atomic_with_provenance(tmp_path):

@@ -119,12 +119,21 @@ def _has(tables: Mapping[str, pd.DataFrame], table: str, method: str, metric: st
 
 
 def _flag(tables: Mapping[str, pd.DataFrame], table: str, row: str, method: str) -> str:
-    """The PIT-mean bias flag of (row, method) from any table of ``table``'s slice with ``pit_mean_z`` rows."""
+    """The PIT-mean bias flag of (row, method) from any table of ``table``'s slice with ``pit_mean_z`` rows, naming
+    its cause where that table has the point's own bias (``point_bias_z``): a biased point, or an ensemble off an
+    unbiased one."""
     for name in tables:
         if slice_of(name) == slice_of(table):
             z = _lookup(tables, name, row, method, "pit_mean_z")
-            if not math.isnan(z):
-                return f"PIT-mean bias (z = {z:+.1f})" if abs(z) > PIT_BIAS_Z else ""
+            if math.isnan(z):
+                continue
+            if abs(z) <= PIT_BIAS_Z:
+                return ""
+            point_z = _lookup(tables, name, row, method, "point_bias_z")
+            cause = ("" if math.isnan(point_z) else f"; its point is biased, z = {point_z:+.1f}"
+                     if abs(point_z) > PIT_BIAS_Z else f"; its point is not (z = {point_z:+.1f}): the ensemble sits "
+                     "off it")  # fmt: skip
+            return f"PIT-mean bias (z = {z:+.1f}{cause})"
     return ""
 
 
