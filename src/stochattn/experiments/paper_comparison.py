@@ -130,9 +130,12 @@ def _flag(tables: Mapping[str, pd.DataFrame], table: str, row: str, method: str)
             if abs(z) <= PIT_BIAS_Z:
                 return ""
             point_z = _lookup(tables, name, row, method, "point_bias_z")
-            cause = ("" if math.isnan(point_z) else f"; its point is biased, z = {point_z:+.1f}"
-                     if abs(point_z) > PIT_BIAS_Z else f"; its point is not (z = {point_z:+.1f}): the ensemble sits "
-                     "off it")  # fmt: skip
+            if math.isnan(point_z):
+                cause = ""
+            elif abs(point_z) > PIT_BIAS_Z:
+                cause = f"; its point is biased, z = {point_z:+.1f}"
+            else:
+                cause = f"; its point is not (z = {point_z:+.1f}): the ensemble sits off it"
             return f"PIT-mean bias (z = {z:+.1f}{cause})"
     return ""
 
