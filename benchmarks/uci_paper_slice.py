@@ -17,10 +17,11 @@ calibrated nu per split ("(boundary)" where the calibration ended at nu = 1 want
 tables mark it), the ensemble CRPS (mean over the same splits, target units) beside the paper's appendix Table
 tab:uci_crps (the paper's own statistic for it, 20 splits), and the data set's CPU-hours: the wall-clock seconds of its
 jobs (every job runs one thread; on a shared machine wall time exceeds CPU time) and Snakemake's ``cpu_time`` of them
-(results/benchmarks/). ``--report-only`` skips the run and reads WORKDIR as it is; ``--partial`` reports from the
-metrics.json files present (the runs evaluated so far) without running anything; with either, several workdirs (each
-data set in one) make one report. A figure beside the report (``<out>_w1.png`` / ``.pdf``) puts every method's W1
-against the paper's (``uci_figures.paper_w1_figure``).
+(results/benchmarks/). Each data set's lowest split not yet evaluated goes first (Snakemake's ``--prioritize``), so a
+run stopped at any time holds whole splits. ``--report-only`` skips the run and reads WORKDIR as it is; ``--partial``
+reports from the metrics.json files present (the runs evaluated so far) without running anything; with either, several
+workdirs (each data set in one) make one report. A figure beside the report (``<out>_w1.png`` / ``.pdf``) puts every
+method's W1 against the paper's (``uci_figures.paper_w1_figure``).
 ``--by-split`` adds, per data set, each split's native W1 and PI-95 coverage and the pooled W1 without each
 split (its ratio to the paper): whether one split makes a cell, or every split does.
 ``--keep RECORDS`` copies what the report read (each run's metrics.json and meta.json, each job's benchmark record)
@@ -67,6 +68,21 @@ def slice_config(args: argparse.Namespace) -> dict:
         "era5": {"enabled": False},
         "dataset_overrides": {d: {"splits": int(k)} for d, k in fewer.items() if d in args.datasets},
     }
+
+
+def first_open_splits(work: Path, cfg: dict) -> list[str]:
+    """Per data set of the slice config ``cfg``, the evaluation target of its lowest split not yet evaluated (its first
+    method's metrics.json under ``work``): given to Snakemake's ``--prioritize``, a run stopped at any time holds whole
+    splits, each with every method, rather than parts of all of them (what ``--partial`` and ``--keep`` can use)."""
+    targets = []
+    for dataset in cfg["datasets"]:
+        n = int(cfg["dataset_overrides"].get(dataset, {}).get("splits", cfg["splits"]))
+        for split in range(n):
+            target = f"results/uci/{dataset}/split{split}/{cfg['methods'][0]}/metrics.json"
+            if not (work / target).is_file():
+                targets.append(target)
+                break
+    return targets
 
 
 def results_dir(work: Path) -> Path:
@@ -231,12 +247,14 @@ def main() -> None:
     if not (args.report_only or args.partial):
         work = works[0]
         work.mkdir(parents=True, exist_ok=True)
-        (work / "slice.yaml").write_text(yaml.safe_dump(slice_config(args), sort_keys=False))
+        cfg = slice_config(args)
+        (work / "slice.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        first = first_open_splits(work, cfg)
         cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(work),
                "--configfile", str(REPO / "config" / "config.yaml"), str(work / "slice.yaml"),
-               *map(str, args.configfile), "--cores", str(args.cores), "--max-jobs-per-timespan", "100/10s",
-               "results/tables/uci_master.md"]  # fmt: skip
+               *map(str, args.configfile), *(["--prioritize", *first] if first else []), "--cores", str(args.cores),
+               "--max-jobs-per-timespan", "100/10s", "results/tables/uci_master.md"]  # fmt: skip
         print(" ".join(cmd), flush=True)
         subprocess.run(cmd, env=env, cwd=REPO, check=True)
     import pandas as pd

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -499,6 +500,13 @@ def test_uci_paper_slice_report_is_remade_from_its_kept_records(tiny_run, tmp_pa
     other.write_bytes((kept / "uci" / "yacht" / "split0" / "sa" / "metrics.json").read_bytes())
     report(tiny_run["work"], tmp_path / "d" / "slice.md", "--keep", str(records))
     assert other.is_file() and not list(records.rglob("*.tmp"))
+    spec = importlib.util.spec_from_file_location("uci_paper_slice", script)
+    slice_script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(slice_script)  # the target it puts first is the path the evaluate rule writes
+    cfg = {"datasets": ["yacht"], "methods": ["sa", "swag"], "splits": 1, "dataset_overrides": {}}
+    assert slice_script.first_open_splits(tiny_run["work"], cfg) == []  # split 0 evaluated: nothing left to put first
+    assert slice_script.first_open_splits(tiny_run["work"], {**cfg, "dataset_overrides": {"yacht": {"splits": 3}}}) == [
+        "results/uci/yacht/split1/sa/metrics.json"]  # fmt: skip
 
 
 @pytest.mark.slow
