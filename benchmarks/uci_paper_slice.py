@@ -18,10 +18,11 @@ tables mark it), the ensemble CRPS (mean over the same splits, target units) bes
 tab:uci_crps (the paper's own statistic for it, 20 splits), and the data set's CPU-hours: the wall-clock seconds of its
 jobs (every job runs one thread; on a shared machine wall time exceeds CPU time) and Snakemake's ``cpu_time`` of them
 (results/benchmarks/). Each data set's lowest split not yet evaluated goes first (Snakemake's ``--prioritize``, fixed
-when the run starts: the splits after it share the rest), so a stopped run holds that split whole. ``--report-only`` skips the run and reads WORKDIR as it is; ``--partial``
-reports from the metrics.json files present (the runs evaluated so far) without running anything; with either, several
-workdirs (each data set in one) make one report. A figure beside the report (``<out>_w1.png`` / ``.pdf``) puts every
-method's W1 against the paper's (``uci_figures.paper_w1_figure``).
+when the run starts: the splits after it share the rest), so a stopped run holds that split whole. ``--report-only``
+skips the run and reads WORKDIR as it is; ``--partial`` reports from the metrics.json files present (the runs evaluated
+so far) without running anything; with either, several workdirs (each data set in one) make one report. A figure
+beside the report (``<out>_w1.png`` / ``.pdf``) puts every method's W1 against the paper's
+(``uci_figures.paper_w1_figure``).
 ``--by-split`` adds, per data set, each split's native W1 and PI-95 coverage and the pooled W1 without each
 split (its ratio to the paper): whether one split makes a cell, or every split does.
 ``--keep RECORDS`` copies what the report read (each run's metrics.json and meta.json, each job's benchmark record)
@@ -72,8 +73,8 @@ def slice_config(args: argparse.Namespace) -> dict:
 
 def first_open_splits(work: Path, cfg: dict) -> list[str]:
     """Per data set of the slice config ``cfg``, the evaluation target of its lowest split not yet evaluated (its first
-    method's metrics.json under ``work``): given to Snakemake's ``--prioritize``, a run stopped after it holds that split
-    whole, with every method, rather than parts of every split (what ``--partial`` and ``--keep`` can use); each
+    method's metrics.json under ``work``): given to Snakemake's ``--prioritize``, a run stopped after it holds that
+    split whole, with every method, rather than parts of every split (what ``--partial`` and ``--keep`` can use); each
     restart moves on to the next open split."""
     targets = []
     for dataset in cfg["datasets"]:
