@@ -3,7 +3,9 @@
 * ``reference/``: one API page per module of the ``stochattn`` package, found by importing the package and walking
   it (a new module gets its page without editing anything here), rendered from its docstrings by mkdocstrings;
 * ``guide/configuration.md``: ``config/README.md``, the reference of every config key;
-* ``reproduction/differences.md``: every ``NOTE[DIFF]`` of the source, rules and configs with its reason.
+* ``reproduction/differences.md``: every ``NOTE[DIFF]`` of the source, rules and configs with its reason;
+* ``reproduction/uci-records.md``: the paper configuration's UCI runs against the paper, remade from the records kept in
+  ``benchmarks/records/uci_paper`` (what each holds, the report's tables, the W1 figure).
 """
 
 from __future__ import annotations
@@ -203,6 +205,89 @@ def write_differences() -> None:
         f.write("\n".join(out))
 
 
+# ------------------------------------------------------------------------------------------------------ UCI records
+RECORDS = ROOT / "benchmarks" / "records" / "uci_paper"
+
+
+def _split_ranges(splits: list[int]) -> str:
+    """[0, 1, 2, 4] -> "0-2, 4"."""
+    runs: list[list[int]] = []
+    for k in splits:
+        if runs and k == runs[-1][-1] + 1:
+            runs[-1].append(k)
+        else:
+            runs.append([k])
+    return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
+
+
+def uci_records_page(records: Path = RECORDS) -> tuple[str, list[Path]]:
+    """The page's markdown and the W1 figure's files (PNG, PDF; in a temporary folder) from the records folders."""
+    import tempfile
+
+    import yaml
+
+    if str(ROOT / "src") not in sys.path:
+        sys.path.insert(0, str(ROOT / "src"))
+    from stochattn.experiments import uci_slice_report
+    from stochattn.experiments.uci_figures import paper_w1_figure
+    from stochattn.report import method_label
+
+    folders = sorted(p for p in records.iterdir() if p.is_dir())
+    report = uci_slice_report.build(folders, [p.name for p in folders], ROOT / "config" / "paper_results.yaml")
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    methods = config["methods"]
+    expected = [*methods[:1], "sa_match", *methods[1:]] if "sa" in methods else methods  # SA runs at both points
+    held = ["| data set | splits of each method | no record yet | commits | device |", "|:--|:--|:--|:--|:--|"]
+    for folder in folders:
+        origin = uci_slice_report.record_origin(folder, folder.name)
+        groups: dict[str, list[str]] = {}
+        for method, splits in origin["splits"].items():
+            groups.setdefault(_split_ranges(splits), []).append(method_label(method))
+        kept = "; ".join(f"{', '.join(m)}: {s}" for s, m in groups.items())
+        missing = ", ".join(method_label(m) for m in expected if m not in origin["splits"]) or "-"
+        commits = ", ".join(c[:7] if c != "unknown" else "not recorded" for c in origin["commits"])
+        held.append(f"| {folder.name} | {kept} | {missing} | {commits} | {', '.join(origin['devices'])} |")
+    held += [f"| {ds} | none | every method | | |" for ds in config["datasets"] if not (records / ds).is_dir()]
+    figure = paper_w1_figure(report.table, Path(tempfile.mkdtemp()) / "uci_records_w1")
+    text = "\n".join([
+        "# UCI, the paper's configuration: the kept records against the paper",
+        "",
+        "Generated at every build (`docs/gen_pages.py`) from the records of the paper configuration's UCI runs kept in "
+        "`benchmarks/records/uci_paper/` (each run's `metrics.json`, `meta.json` and Snakemake benchmark records; "
+        "no samples, no models): the same report as "
+        "`python benchmarks/uci_paper_slice.py benchmarks/records/uci_paper/*/ --partial`. "
+        "The [measurements log](../measurements.md#uci-paper-eight) tells each run's story (the machine, the session, "
+        "the diagnosis of each cell beyond 2x); this page is where the records stand now. "
+        "Each row pools the splits its `splits` column counts; the paper pools 20 splits (5 for protein), so the "
+        "floor (the W1 of as many calibrated PIT values) is ours, and a data set without every method or split "
+        "is a run in progress, not a result.",
+        "",
+        "## What the records hold",
+        "",
+        "The splits of each method's evaluated runs, the commits of the code that wrote them (\"not recorded\": jobs "
+        "that ran before a job's record named its commit; each record's code hash says which code ran), and the "
+        "device.",
+        "",
+        *held,
+        "",
+        "## Against the paper",
+        report.text,
+        "![native pooled-PIT W1 of the kept records, ours against the paper's, one panel per method]"
+        "(uci_records_w1.png)",
+        "",
+    ])
+    return text, figure
+
+
+def write_uci_records() -> None:
+    text, figure = uci_records_page()
+    with mkdocs_gen_files.open("reproduction/uci-records.md", "w") as f:
+        f.write(text)
+    with mkdocs_gen_files.open("reproduction/uci_records_w1.png", "wb") as f:
+        f.write(figure[0].read_bytes())
+
+
 write_reference()
 write_configuration()
 write_differences()
+write_uci_records()

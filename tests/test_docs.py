@@ -102,6 +102,27 @@ def test_docs_build_strict(site):
     assert not missing, f"files with a NOTE[DIFF] missing from reproduction/differences: {missing}"
 
 
+def test_the_uci_records_page_is_remade_from_the_kept_records(site):
+    """reproduction/uci-records: every data set of the paper's UCI list, each kept records folder with its table and
+    its W1 row beside the paper's (the numbers of the records' own report), the others as holding none; the figure."""
+    sys.path.insert(0, str(REPO / "src"))
+    from stochattn.experiments import uci_slice_report
+
+    page = site / "reproduction" / "uci-records.html"
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page.read_text()))
+    records = REPO / "benchmarks" / "records" / "uci_paper"
+    folders = sorted(p for p in records.iterdir() if p.is_dir())
+    report = uci_slice_report.build(folders, [p.name for p in folders], REPO / "config" / "paper_results.yaml")
+    for _, row in report.table.iterrows():  # each cell as the report prints it, in its data set's table
+        cell = f"{row['w1']:.3f} ({row['w1_floor']:.3f}) {row['paper_w1']:.3f} {row['ratio']:.2f}"
+        assert cell in text, (row["dataset"], row["method"], cell)
+    for ds in ("yacht", "energy", "concrete", "wine", "kin8nm", "power", "naval", "protein"):
+        held = (records / ds).is_dir()
+        assert (f" {ds} none every method " in text) != held, ds
+        assert bool(re.search(rf" {ds} \(\d+ splits?; RMSE", text)) == held, ds  # its table's heading
+    assert (site / "reproduction" / "uci_records_w1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def chromium() -> str | None:
     return next(filter(None, map(shutil.which, ["chromium", "chromium-browser", "google-chrome", "chrome"])), None)
 

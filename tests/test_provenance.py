@@ -232,3 +232,35 @@ def test_an_edited_module_is_never_served_its_old_summary(tmp_path, monkeypatch)
     P._parse_module.cache_clear()
     assert P._parse_module(str(module), st.st_mtime_ns + 1, st.st_size, "stochattn.fake")[0]["f"] == after
     P._parse_module.cache_clear()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git executable not found")
+def test_a_jobs_stage_record_names_the_workflows_commit(tmp_path, monkeypatch):
+    """A job's meta.json / metrics.json block (JobProvenance.stage) carries the commit of the repository above the
+    job's script (what the kept records of a run name), asked once a job; stage_provenance alone adds no git keys."""
+    from types import SimpleNamespace
+
+    from stochattn.provenance import JobProvenance, stage_provenance
+
+    repo = tmp_path / "repo"
+    (repo / "workflow_scripts").mkdir(parents=True)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+
+    def git(*args):
+        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo,
+                              check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    (repo / "Snakefile").write_text("x\n")
+    git("add", "Snakefile")
+    git("commit", "-q", "-m", "c")
+    a, _ = _inputs(tmp_path)
+    job = SimpleNamespace(rule="r", input=[str(a)], params={"code": {"sha256": "0" * 64}, "seed": 3},
+                          scriptdir=str(repo / "workflow_scripts"))  # fmt: skip
+    prov = JobProvenance(job)
+    rec = prov.stage()
+    assert (rec["git_commit"], rec["git_dirty"]) == (git("rev-parse", "HEAD"), False)
+    assert rec["rule"] == "r" and rec["params"] == {"seed": 3} and rec["inputs"][0]["path"] == str(a)
+    (repo / "Snakefile").write_text("y\n")  # asked once: the job's later stages keep the state it started with
+    assert prov.stage()["git_dirty"] is False and JobProvenance(job).stage()["git_dirty"] is True
+    assert "git_commit" not in stage_provenance(rule="r", inputs=[a], code=None)

@@ -471,14 +471,18 @@ def stage_provenance(
     inputs: Iterable[str | os.PathLike],
     code: Mapping[str, Any] | None,
     params: Mapping[str, Any] | None = None,
+    git: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``provenance`` block of a run's meta.json / metrics.json: ``{"rule", "inputs": [file_record],
-    "code": code_version, "params"}`` (``params``: the config values the rule read, seed included)."""
+    "code": code_version, "params"}`` (``params``: the config values the rule read, seed included), with
+    ``git_commit`` / ``git_dirty`` where ``git`` (:func:`git_state` of the workflow's repository) is given: the code
+    hash says which code ran, the commit where to read it."""
     return {
         "rule": rule,
         "inputs": [file_record(p) for p in _paths(inputs, "inputs")],
         "code": to_jsonable(dict(code)) if code is not None else None,
         "params": to_jsonable(dict(params or {})),
+        **({} if git is None else {"git_commit": git.get("git_commit"), "git_dirty": git.get("git_dirty")}),
     }
 
 
@@ -533,23 +537,34 @@ class JobProvenance:
 
         self.job = job
         self.started = time.time()
+        self._git: dict[str, Any] | None = None
 
     @property
     def params(self) -> dict[str, Any]:
         """The job's params but ``code``."""
         return {k: v for k, v in self.job.params.items() if k != "code"}
 
-    def stage(self, inputs: Iterable[str | os.PathLike] | None = None) -> dict[str, Any]:
-        """:func:`stage_provenance` of the job (``inputs``: default every input of the job)."""
+    def stage(self, inputs: Iterable[str | os.PathLike] | None = None,
+              params: Mapping[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+        """:func:`stage_provenance` of the job (``inputs``: default every input of the job; ``params``: default its
+        params but ``code``), with the commit of the workflow's repository (:func:`git_state`, asked once a job)."""
+        if self._git is None:
+            self._git = git_state(self.repo_dir)
         return stage_provenance(rule=self.job.rule, inputs=list(self.job.input) if inputs is None else inputs,
-                                code=self.job.params.get("code"), params=self.params)  # fmt: skip
+                                code=self.job.params.get("code"), params=self.params if params is None else params,
+                                git=self._git)  # fmt: skip
+
+    @property
+    def repo_dir(self) -> str:
+        """The workflow's repository: the folder above the job's script (``workflow_scripts/``)."""
+        return os.path.dirname(self.job.scriptdir)
 
     def sidecar(self, output: str | os.PathLike, extra: Mapping[str, Any] | None = None) -> Path:
         """:func:`write_sidecar` of ``output`` with every input of the job, its params but seed and its seed."""
         return write_sidecar(
             output, rule=self.job.rule, inputs=list(self.job.input), seeds=self.job.params.get("seed"),
             config_subset={k: v for k, v in self.params.items() if k != "seed"}, started=self.started,
-            code=self.job.params.get("code"), extra=extra, repo_dir=os.path.dirname(self.job.scriptdir),
+            code=self.job.params.get("code"), extra=extra, repo_dir=self.repo_dir,
         )
 
 

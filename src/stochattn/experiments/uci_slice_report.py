@@ -1,0 +1,249 @@
+"""The paper configuration's UCI slice beside the paper: the report of ``benchmarks/uci_paper_slice.py`` and of the
+documentation's page on the kept records, read from runs' workdirs or from records folders laid out like them.
+
+    build          workdirs or records folders -> SliceReport (markdown text, comparison frame, each data set's folder)
+    keep_records   a workdir's metrics.json / meta.json files and benchmark records -> RECORDS/<dataset>/
+    record_origin  per data set: the splits and methods its records hold, their commits and devices
+
+Per data set, one row per method (both SA operating points): RMSE/sigma_y of the deterministic backbone, native
+pooled-PIT W1 with its floor (the W1 of as many calibrated PIT values), PI-95 coverage, the PIT mean's z, the point
+prediction's bias, SA's calibrated nu per split, the ensemble CRPS, each beside the paper's value
+(``config/paper_results.yaml``; the paper pools 20 splits, 5 for protein), and the data set's CPU-hours from
+Snakemake's benchmark records; then every cell beyond 2x of the paper's W1 and 1.5x our floor.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from stochattn.experiments.paper_comparison import paper_cells
+from stochattn.experiments.uci_tables import uci_crps_table, uci_master_table, uci_slice_comparison
+from stochattn.extras import requires
+from stochattn.io import atomic_path, load_json
+from stochattn.metrics import PIT_BIAS_Z
+from stochattn.report import load_runs, method_label
+from stochattn.resources import dataset_of, read_benchmarks
+
+with requires("workflow"):
+    import pandas as pd
+
+__all__ = ["SliceReport", "build", "keep_records", "record_origin", "results_dir"]
+
+
+@dataclass
+class SliceReport:
+    """``text``: the markdown report; ``table``: :func:`~stochattn.experiments.uci_tables.uci_slice_comparison`'s
+    frame (one row per data set and method, CRPS included); ``homes``: each data set's folder."""
+
+    text: str
+    table: pd.DataFrame
+    homes: dict[str, Path]
+
+
+def results_dir(work: Path) -> Path:
+    """A workdir's ``results/``, or ``work`` itself where it is a records folder (:func:`keep_records`): one without
+    it."""
+    work = Path(work)
+    return work / "results" if (work / "results").is_dir() else work
+
+
+def keep_records(work: Path, datasets: Sequence[str], dest: Path) -> list[Path]:
+    """Copy each data set's metrics.json and meta.json files and its benchmark records from the workdir ``work`` into
+    ``dest/<dataset>/`` (laid out like ``results/``), each file replaced atomically; the records of other runs already
+    there stay, so runs made in several workdirs (sessions, machines) add up. Returns the folders written."""
+    src = results_dir(work)
+    written = []
+    for ds in datasets:
+        files = [p for name in ("metrics.json", "meta.json") for p in (src / "uci" / ds).glob(f"split*/*/{name}")]
+        records = (src / "benchmarks").rglob("*.tsv")
+        files += [p for p in records if dataset_of(p.relative_to(src).with_suffix("").parts) == ds]
+        for path in files:
+            out = Path(dest) / ds / path.relative_to(src)
+            if out.resolve() == path.resolve():
+                continue  # keeping a records folder into itself
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_path(out) as tmp:
+                shutil.copyfile(path, tmp)
+        if files:
+            written.append(Path(dest) / ds)
+    return written
+
+
+def fmt(v: float | None, spec: str = ".3f") -> str:
+    """``v`` formatted, ``-`` for None or NaN."""
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+
+def sa_nus(work: Path, table: pd.DataFrame) -> dict:
+    """{(data set, method): "2 / 2 / 3 (boundary on 1 of 3)"}: the calibrated nu (meta.json) of each split's SA run
+    that the table pools (those evaluated: with a metrics.json)."""
+    out = {}
+    sa_rows = table[table["method"].isin(["sa", "sa_match"])]
+    for ds, method in zip(sa_rows["dataset"], sa_rows["method"]):
+        runs = sorted((results_dir(work) / "uci" / ds).glob(f"split*/{method}/metrics.json"))
+        metas = [load_json(p.with_name("meta.json")) for p in runs if p.with_name("meta.json").is_file()]
+        if not metas:
+            continue
+        at = sum(bool(m.get("at_boundary")) for m in metas)
+        mark = "" if not at else " (boundary)" if at == len(metas) else f" (boundary on {at} of {len(metas)})"
+        out[ds, method] = " / ".join(f"{m['nu']:g}" for m in metas) + mark
+    return out
+
+
+def point_bias(r) -> str:
+    """The point prediction's bias as "+0.046 (+9.9)": its mean residual in sigma_y units and its z (blank for records
+    without)."""
+    return "" if not math.isfinite(r["point_bias"]) else f"{r['point_bias']:+.3f} ({r['point_bias_z']:+.1f})"
+
+
+def markdown(table: pd.DataFrame, hours: dict, nus: dict) -> str:
+    """One table per data set: a row per method (:func:`build`'s columns), its header with the backbone's RMSE/sigma_y
+    and the data set's CPU-hours (``hours``: data set -> (wall, cpu_time))."""
+    out = []
+    for ds in dict.fromkeys(table["dataset"]):
+        d = table[table["dataset"] == ds]
+        wall, cpu = hours.get(ds, (math.nan, math.nan))
+        sa = d[d["method"] == "sa"].iloc[0] if (d["method"] == "sa").any() else None
+        acc = "" if sa is None else (f"; RMSE/σ_y {fmt(sa['rmse_over_sigma'])} (paper "
+                                     f"{fmt(sa['paper_rmse_over_sigma'])})")  # fmt: skip
+        n = int(d["n"].max())
+        out.append(f"\n**{ds}** ({n} split{'s' * (n != 1)}{acc}; {fmt(wall, '.2f')} CPU-hours wall, "
+                   f"{fmt(cpu, '.2f')} by cpu_time)\n")  # fmt: skip
+        out.append("| method | splits | native W1 (floor) | paper W1 | ratio | PI-95 coverage | PIT-mean z | "
+                   "point bias (z) | SA's nu | CRPS | paper CRPS |")  # fmt: skip
+        out.append("|:--|--:|--:|--:|--:|--:|--:|--:|:--|--:|--:|")
+        for _, r in d.iterrows():
+            out.append(
+                f"| {method_label(r['method'])} | {int(r['n'])} | {fmt(r['w1'])} ({fmt(r['w1_floor'])}) | "
+                f"{fmt(r['paper_w1'])} | "
+                f"{fmt(r['ratio'], '.2f')} | {fmt(r['coverage_95'], '.2f')} | {fmt(r['pit_mean_z'], '+.1f')} | "
+                f"{point_bias(r)} | {nus.get((ds, r['method']), '')} | {fmt(r['crps'], '.4g')} | "
+                f"{fmt(r['paper_crps'], '.4g')} |"
+            )
+    return "\n".join(out) + "\n"
+
+
+def beyond(table: pd.DataFrame) -> str:
+    """One line per cell whose W1 is beyond 2x the paper's and beyond 1.5x its floor (a paper value below our floor
+    cannot be reached by a calibrated method on as many test rows), and the count of cells within."""
+    known = table["within"].notna()
+    out_mask = known & ~table["within"].fillna(True).astype(bool)
+    lines = [f"\n**Against the paper**: {int((known & ~out_mask).sum())} of {int(known.sum())} cells within 2x of the "
+             "paper's W1 or 1.5x our floor; beyond:"]  # fmt: skip
+    for _, r in table[out_mask].iterrows():
+        side = "worse" if r["w1"] > r["paper_w1"] else "better"
+        lines.append(f"- {r['dataset']} {method_label(r['method'])} ({side}): {fmt(r['w1'])} against "
+                     f"{fmt(r['paper_w1'])} ({fmt(r['ratio'], '.2f')}x; floor {fmt(r['w1_floor'])}), "
+                     f"PI-95 {fmt(r['coverage_95'], '.2f')}"
+                     + (f"; its point is biased: mean residual {r['point_bias']:+.3f} σ_y, z {r['point_bias_z']:+.1f}"
+                        if abs(r["point_bias_z"]) > PIT_BIAS_Z else ""))  # fmt: skip
+    if not out_mask.any():
+        lines.append("- none")
+    return "\n".join(lines) + "\n"
+
+
+def by_split(work: Path, datasets: Sequence[str], cells: pd.DataFrame) -> str:
+    """Per data set, one row per method: each split's native test W1 / PI-95 coverage, then the pooled W1 (ratio to
+    the paper's) over every split but one; from the metrics.json files present, through the workflow's own tables."""
+    out = []
+    runs = results_dir(work) / "uci"
+    for ds in datasets:
+        files = sorted((runs / ds).glob("split*/*/metrics.json"))
+        loaded = load_runs(files, progress=False) if files else None
+        splits = [] if loaded is None else sorted(int(s) for s in loaded["split"].unique())
+        if len(splits) < 2:
+            continue
+
+        def comparison(keep, runs=loaded):
+            return uci_slice_comparison(uci_master_table(runs[runs["split"].isin(keep)]), cells)
+
+        single = {s: comparison({s}) for s in splits}
+        without = {s: comparison(set(splits) - {s}) for s in splits}
+        out.append(f"\n**{ds}** by split: native W1 / PI-95 of each split; pooled W1 (paper ratio) without one\n")
+        out.append("| method | " + " | ".join(f"split {s}" for s in splits) + " | "
+                   + " | ".join(f"without {s}" for s in splits) + " |")  # fmt: skip
+        out.append("|:--|" + "--:|" * (2 * len(splits)))
+        methods = list(dict.fromkeys(m for s in splits for m in without[s]["method"]))
+        for method in methods:
+            cells_ = []
+            for s in splits:
+                r = single[s][single[s]["method"] == method]
+                cells_.append("-" if r.empty else f"{fmt(r['w1'].iloc[0])} / {fmt(r['coverage_95'].iloc[0], '.2f')}")
+            for s in splits:
+                r = without[s][without[s]["method"] == method]
+                cells_.append("-" if r.empty else f"{fmt(r['w1'].iloc[0])} ({fmt(r['ratio'].iloc[0], '.2f')})")
+            out.append(f"| {method_label(method)} | " + " | ".join(cells_) + " |")
+    return "\n".join(out) + "\n"
+
+
+def build(
+    works: Sequence[Path],
+    datasets: Sequence[str],
+    paper_results: Path,
+    *,
+    partial: bool = True,
+    splits_by_split: bool = False,
+) -> SliceReport:
+    """The report of ``datasets`` from the folders ``works`` (run workdirs or :func:`keep_records` folders; each data
+    set in one of them). ``partial``: from every metrics.json present (a run still going or stopped, or records);
+    else from each workdir's ``results/tables/uci_master.csv`` (a finished run), with the CRPS of the same splits.
+    ``splits_by_split`` adds :func:`by_split`'s tables. Raises ValueError where no folder has results of
+    ``datasets`` or a data set is in two folders."""
+    masters, homes, hours = [], {}, {}
+    for work in map(Path, works):
+        uci = results_dir(work) / "uci"
+        files = [p for ds in datasets for p in sorted((uci / ds).glob("split*/*/metrics.json"))]
+        runs = load_runs(files, progress=False) if files else None
+        if partial:
+            master = uci_master_table(runs) if runs is not None else None
+        else:
+            master = pd.read_csv(work / "results" / "tables" / "uci_master.csv")
+            master = master[master["dataset"].isin(datasets)]
+        if master is None or master.empty:
+            continue
+        if runs is not None and not partial:  # the CRPS of the runs the workflow's table pools: splits 0..n-1
+            pooled = master.groupby(["dataset", "method"])["n"].max()
+            runs = runs[[pooled.get((d, m), 0) > k for d, m, k in zip(runs["dataset"], runs["method"], runs["split"])]]
+        if runs is not None and len(runs):  # with partial, the same metrics.json files as the master table
+            crps = uci_crps_table(runs)
+            master = pd.concat([master, crps[crps["metric"] == "crps"]], ignore_index=True)
+        for ds in dict.fromkeys(master["dataset"]):
+            if ds in homes:
+                raise ValueError(f"{ds} is in both {homes[ds]} and {work}: give each data set's folder once")
+            homes[ds] = work
+        masters.append(master)
+        for rec in read_benchmarks(results_dir(work) / "benchmarks"):
+            if homes.get(rec["dataset"]) == work:
+                wall, cpu = hours.get(rec["dataset"], (0.0, 0.0))
+                hours[rec["dataset"]] = (wall + rec["seconds"] / 3600, cpu + (rec["cpu_seconds"] or 0.0) / 3600)
+    if not masters:
+        raise ValueError(f"no results of {', '.join(datasets)} in {', '.join(map(str, works))}")
+    cells = paper_cells(paper_results)
+    table = uci_slice_comparison(pd.concat(masters, ignore_index=True), cells)
+    nus = {key: v for work in set(homes.values()) for key, v in sa_nus(work, table).items() if homes[key[0]] == work}
+    text = markdown(table, hours, nus) + beyond(table)
+    if splits_by_split:
+        text += "".join(by_split(homes[ds], [ds], cells) for ds in dict.fromkeys(table["dataset"]))
+    return SliceReport(text, table, homes)
+
+
+def record_origin(folder: Path, dataset: str) -> dict:
+    """What a data set's records (or a run's workdir) hold: ``{"splits": {method: [k, ...]}, "commits": [sha, ...],
+    "devices": [...]}`` from its meta.json files (the commit from the job's provenance: "unknown" in the records of jobs
+    that ran before jobs recorded it; the device where the file names one)."""
+    splits: dict[str, list[int]] = {}
+    commits, devices = set(), set()
+    for meta_path in sorted((results_dir(folder) / "uci" / dataset).glob("split*/*/meta.json")):
+        method, split = meta_path.parent.name, int(meta_path.parent.parent.name.removeprefix("split"))
+        meta = load_json(meta_path)
+        if method != "backbone" and (meta_path.parent / "metrics.json").is_file():
+            splits.setdefault(method, []).append(split)
+        commits.add((meta.get("provenance") or {}).get("git_commit") or "unknown")
+        device = meta.get("device")
+        if isinstance(device, dict) and device.get("device"):
+            devices.add(str(device["device"]))
+    return {"splits": {m: sorted(v) for m, v in splits.items()}, "commits": sorted(commits), "devices": sorted(devices)}
