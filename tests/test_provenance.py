@@ -2,9 +2,11 @@
 
 import datetime as dt
 import hashlib
+import os
 import platform
 import shutil
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -235,32 +237,31 @@ def test_an_edited_module_is_never_served_its_old_summary(tmp_path, monkeypatch)
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git executable not found")
-def test_a_jobs_stage_record_names_the_workflows_commit(tmp_path, monkeypatch):
-    """A job's meta.json / metrics.json block (JobProvenance.stage) carries the commit of the repository above the
-    job's script (what the kept records of a run name), asked once a job; stage_provenance alone adds no git keys."""
-    from types import SimpleNamespace
+def test_a_stage_record_names_the_commit_of_the_checkout_the_library_runs_from(tmp_path):
+    """A job's meta.json / metrics.json block (stage_provenance) carries the commit of the source checkout that
+    stochattn is imported from (what the kept records of a run name), as git reports it there; a copy of the package
+    that no repository tracks (an installed wheel) records "unknown"."""
+    import json
+    import sys
 
-    from stochattn.provenance import JobProvenance, stage_provenance
+    import stochattn
+    from stochattn.provenance import library_git_state, stage_provenance
 
-    repo = tmp_path / "repo"
-    (repo / "workflow_scripts").mkdir(parents=True)
-    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
-
-    def git(*args):
-        return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo,
-                              check=True, capture_output=True, text=True).stdout.strip()
-
-    git("init", "-q")
-    (repo / "Snakefile").write_text("x\n")
-    git("add", "Snakefile")
-    git("commit", "-q", "-m", "c")
     a, _ = _inputs(tmp_path)
-    job = SimpleNamespace(rule="r", input=[str(a)], params={"code": {"sha256": "0" * 64}, "seed": 3},
-                          scriptdir=str(repo / "workflow_scripts"))  # fmt: skip
-    prov = JobProvenance(job)
-    rec = prov.stage()
-    assert (rec["git_commit"], rec["git_dirty"]) == (git("rev-parse", "HEAD"), False)
+    rec = stage_provenance(rule="r", inputs=[a], code=None, params={"seed": 3})
+    package = Path(stochattn.__file__).resolve().parent
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=package, capture_output=True, text=True).stdout.strip()
+    assert rec["git_commit"] == head and len(head) == 40 and isinstance(rec["git_dirty"], bool)
+    assert (rec["git_commit"], rec["git_dirty"]) == tuple(library_git_state().values())
     assert rec["rule"] == "r" and rec["params"] == {"seed": 3} and rec["inputs"][0]["path"] == str(a)
-    (repo / "Snakefile").write_text("y\n")  # asked once: the job's later stages keep the state it started with
-    assert prov.stage()["git_dirty"] is False and JobProvenance(job).stage()["git_dirty"] is True
-    assert "git_commit" not in stage_provenance(rule="r", inputs=[a], code=None)
+    copy = tmp_path / "site" / "stochattn"  # an installed copy inside a repository that does not track it
+    shutil.copytree(package, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "site" / "README").write_text("x\n")
+    for args in (["init", "-q"], ["add", "README"], ["commit", "-q", "-m", "c"]):  # a repository with a commit
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path / "site", check=True)
+    code = "import json, stochattn.provenance as p; print(json.dumps(p.library_git_state()), p.__file__)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path / "site", capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path / "site")}, timeout=120)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    state, where = out.stdout.split()[0:-1], out.stdout.split()[-1]
+    assert where.startswith(str(copy)) and json.loads(" ".join(state)) == {"git_commit": "unknown", "git_dirty": None}

@@ -490,11 +490,11 @@ def test_uci_paper_slice_report_is_remade_from_its_kept_records(tiny_run, tmp_pa
             run = Path("uci") / "yacht" / "split0" / method / name
             assert (kept / run).read_bytes() == (tiny_run["work"] / "results" / run).read_bytes()
     assert (kept / "benchmarks" / "train_backbone" / "uci" / "yacht" / "split0.tsv").is_file()
-    from stochattn.provenance import git_state
+    from stochattn.provenance import library_git_state
 
     for name in ("meta.json", "metrics.json"):  # a kept record names the commit its job ran (and the code hash)
         prov = json.loads((kept / "uci" / "yacht" / "split0" / "sa" / name).read_text())["provenance"]
-        assert prov["git_commit"] == git_state(REPO)["git_commit"] and len(prov["code"]["sha256"]) == 64
+        assert prov["git_commit"] == library_git_state()["git_commit"] and len(prov["code"]["sha256"]) == 64
     assert not list(kept.rglob("*.npz")) and not list(records.glob(".*"))  # no samples; no temporary folder left
     assert "**yacht**" in first and "| SA |" in first and "CPU-hours wall" in first
     assert report(kept, tmp_path / "b" / "slice.md") == first

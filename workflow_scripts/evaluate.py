@@ -12,14 +12,13 @@ sys.stderr = sys.stdout = open(snakemake.log[0], "w", buffering=1)  # noqa: F821
 logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
 
 from stochattn.experiments.evaluate import REFERENCE, evaluate_split  # noqa: E402
-from stochattn.provenance import JobProvenance  # noqa: E402
+from stochattn.provenance import stage_provenance  # noqa: E402
 
 sm = snakemake  # noqa: F821
 w = sm.wildcards
 methods = list(sm.params.methods)
 samples = {m: sm.input[f"{m}_samples"] for m in methods}
 params = {"levels": list(sm.params.levels), "seed": sm.params.seed}
-job = JobProvenance(sm)
 
 
 def inputs_of(method):
@@ -36,5 +35,7 @@ evaluate_split(
     levels=tuple(sm.params.levels),
     dataset=w.dataset,
     split=int(w.split),
-    provenance={m: job.stage(inputs_of(m), params=params) for m in methods},
+    provenance={
+        m: stage_provenance(rule=sm.rule, inputs=inputs_of(m), code=sm.params.code, params=params) for m in methods
+    },
 )

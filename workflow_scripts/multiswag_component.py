@@ -10,7 +10,7 @@ logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %
 import torch  # noqa: E402
 
 from stochattn.experiments.uci import train_multiswag_component  # noqa: E402
-from stochattn.provenance import JobProvenance, check_model_job, resume_checkpoint  # noqa: E402
+from stochattn.provenance import check_model_job, resume_checkpoint, stage_provenance  # noqa: E402
 from stochattn.training import resumable  # noqa: E402
 
 sm = snakemake  # noqa: F821
@@ -30,6 +30,8 @@ with resumable(resume_checkpoint(sm)):
         first_path=sm.input.get("first"),
         device=sm.config["device"],
         progress=sm.config["progress"],
-        provenance=JobProvenance(sm).stage(),
+        provenance=stage_provenance(
+            rule=sm.rule, inputs=list(sm.input), code=p.code, params={k: v for k, v in p.items() if k != "code"}
+        ),
     )
 print(f"multiswag component {p.component}: {meta['seconds']:.1f} s", flush=True)

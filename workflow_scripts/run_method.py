@@ -11,7 +11,7 @@ logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %
 import torch  # noqa: E402
 
 from stochattn.experiments.uci import run_method  # noqa: E402
-from stochattn.provenance import JobProvenance, check_model_job, resume_checkpoint  # noqa: E402
+from stochattn.provenance import check_model_job, resume_checkpoint, stage_provenance  # noqa: E402
 from stochattn.training import resumable  # noqa: E402
 
 torch.set_num_threads(snakemake.threads)  # noqa: F821
@@ -33,6 +33,11 @@ with resumable(resume_checkpoint(snakemake)):  # noqa: F821
         swag_member=snakemake.output.get("member"),  # noqa: F821 (SWAG: its posterior as MultiSWAG's component 0)
         device=snakemake.config["device"],  # noqa: F821
         progress=snakemake.config["progress"],  # noqa: F821
-        provenance=JobProvenance(snakemake).stage(),  # noqa: F821 (rule, inputs, code, params, commit)
+        provenance=stage_provenance(
+            rule=snakemake.rule,  # noqa: F821
+            inputs=list(snakemake.input),  # noqa: F821
+            code=p.code,
+            params={k: v for k, v in p.items() if k != "code"},
+        ),
     )
 print(f"{p.method}: seconds {meta['seconds']}", flush=True)

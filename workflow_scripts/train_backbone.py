@@ -9,7 +9,7 @@ logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %
 import torch  # noqa: E402
 
 from stochattn.experiments.uci import train_backbone  # noqa: E402
-from stochattn.provenance import JobProvenance, check_model_job, resume_checkpoint  # noqa: E402
+from stochattn.provenance import check_model_job, resume_checkpoint, stage_provenance  # noqa: E402
 
 torch.set_num_threads(snakemake.threads)  # noqa: F821
 # a job given a GPU by the scheduler must not silently train on the CPU (config require_gpu: false allows it)
@@ -25,6 +25,11 @@ meta = train_backbone(
     device=snakemake.config["device"],  # noqa: F821
     progress=snakemake.config["progress"],  # noqa: F821
     checkpoint=resume_checkpoint(snakemake),  # noqa: F821 (a rerun after a kill resumes from its last epoch)
-    provenance=JobProvenance(snakemake).stage(),  # noqa: F821 (rule, inputs, code, params, commit)
+    provenance=stage_provenance(
+        rule=snakemake.rule,  # noqa: F821
+        inputs=list(snakemake.input),  # noqa: F821
+        code=p.code,
+        params={k: v for k, v in p.items() if k != "code"},
+    ),
 )
 print(f"backbone: best epoch {meta['best_epoch']}, {meta['seconds']:.1f} s", flush=True)

@@ -38,6 +38,7 @@ __all__ = [
     "code_closure",
     "code_version",
     "stage_provenance",
+    "library_git_state",
     "with_outputs",
     "write_sidecar",
     "JobProvenance",
@@ -471,19 +472,29 @@ def stage_provenance(
     inputs: Iterable[str | os.PathLike],
     code: Mapping[str, Any] | None,
     params: Mapping[str, Any] | None = None,
-    git: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``provenance`` block of a run's meta.json / metrics.json: ``{"rule", "inputs": [file_record],
-    "code": code_version, "params"}`` (``params``: the config values the rule read, seed included), with
-    ``git_commit`` / ``git_dirty`` where ``git`` (:func:`git_state` of the workflow's repository) is given: the code
-    hash says which code ran, the commit where to read it."""
+    "code": code_version, "params", "git_commit", "git_dirty"}`` (``params``: the config values the rule read, seed
+    included; the commit: :func:`library_git_state`). The code hash says which code ran, the commit where to read
+    it."""
     return {
         "rule": rule,
         "inputs": [file_record(p) for p in _paths(inputs, "inputs")],
         "code": to_jsonable(dict(code)) if code is not None else None,
         "params": to_jsonable(dict(params or {})),
-        **({} if git is None else {"git_commit": git.get("git_commit"), "git_dirty": git.get("git_dirty")}),
+        **library_git_state(),
     }
+
+
+@functools.lru_cache(maxsize=1)
+def library_git_state() -> dict[str, Any]:
+    """:func:`git_state` of the source checkout this ``stochattn`` is imported from (an editable install, or
+    ``src/`` on the path), asked once a process (a job); ``{"git_commit": "unknown", "git_dirty": None}`` for an
+    installed copy, whose files no repository tracks (a wheel; also one inside a repository's ignored ``.venv``)."""
+    package = Path(__file__).resolve().parent
+    if _git(["ls-files", "--error-unmatch", Path(__file__).name], package) is None:
+        return {"git_commit": "unknown", "git_dirty": None}
+    return git_state(package)
 
 
 def with_outputs(provenance: Mapping[str, Any] | None, *paths: str | os.PathLike) -> dict[str, Any] | None:
@@ -537,34 +548,23 @@ class JobProvenance:
 
         self.job = job
         self.started = time.time()
-        self._git: dict[str, Any] | None = None
 
     @property
     def params(self) -> dict[str, Any]:
         """The job's params but ``code``."""
         return {k: v for k, v in self.job.params.items() if k != "code"}
 
-    def stage(self, inputs: Iterable[str | os.PathLike] | None = None,
-              params: Mapping[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
-        """:func:`stage_provenance` of the job (``inputs``: default every input of the job; ``params``: default its
-        params but ``code``), with the commit of the workflow's repository (:func:`git_state`, asked once a job)."""
-        if self._git is None:
-            self._git = git_state(self.repo_dir)
+    def stage(self, inputs: Iterable[str | os.PathLike] | None = None) -> dict[str, Any]:
+        """:func:`stage_provenance` of the job (``inputs``: default every input of the job)."""
         return stage_provenance(rule=self.job.rule, inputs=list(self.job.input) if inputs is None else inputs,
-                                code=self.job.params.get("code"), params=self.params if params is None else params,
-                                git=self._git)  # fmt: skip
-
-    @property
-    def repo_dir(self) -> str:
-        """The workflow's repository: the folder above the job's script (``workflow_scripts/``)."""
-        return os.path.dirname(self.job.scriptdir)
+                                code=self.job.params.get("code"), params=self.params)  # fmt: skip
 
     def sidecar(self, output: str | os.PathLike, extra: Mapping[str, Any] | None = None) -> Path:
         """:func:`write_sidecar` of ``output`` with every input of the job, its params but seed and its seed."""
         return write_sidecar(
             output, rule=self.job.rule, inputs=list(self.job.input), seeds=self.job.params.get("seed"),
             config_subset={k: v for k, v in self.params.items() if k != "seed"}, started=self.started,
-            code=self.job.params.get("code"), extra=extra, repo_dir=self.repo_dir,
+            code=self.job.params.get("code"), extra=extra, repo_dir=os.path.dirname(self.job.scriptdir),
         )
 
 
