@@ -220,8 +220,8 @@ def _split_ranges(splits: list[int]) -> str:
     return ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ", ".join(map(str, r)) for r in runs)
 
 
-def uci_records_page(records: Path = RECORDS) -> tuple[str, list[Path]]:
-    """The page's markdown and the W1 figure's files (PNG, PDF; in a temporary folder) from the records folders."""
+def uci_records_page(records: Path = RECORDS) -> tuple[str, bytes]:
+    """The page's markdown and its W1 figure (PNG bytes) from the records folders."""
     import tempfile
 
     import yaml
@@ -248,7 +248,8 @@ def uci_records_page(records: Path = RECORDS) -> tuple[str, list[Path]]:
         commits = ", ".join(c[:7] if c != "unknown" else "not recorded" for c in origin["commits"])
         held.append(f"| {folder.name} | {kept} | {missing} | {commits} | {', '.join(origin['devices'])} |")
     held += [f"| {ds} | none | every method | | |" for ds in config["datasets"] if not (records / ds).is_dir()]
-    figure = paper_w1_figure(report.table, Path(tempfile.mkdtemp()) / "uci_records_w1")
+    with tempfile.TemporaryDirectory() as tmp:
+        png = paper_w1_figure(report.table, Path(tmp) / "uci_records_w1")[0].read_bytes()
     text = "\n".join([
         "# UCI, the paper's configuration: the kept records against the paper",
         "",
@@ -276,15 +277,15 @@ def uci_records_page(records: Path = RECORDS) -> tuple[str, list[Path]]:
         "(uci_records_w1.png)",
         "",
     ])
-    return text, figure
+    return text, png
 
 
 def write_uci_records() -> None:
-    text, figure = uci_records_page()
+    text, png = uci_records_page()
     with mkdocs_gen_files.open("reproduction/uci-records.md", "w") as f:
         f.write(text)
     with mkdocs_gen_files.open("reproduction/uci_records_w1.png", "wb") as f:
-        f.write(figure[0].read_bytes())
+        f.write(png)
 
 
 write_reference()
