@@ -45,6 +45,7 @@ from pathlib import Path
 import yaml
 
 from stochattn.experiments import uci_slice_report
+from stochattn.io import atomic_path
 
 REPO = Path(__file__).resolve().parents[1]
 ALL = ["yacht", "energy", "concrete", "wine", "kin8nm", "power", "naval", "protein"]
@@ -135,8 +136,10 @@ def main() -> None:
     print(text)
     out = args.out or works[0] / "uci_paper_slice.md"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    table.to_csv(out.with_suffix(".csv"), index=False)
+    with atomic_path(out) as tmp:
+        Path(tmp).write_text(text)
+    with atomic_path(out.with_suffix(".csv")) as tmp:
+        table.to_csv(tmp, index=False)
     figure = paper_w1_figure(table, out.with_name(out.stem + "_w1"))
     print("wrote", out, out.with_suffix(".csv"), *figure)
     if args.keep is not None:

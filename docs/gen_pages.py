@@ -229,14 +229,15 @@ def uci_records_page(records: Path = RECORDS) -> tuple[str, bytes]:
     if str(ROOT / "src") not in sys.path:
         sys.path.insert(0, str(ROOT / "src"))
     from stochattn.experiments import uci_slice_report
+    from stochattn.experiments.uci import DERIVED_METHODS
     from stochattn.experiments.uci_figures import paper_w1_figure
     from stochattn.report import method_label
 
     folders = sorted(p for p in records.iterdir() if p.is_dir())
     report = uci_slice_report.build(folders, [p.name for p in folders], ROOT / "config" / "paper_results.yaml")
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
-    methods = config["methods"]
-    expected = [*methods[:1], "sa_match", *methods[1:]] if "sa" in methods else methods  # SA runs at both points
+    # every run the tables show, as rules/common.smk lists them: each configured method and the runs derived from it
+    expected = [r for m in config["methods"] for r in (m, *(d for d, src in DERIVED_METHODS.items() if src == m))]
     held = ["| data set | splits of each method | no record yet | commits | device |", "|:--|:--|:--|:--|:--|"]
     for folder in folders:
         origin = uci_slice_report.record_origin(folder, folder.name)
