@@ -2,7 +2,7 @@
 
     python benchmarks/uci_paper_slice.py WORKDIR [--datasets ...] [--splits 3] [--fewer protein=1 naval=1]
         [--methods sa mc_dropout swag multiswag ivon hsa] [--cores 2] [--configfile extra.yaml ...] [--report-only]
-        [--partial] [--by-split] [--out WORKDIR/uci_paper_slice.md] [--keep RECORDS]
+        [--partial] [--by-split] [--out WORKDIR/uci_paper_slice.md] [--compare RECORDS] [--keep RECORDS]
 
 Runs the workflow's own rules (``snakemake -s Snakefile --directory WORKDIR --configfile config/config.yaml
 WORKDIR/slice.yaml ... results/tables/uci_master.md``) on the paper's architecture and schedules (config/config.yaml),
@@ -30,7 +30,10 @@ into ``RECORDS/<dataset>/`` (file by file: other runs' records stay), one folder
 ``results/``, which ``--partial`` reads as a workdir: the repository's ``benchmarks/records/uci_paper/`` holds those of
 the runs that docs/measurements.md reports, so its tables can be remade (``uci_paper_slice.py
 benchmarks/records/uci_paper/*/ --partial``) on a machine without the runs' many CPU-hours; the documentation's page
-on the kept records (``docs/gen_pages.py``) is remade from them at every build. The report itself is the library's
+on the kept records (``docs/gen_pages.py``) is remade from them at every build. ``--compare RECORDS`` checks a rerun
+against kept records before ``--keep`` replaces them (``<out>_vs_records.md``): run by run, whether the job wrote the
+same bytes (the SHA-256 of its samples and model), with the same code hash, and which values differ
+(``uci_slice_report.compare_records``). The report itself is the library's
 (:mod:`stochattn.experiments.uci_slice_report`); this script runs the workflow and writes it.
 """
 
@@ -105,6 +108,9 @@ def main() -> None:
         help="also each split's W1 and the pooled W1 without each split (from the metrics.json files)",
     )
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--compare", type=Path, default=None, metavar="RECORDS",
+                    help="compare the runs with kept records (before --keep replaces them): the same outputs' "
+                         "SHA-256, code hash and values, run by run")  # fmt: skip
     ap.add_argument("--keep", type=Path, default=None, metavar="RECORDS",
                     help="copy the runs' metrics.json, meta.json and benchmark records into RECORDS/<dataset>/ "
                          "(benchmarks/records/uci_paper: what docs/measurements.md reports)")  # fmt: skip
@@ -142,6 +148,19 @@ def main() -> None:
         table.to_csv(tmp, index=False)
     figure = paper_w1_figure(table, out.with_name(out.stem + "_w1"))
     print("wrote", out, out.with_suffix(".csv"), *figure)
+    if args.compare is not None:
+        texts = []
+        for work in dict.fromkeys(report.homes.values()):
+            datasets = [ds for ds, home in report.homes.items() if home == work]
+            try:
+                texts.append(f"\n{work} against {args.compare}:\n\n" + uci_slice_report.compare_markdown(
+                    uci_slice_report.compare_records(work, args.compare, datasets)))  # fmt: skip
+            except ValueError as err:
+                texts.append(f"\n{err}\n")
+        print(*texts, sep="")
+        with atomic_path(out.with_name(out.stem + "_vs_records.md")) as tmp:
+            Path(tmp).write_text("".join(texts))
+        print("wrote", out.with_name(out.stem + "_vs_records.md"))
     if args.keep is not None:
         for ds in dict.fromkeys(table["dataset"]):
             print("kept", *uci_slice_report.keep_records(report.homes[ds], [ds], args.keep))

@@ -505,6 +505,10 @@ def test_uci_paper_slice_report_is_remade_from_its_kept_records(tiny_run, tmp_pa
     other.write_bytes((kept / "uci" / "yacht" / "split0" / "sa" / "metrics.json").read_bytes())
     report(tiny_run["work"], tmp_path / "d" / "slice.md", "--keep", str(records))
     assert other.is_file() and not list(records.rglob("*.tmp"))
+    report(tiny_run["work"], tmp_path / "e" / "slice.md", "--compare", str(records))  # the run against its records
+    compared = (tmp_path / "e" / "slice_vs_records.md").read_text()
+    n = len(RUNS) + 1  # and the backbone
+    assert f"{n} runs in both: {n} identical, 0 same values, 0 differs." in compared, compared
     spec = importlib.util.spec_from_file_location("uci_paper_slice", script)
     slice_script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(slice_script)  # the target it puts first is the path the evaluate rule writes

@@ -4,6 +4,7 @@ documentation's page on the kept records, read from runs' workdirs or from recor
     build          workdirs or records folders -> SliceReport (markdown text, comparison frame, each data set's folder)
     keep_records   a workdir's metrics.json / meta.json files and benchmark records -> RECORDS/<dataset>/
     record_origin  per data set: the splits and methods its records hold, their commits and devices
+    compare_records  a rerun against kept records: the same outputs (SHA-256), code and values, run by run
 
 Per data set, one row per method (both SA operating points): RMSE/sigma_y of the deterministic backbone, native
 pooled-PIT W1 with its floor (the W1 of as many calibrated PIT values), PI-95 coverage, the PIT mean's z, the point
@@ -31,7 +32,7 @@ from stochattn.resources import dataset_of, read_benchmarks
 with requires("workflow"):
     import pandas as pd
 
-__all__ = ["SliceReport", "build", "keep_records", "record_origin", "results_dir"]
+__all__ = ["SliceReport", "build", "compare_records", "keep_records", "record_origin", "results_dir"]
 
 
 @dataclass
@@ -247,3 +248,106 @@ def record_origin(folder: Path, dataset: str) -> dict:
         if isinstance(device, dict) and device.get("device"):
             devices.add(str(device["device"]))
     return {"splits": {m: sorted(v) for m, v in splits.items()}, "commits": sorted(commits), "devices": sorted(devices)}
+
+
+# What a rerun may change without changing a result: run times, the job's provenance (commit, input files' digests:
+# the JSON inputs hold run times), the package versions and the device description; the outputs' digests
+# (``sha256``) are compared on their own.
+_CONTEXT_KEYS = frozenset({"seconds", "provenance", "packages", "device", "sha256"})
+
+
+def _values(obj, prefix: str = "") -> dict:
+    """{dotted key: value} of a JSON document's leaves, without :data:`_CONTEXT_KEYS` at any depth."""
+    if isinstance(obj, dict):
+        items = ((k, v) for k, v in obj.items() if k not in _CONTEXT_KEYS)
+    elif isinstance(obj, list):
+        items = enumerate(obj)
+    else:
+        return {prefix: obj}
+    out = {}
+    for key, value in items:
+        out.update(_values(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out
+
+
+def _same(a, b) -> bool:
+    """Equal JSON leaves, NaN equal to NaN (bool and int told apart)."""
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return type(a) is type(b) and a == b if isinstance(a, bool) or isinstance(b, bool) else a == b
+
+
+def compare_records(work: Path, records: Path, datasets: Sequence[str]) -> pd.DataFrame:
+    """A rerun (workdir ``work``) against kept records (``records/<dataset>/``, :func:`keep_records`): one row per run
+    (data set, split, method; the backbone too) with a meta.json in both.
+
+    Columns: ``outputs`` ("identical", "differ: samples.npz", "-" where the run records no digest): the SHA-256 of
+    the files the job wrote (meta.json's ``sha256``: samples, model); ``code``: "same" or "differs" (the rule's code
+    hash); ``values``: how many of the leaves of meta.json and metrics.json (without run times, provenance, package
+    versions and device: :data:`_CONTEXT_KEYS`) present in both are compared and how many differ; ``largest``: the
+    differing number with the largest relative difference, as "key: kept -> rerun"; ``verdict``: "identical" (the
+    same outputs and values), "same values" (the values equal, an output's bytes not) or "differs".
+    Raises ValueError where no run is in both."""
+    rows = []
+    for ds in datasets:
+        mine, kept = results_dir(work) / "uci" / ds, Path(records) / ds / "uci" / ds
+        for kept_meta in sorted(kept.glob("split*/*/meta.json")):
+            rel = kept_meta.relative_to(kept)
+            if not (mine / rel).is_file():
+                continue
+            a_meta, b_meta = load_json(kept_meta), load_json(mine / rel)
+            a_vals = {f"meta.{k}": v for k, v in _values(a_meta).items()}
+            b_vals = {f"meta.{k}": v for k, v in _values(b_meta).items()}
+            if (kept / rel).with_name("metrics.json").is_file() and (mine / rel).with_name("metrics.json").is_file():
+                a_vals.update(
+                    {f"metrics.{k}": v for k, v in _values(load_json(kept_meta.with_name("metrics.json"))).items()}
+                )
+                b_vals.update(
+                    {f"metrics.{k}": v for k, v in _values(load_json((mine / rel).with_name("metrics.json"))).items()}
+                )
+            common = [k for k in a_vals if k in b_vals]
+            differ = [k for k in common if not _same(a_vals[k], b_vals[k])]
+            a_sha, b_sha = a_meta.get("sha256") or {}, b_meta.get("sha256") or {}
+            files = [f for f in a_sha if f in b_sha]
+            changed = [f for f in files if a_sha[f] != b_sha[f]]
+            outputs = "-" if not files else "identical" if not changed else "differ: " + ", ".join(changed)
+            code_a, code_b = ((m.get("provenance") or {}).get("code") or {} for m in (a_meta, b_meta))
+            code = (
+                "-"
+                if not code_a or not code_b
+                else "same"
+                if code_a.get("sha256") == code_b.get("sha256")
+                else "differs"
+            )
+            verdict = "differs" if differ else "identical" if not changed else "same values"
+            rows.append({"dataset": ds, "split": int(rel.parts[0].removeprefix("split")), "method": rel.parts[1],
+                         "outputs": outputs, "code": code, "values": f"{len(differ)} of {len(common)} differ",
+                         "largest": _largest(differ, a_vals, b_vals), "verdict": verdict})  # fmt: skip
+    if not rows:
+        raise ValueError(f"no run of {', '.join(datasets)} is both in {work} and in {records}")
+    return pd.DataFrame(rows)
+
+
+def _largest(keys: Sequence[str], kept: dict, rerun: dict) -> str:
+    """ "key: kept -> rerun" for the differing leaf with the largest relative difference (a non-number first)."""
+    if not keys:
+        return ""
+
+    def size(k):
+        a, b = kept[k], rerun[k]
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (a, b)):
+            return math.inf
+        return abs(a - b) / max(abs(a), abs(b), 1e-300)
+
+    key = max(keys, key=size)
+    return f"{key}: {kept[key]!r} -> {rerun[key]!r}"
+
+
+def compare_markdown(frame: pd.DataFrame) -> str:
+    """:func:`compare_records`' frame as a markdown table and a count of its verdicts."""
+    cols = ["dataset", "split", "method", "verdict", "outputs", "code", "values", "largest"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join(":--" for _ in cols) + "|"]
+    lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for _, r in frame.iterrows()]
+    counts = frame["verdict"].value_counts()
+    summary = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("identical", "same values", "differs"))
+    return "\n".join(lines) + f"\n\n{len(frame)} runs in both: {summary}.\n"

@@ -1,0 +1,76 @@
+"""A rerun against kept UCI records (stochattn.experiments.uci_slice_report.compare_records): run by run, the same
+outputs' SHA-256, code hash and values, on a copy of the repository's yacht records."""
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from stochattn.experiments.uci_slice_report import compare_markdown, compare_records
+
+pytest.importorskip("pandas")
+RECORDS = Path(__file__).resolve().parents[1] / "benchmarks" / "records" / "uci_paper"
+
+
+@pytest.fixture()
+def rerun(tmp_path):
+    """A workdir whose results/ hold the kept yacht records' files, as a rerun that reproduced them would."""
+    work = tmp_path / "work"
+    shutil.copytree(RECORDS / "yacht", work / "results")
+    return work
+
+
+def edit(path: Path, change) -> None:
+    doc = json.loads(path.read_text())
+    change(doc)
+    path.write_text(json.dumps(doc))
+
+
+def test_a_rerun_that_wrote_the_same_files_is_identical_run_by_run(rerun):
+    frame = compare_records(rerun, RECORDS, ["yacht"])
+    runs = sorted((RECORDS / "yacht" / "uci" / "yacht").glob("split*/*/meta.json"))
+    assert len(frame) == len(runs) == 24  # 3 splits x (backbone + 7 runs)
+    assert set(frame["verdict"]) == {"identical"} and set(frame["code"]) == {"same"}
+    assert set(frame[frame["method"] != "sa_match"]["outputs"]) == {"identical"}  # samples / model digests
+    sa = frame[(frame["split"] == 0) & (frame["method"] == "sa")].iloc[0]
+    n = int(sa["values"].split(" of ")[1].split()[0])
+    # meta.json's and metrics.json's leaves, the 2 x 31 PIT values among them
+    assert sa["values"] == f"0 of {n} differ" and n > 2 * 31
+    assert "24 runs in both: 24 identical, 0 same values, 0 differs." in compare_markdown(frame)
+
+
+def test_run_times_and_provenance_may_differ_but_a_value_or_output_may_not(rerun):
+    run = rerun / "results" / "uci" / "yacht"
+    edit(run / "split0" / "sa" / "metrics.json", lambda d: d["seconds"].update(evaluate=1e9))  # a run time
+    edit(run / "split0" / "sa" / "meta.json", lambda d: d["provenance"].update(git_commit="0" * 40))  # another commit
+    w1 = json.loads((run / "split1" / "swag" / "metrics.json").read_text())["native"]["w1"]
+    edit(run / "split1" / "swag" / "metrics.json", lambda d: d["native"].update(w1=w1 * 1.01))
+    edit(run / "split2" / "mc_dropout" / "meta.json", lambda d: d["sha256"].update({"samples.npz": "f" * 64}))
+    edit(run / "split2" / "hsa" / "meta.json", lambda d: d["provenance"]["code"].update(sha256="e" * 64))
+    frame = compare_records(rerun, RECORDS, ["yacht"]).set_index(["split", "method"])
+    assert frame.loc[(0, "sa"), "verdict"] == "identical"
+    swag = frame.loc[(1, "swag")]
+    assert swag["verdict"] == "differs" and swag["values"].startswith("1 of ") and swag["outputs"] == "identical"
+    assert swag["largest"] == f"metrics.native.w1: {w1!r} -> {w1 * 1.01!r}"
+    mcd = frame.loc[(2, "mc_dropout")]
+    assert mcd["verdict"] == "same values" and mcd["outputs"] == "differ: samples.npz"
+    assert frame.loc[(2, "hsa"), "code"] == "differs" and frame.loc[(2, "hsa"), "verdict"] == "identical"
+    assert (frame["verdict"] == "identical").sum() == 22
+
+
+def test_nan_equals_nan_and_only_runs_in_both_are_compared(rerun, tmp_path):
+    run = rerun / "results" / "uci" / "yacht"
+    records = tmp_path / "records"
+    shutil.copytree(RECORDS / "yacht", records / "yacht")
+    for folder in (run, records / "yacht" / "uci" / "yacht"):  # a NaN in both
+        edit(folder / "split0" / "ivon" / "metrics.json", lambda d: d["native"].update(w1=math.nan))
+    shutil.rmtree(run / "split2")  # a rerun of splits 0-1 only
+    frame = compare_records(rerun, records, ["yacht"])
+    assert len(frame) == 16 and set(frame["verdict"]) == {"identical"}
+    edit(run / "split0" / "ivon" / "metrics.json", lambda d: d["native"].update(w1=0.1))  # NaN -> a number
+    frame = compare_records(rerun, records, ["yacht"]).set_index(["split", "method"])
+    assert frame.loc[(0, "ivon"), "largest"] == "metrics.native.w1: nan -> 0.1"
+    with pytest.raises(ValueError, match="no run of concrete"):
+        compare_records(rerun, records, ["concrete"])
