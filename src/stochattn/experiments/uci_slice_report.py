@@ -270,6 +270,14 @@ def _values(obj, prefix: str = "") -> dict:
     return out
 
 
+def _run_values(run: Path) -> dict:
+    """:func:`_values` of a run folder's meta.json and (where present) metrics.json, keyed "meta.*" / "metrics.*"."""
+    docs = {name: run / f"{name}.json" for name in ("meta", "metrics")}
+    return {
+        f"{name}.{k}": v for name, path in docs.items() if path.is_file() for k, v in _values(load_json(path)).items()
+    }
+
+
 def _same(a, b) -> bool:
     """Equal JSON leaves, NaN equal to NaN (bool and int told apart)."""
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
@@ -296,29 +304,15 @@ def compare_records(work: Path, records: Path, datasets: Sequence[str]) -> pd.Da
             if not (mine / rel).is_file():
                 continue
             a_meta, b_meta = load_json(kept_meta), load_json(mine / rel)
-            a_vals = {f"meta.{k}": v for k, v in _values(a_meta).items()}
-            b_vals = {f"meta.{k}": v for k, v in _values(b_meta).items()}
-            if (kept / rel).with_name("metrics.json").is_file() and (mine / rel).with_name("metrics.json").is_file():
-                a_vals.update(
-                    {f"metrics.{k}": v for k, v in _values(load_json(kept_meta.with_name("metrics.json"))).items()}
-                )
-                b_vals.update(
-                    {f"metrics.{k}": v for k, v in _values(load_json((mine / rel).with_name("metrics.json"))).items()}
-                )
+            a_vals, b_vals = _run_values(kept_meta.parent), _run_values((mine / rel).parent)
             common = [k for k in a_vals if k in b_vals]
             differ = [k for k in common if not _same(a_vals[k], b_vals[k])]
             a_sha, b_sha = a_meta.get("sha256") or {}, b_meta.get("sha256") or {}
             files = [f for f in a_sha if f in b_sha]
             changed = [f for f in files if a_sha[f] != b_sha[f]]
             outputs = "-" if not files else "identical" if not changed else "differ: " + ", ".join(changed)
-            code_a, code_b = ((m.get("provenance") or {}).get("code") or {} for m in (a_meta, b_meta))
-            code = (
-                "-"
-                if not code_a or not code_b
-                else "same"
-                if code_a.get("sha256") == code_b.get("sha256")
-                else "differs"
-            )
+            code_a, code_b = (((m.get("provenance") or {}).get("code") or {}).get("sha256") for m in (a_meta, b_meta))
+            code = "-" if not (code_a and code_b) else "same" if code_a == code_b else "differs"
             verdict = "differs" if differ else "identical" if not changed else "same values"
             rows.append({"dataset": ds, "split": int(rel.parts[0].removeprefix("split")), "method": rel.parts[1],
                          "outputs": outputs, "code": code, "values": f"{len(differ)} of {len(common)} differ",
