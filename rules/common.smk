@@ -39,11 +39,28 @@ DERIVED_METHODS = {"sa_match": "sa"}
 # the adapter slices' methods that choose their settings on validation data (stochattn.experiments.adapters.
 # SEARCH_METHODS): with a grid of more than one candidate, one job per candidate and a selection job
 SEARCH_METHODS = ["swag", "ivon", "contextual_dropout", "hsa"]
+# the same for the UCI methods trained from scratch (stochattn.experiments.uci.SEARCH_METHODS): rule uci_candidate
+UCI_SEARCH_METHODS = ["ivon", "hsa"]
 
 
-def searched_methods(methods, method_cfg):
-    """The ``methods`` whose validation grid (``method_cfg(method)``) has more than one candidate."""
-    return [m for m in methods if m in SEARCH_METHODS and len(grid_entries(method_cfg(m))) > 1]
+def searched_methods(methods, method_cfg, search_methods=SEARCH_METHODS):
+    """The ``methods`` whose validation grid (``method_cfg(method)``) has more than one candidate and is not widened
+    as it goes (a widened search is one job: its candidates are known only as it runs)."""
+    return [m for m in methods
+            if m in search_methods and len(grid_entries(method_cfg(m))) > 1 and not method_cfg(m).get("widen")]
+
+
+def uci_searched(experiment, method, dataset):
+    """Whether ``method``'s grid on ``dataset`` is fitted one candidate a job (rule uci_candidate)."""
+    return bool(searched_methods([method], lambda m: method_cfg(experiment, m, dataset), UCI_SEARCH_METHODS))
+
+
+def uci_candidates(experiment, dataset, split, method):
+    """The files of rule uci_candidate for every candidate of ``method``'s grid, in grid order ([] when one job)."""
+    if not uci_searched(experiment, method, dataset):
+        return []
+    run = f"results/{experiment}/{dataset}/split{split}/{method}/candidates"
+    return [f"{run}/{k}.pt" for k in range(len(grid_entries(method_cfg(experiment, method, dataset))))]
 
 
 def one_of(names):
@@ -159,6 +176,20 @@ def method_code(method):
     )
 
 
+def uci_search_code(entry, method):
+    """``entry`` (fit_candidate or choose_candidate of stochattn.experiments.uci) with one method's search
+    (``_<method>_search``), not the dispatch table that names every method's."""
+    return code_for(f"stochattn.experiments.uci:{entry}", f"stochattn.experiments.uci:_{method}_search",
+                    exclude=["stochattn.experiments.uci:_SEARCHES"])
+
+
+def run_method_code(w):
+    """A run_method job's code: the choice among fitted candidates (rule uci_candidate) or the whole run."""
+    if uci_searched(w.experiment, w.method, w.dataset):
+        return uci_search_code("choose_candidate", w.method)
+    return method_code(w.method)
+
+
 def benchmark_file(rule, wildcard_path):
     """results/benchmarks/<rule>/<wildcards>.tsv: Snakemake's benchmark record of one job (wall clock, memory);
     stochattn.resources turns these records into the runtime estimates of the SLURM profile."""
@@ -263,6 +294,10 @@ def method_inputs(wildcards):
             f"{run}/multiswag/components/{c}.pt" for c in range(1, n)
         ]
         inputs["component_metas"] = [p.replace(".pt", ".json") for p in inputs["components"]]
+    candidates = uci_candidates(wildcards.experiment, wildcards.dataset, wildcards.split, wildcards.method)
+    if candidates:  # the grid fitted one candidate a job: this job chooses and samples
+        inputs["candidates"] = candidates
+        inputs["candidate_records"] = [p.replace(".pt", ".json") for p in candidates]
     return inputs
 
 
@@ -408,7 +443,16 @@ def runtime_method(wildcards, attempt):
     """One method's job (its trainings in backbone units); calibrate_sa is SA's job."""
     method = wildcards.get("method", "sa")
     family = f"{'calibrate_sa' if method == 'sa' else 'run_method'}/{method}"
-    return _runtime(family, wildcards, _trainings(wildcards.experiment, method, wildcards.dataset), attempt)
+    if method != "sa" and uci_searched(wildcards.experiment, method, wildcards.dataset):
+        family, trainings = f"uci_choose/{method}", 0.25  # its candidates are fitted by rule uci_candidate
+    else:
+        trainings = _trainings(wildcards.experiment, method, wildcards.dataset)
+    return _runtime(family, wildcards, trainings, attempt)
+
+
+def runtime_candidate(wildcards, attempt):
+    """One candidate of a UCI grid (rule uci_candidate): one training and its validation samples."""
+    return _runtime(f"uci_candidate/{wildcards.method}", wildcards, 1, attempt, resumable=True)
 
 
 _STEP_COSTS = (

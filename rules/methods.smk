@@ -29,7 +29,7 @@ rule run_method:
         method_cfg=lambda w: method_cfg(w.experiment, w.method, w.dataset),
         num_samples=config["num_samples"],
         seed=lambda w: seed_for(w.method, w.dataset, w.split),
-        code=lambda w: method_code(w.method),
+        code=run_method_code,
     script:
         "../workflow_scripts/run_method.py"
 
@@ -76,3 +76,40 @@ rule multiswag_component:
         code=code_for("stochattn.experiments.uci:train_multiswag_component"),
     script:
         "../workflow_scripts/multiswag_component.py"
+
+
+rule uci_candidate:
+    """One candidate of IVON's or HSA's validation grid on one split (where the grid has more than one and is not
+    widened): a network trained from scratch and scored on the validation part, kept for the method's run_method job,
+    which chooses and samples (stochattn.experiments.uci.fit_candidate / choose_candidate: the run of one job, tested
+    equal). One job per candidate bounds every job's runtime and lets a cluster fit the grid in parallel."""
+    input:
+        prepared="results/{experiment}/{dataset}/split{split}/prepared.npz",
+    output:
+        state="results/{experiment}/{dataset}/split{split}/{method}/candidates/{candidate}.pt",
+        record="results/{experiment}/{dataset}/split{split}/{method}/candidates/{candidate}.json",
+    log:
+        "logs/{experiment}/{dataset}/split{split}/{method}_candidate{candidate}.log",
+    benchmark:
+        benchmark_file("uci_candidate", "{experiment}/{dataset}/split{split}/{candidate}/{method}")
+    wildcard_constraints:
+        method=one_of(UCI_SEARCH_METHODS),
+        candidate=r"\d+",
+    conda:
+        CONDA_ENV
+    threads: GPU_THREADS
+    resources:
+        gpu=GPUS_PER_JOB,
+        mem_mb=mem_mb_train,
+        runtime=runtime_candidate,
+    params:
+        method=lambda w: w.method,
+        index=lambda w: int(w.candidate),
+        model=lambda w: model_cfg(w.experiment, w.dataset),
+        train=lambda w: train_cfg(w.experiment, w.dataset),
+        method_cfg=lambda w: method_cfg(w.experiment, w.method, w.dataset),
+        num_samples=config["num_samples"],
+        seed=lambda w: seed_for(w.method, w.dataset, w.split),
+        code=lambda w: uci_search_code("fit_candidate", w.method),
+    script:
+        "../workflow_scripts/run_method.py"

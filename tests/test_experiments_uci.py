@@ -265,3 +265,48 @@ def test_evaluate_refuses_a_reference_from_another_split(tmp_path):
         evaluate(a["swag"], tmp_path / "m.json", seed=0, reference_path=b["sa"])
     out = evaluate(a["swag"], tmp_path / "m.json", seed=0)  # no reference: no matched block
     assert "matched" not in out and out["temperature"] > 0
+
+
+@pytest.mark.parametrize("method, cfg", [("ivon", CFG["ivon"]), ("hsa", {"grid": [{"tau1": 1.0}, {"tau1": 4.0}]})])
+def test_grid_fitted_one_candidate_a_job_gives_the_single_job_run(workdir, tmp_path, method, cfg):
+    """IVON's and HSA's grids fitted one candidate at a time (the workflow's jobs, here in reverse order: each
+    candidate alone), then chosen: the same validation scores, choice, samples and values as run_method's single
+    job; only the run times differ."""
+    kw = dict(model=MODEL, train=TRAIN, method_cfg=cfg, num_samples=S, seed=4, progress=False)
+    prepared = workdir / "prepared.npz"
+    one = uci.run_method(method, prepared, tmp_path / "one", **kw)
+    paths = [tmp_path / "candidates" / f"{k}.pt" for k in range(2)]
+    records = [uci.fit_candidate(method, prepared, paths[k], index=k, **kw) for k in (1, 0)][::-1]
+    assert [r["index"] for r in records] == [0, 1] and all(r["grid_size"] == 2 for r in records)
+    assert [r["val_crps"] for r in records] == one["selection"]["val_crps"]
+    split = uci.choose_candidate(method, prepared, tmp_path / "split", paths, **kw)
+    a, b = load_npz(tmp_path / "one" / "samples.npz"), load_npz(tmp_path / "split" / "samples.npz")
+    assert sorted(a) == sorted(b)
+    for key in a:
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    assert {k: v for k, v in split["selection"].items() if k != "seconds"} == \
+        {k: v for k, v in one["selection"].items() if k != "seconds"}  # fmt: skip
+    assert split["seconds"]["train"] == pytest.approx(sum(r["seconds"] for r in records))
+    same = {"seconds", "packages", "provenance", "device", "sha256", "selection"}
+    assert {k: v for k, v in split.items() if k not in same} == {k: v for k, v in one.items() if k not in same}
+    with pytest.raises(ValueError, match="not the grid"):
+        uci.choose_candidate(method, prepared, tmp_path / "bad", paths[::-1], **kw)
+    with pytest.raises(ValueError, match="candidate 2 of a grid of 2"):
+        uci.fit_candidate(method, prepared, tmp_path / "c2.pt", index=2, **kw)
+    assert not (tmp_path / "bad").exists() and not (tmp_path / "c2.pt").exists()
+
+
+def test_candidate_jobs_only_for_searches_without_widening(workdir, tmp_path):
+    kw = dict(model=MODEL, train=TRAIN, num_samples=S, seed=4, progress=False)
+    with pytest.raises(ValueError, match="has no validation search run one candidate a job"):
+        uci.fit_candidate("swag", workdir / "prepared.npz", tmp_path / "c.pt", index=0, method_cfg={}, **kw)
+    from stochattn.experiments import methods
+
+    def never(*args):
+        raise AssertionError("a widened search must not fit a candidate alone")
+
+    widened = methods.Search("swag", [{"lr": 1e-3}, {"lr": 1e-2}], never, never, never, never,
+                             widen={"keys": ["lr"], "factor": 3.0, "low": 1e-6, "high": 0.1})  # fmt: skip
+    with pytest.raises(ValueError, match="widens its grid"):
+        methods.write_candidate(widened, load_prepared(workdir / "prepared.npz"), tmp_path / "c.pt", index=0, seed=0)
+    assert not (tmp_path / "c.pt").exists()

@@ -36,7 +36,7 @@ ALL_METHODS = ["sa", "mc_dropout", "swag", "multiswag", "ivon", "hsa"]  # what a
 RUNS = ["sa", "sa_match", "mc_dropout", "swag", "multiswag", "ivon", "hsa"]  # + sa_match, written beside sa
 PIPELINE_RULES = [
     "fetch_uci", "prepare_uci", "prepare_toy", "train_backbone", "calibrate_sa", "run_method", "run_swag",
-    "multiswag_component", "evaluate",
+    "multiswag_component", "uci_candidate", "evaluate",
     "uci_table", "uci_pit_figure", "uci_sharpness_figure", "uci_yacht_appendix", "uci_cost_figure",
     "teaser_sinusoid",
 ]  # fmt: skip
@@ -115,6 +115,7 @@ def test_names_agree_with_library():
 
     assert literal("ALL_METHODS") == list(uci.METHODS) == RUNS
     assert literal("BACKBONE_METHODS") == list(uci.BACKBONE_METHODS)
+    assert literal("UCI_SEARCH_METHODS") == list(uci.SEARCH_METHODS) == ["ivon", "hsa"]
     m = re.search(r"^DERIVED_METHODS = (\{.*?\})", common, re.M)
     assert m and ast.literal_eval(m.group(1)) == uci.DERIVED_METHODS == {"sa_match": "sa"}
     schema = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
@@ -152,6 +153,7 @@ def test_dry_run_paper_protocol(tmp_path):
         "run_method": (n_runs + 1) * (toy - 2),
         "run_swag": n_runs + 1,  # SWAG keeps its posterior as MultiSWAG's component 0
         "multiswag_component": (n_runs + 1) * 9,  # one job per MultiSWAG component 1..L-1 (L = 10)
+        "uci_candidate": (n_runs + 1) * (4 + 2),  # one job per candidate of IVON's grid (4) and HSA's (2)
         "evaluate": n_runs,  # one job per split evaluates all of its runs
         "uci_table": len(TABLES),
         "uci_pit_figure": 8,
@@ -240,7 +242,8 @@ def test_dry_run_quick_config(tmp_path):
     assert path.returncode == 0, path.stdout[-3000:]
     # one split's evaluation scores all of its runs (every baseline is matched to SA's coverage)
     split_jobs = {"fetch_uci": 1, "prepare_uci": 1, "train_backbone": 1, "calibrate_sa": 1, "run_swag": 1,
-                  "run_method": len(ALL_METHODS) - 2, "multiswag_component": 1, "evaluate": 1}  # fmt: skip
+                  "run_method": len(ALL_METHODS) - 2, "multiswag_component": 1, "uci_candidate": 2 + 2,
+                  "evaluate": 1}  # fmt: skip
     assert job_stats(path.stdout) == split_jobs
     # sa_match comes out of the same calibrate_sa job; its evaluation reads SA's samples as the coverage reference
     match = smk(tmp_path, "-n", "results/uci/energy/split1/sa_match/metrics.json",
@@ -248,6 +251,25 @@ def test_dry_run_quick_config(tmp_path):
     assert match.returncode == 0, match.stdout[-3000:]
     assert job_stats(match.stdout) == split_jobs
     assert "results/uci/energy/split1/sa/samples.npz" in match.stdout
+
+
+def test_ivon_and_hsa_grids_fitted_one_candidate_a_job(tmp_path):
+    """IVON's and HSA's grids: one uci_candidate job per candidate, their files the run_method job's inputs (it
+    chooses and samples, under its own code hash); a grid of one candidate stays one job."""
+    res = smk(tmp_path, "-n", "-p", "results/uci/yacht/split0/ivon/meta.json", "results/uci/yacht/split0/hsa/meta.json",
+              configfile=REPO / "config" / "test.yaml")  # fmt: skip
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert job_stats(res.stdout) == {"fetch_uci": 1, "prepare_uci": 1, "uci_candidate": 4, "run_method": 2}
+    for method in ("ivon", "hsa"):
+        for k in (0, 1):
+            assert f"results/uci/yacht/split0/{method}/candidates/{k}.pt" in res.stdout
+    block = re.search(r"rule run_method:\n(.*?)\n\n", res.stdout, re.S).group(1)
+    assert "candidates/0.pt" in block and "candidates/1.pt" in block, block
+    one = write_config(tmp_path / "one.yaml", base=REPO / "config" / "test.yaml",
+                       method_params={"ivon": {"grid": [{"hess_init": 0.3, "ess_factor": 200.0}]}})  # fmt: skip
+    res = smk(tmp_path, "-n", "results/uci/yacht/split0/ivon/meta.json", configfile=one)
+    assert res.returncode == 0, res.stdout[-3000:]
+    assert job_stats(res.stdout) == {"fetch_uci": 1, "prepare_uci": 1, "run_method": 1}
 
 
 def test_slurm_profile_requests_gpus_for_training_and_sampling(tmp_path):
@@ -267,7 +289,8 @@ def test_slurm_profile_requests_gpus_for_training_and_sampling(tmp_path):
         rule, resources = m.group(1), r.group(1)
         seen.add(rule)
         gpu = "gpu=1" in resources
-        model_rules = ("train_backbone", "calibrate_sa", "run_method", "run_swag", "multiswag_component")
+        model_rules = ("train_backbone", "calibrate_sa", "run_method", "run_swag", "multiswag_component",
+                       "uci_candidate")  # fmt: skip
         assert gpu == (rule in model_rules), (rule, resources)
         assert "runtime=" in resources and "slurm_partition" not in resources  # the plugin picks it per job
     assert {"train_backbone", "calibrate_sa", "run_method", "evaluate", "prepare_uci"} <= seen
@@ -427,6 +450,32 @@ def test_tiny_run_outputs_follow_the_contract(tiny_run):
     teaser = _prov_ok(work / "results" / "figures" / "teaser_sinusoid.png", work)
     assert any(i["path"].startswith("results/toy/sinusoid/split0/") for i in teaser["inputs"])
     assert (work / "logs" / "uci" / "yacht" / "split0" / "train_backbone.log").is_file()
+
+
+@pytest.mark.slow
+def test_candidate_jobs_record_one_methods_search(tiny_run):
+    """IVON's and HSA's candidate jobs and their choosing run_method jobs: every candidate's record in grid order
+    with its validation scores, the run's selection made of them, and each job's code hash covering its own
+    method's search only (a change to HSA's search does not rerun IVON's jobs)."""
+    from stochattn.provenance import code_closure, code_version
+
+    run = tiny_run["work"] / "results" / "uci" / "yacht" / "split0"
+    for method, other in (("ivon", "hsa"), ("hsa", "ivon")):
+        records = [json.loads((run / method / "candidates" / f"{k}.json").read_text()) for k in range(2)]
+        meta = json.loads((run / method / "meta.json").read_text())
+        assert [r["index"] for r in records] == [0, 1]
+        assert [r["candidate"] for r in records] == meta["selection"]["grid"]
+        assert [r["val_crps"] for r in records] == meta["selection"]["val_crps"]
+        assert meta["provenance"]["rule"] == "run_method"
+        inputs = {i["path"] for i in meta["provenance"]["inputs"]}
+        fitted = {f"results/uci/yacht/split0/{method}/candidates/{k}.{e}" for k in (0, 1) for e in ("pt", "json")}
+        assert inputs == {"results/uci/yacht/split0/prepared.npz", *fitted}
+        for code in (records[0]["provenance"]["code"], meta["provenance"]["code"]):
+            closure = code_closure(code["entries"], code["exclude"])
+            assert f"stochattn.experiments.uci:_{method}_search" in closure
+            assert f"stochattn.experiments.uci:_{other}_search" not in closure
+            assert f"stochattn.experiments.methods:{other}_search" not in closure
+            assert code_version(code["entries"], code["exclude"]) == code  # what the audit recomputes
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
-"""Rules calibrate_sa, run_method and run_swag: stochattn.experiments.uci.run_method for one method on one split; its
+"""Rules calibrate_sa, run_method, run_swag and uci_candidate on one split: stochattn.experiments.uci.run_method for one
+method, choose_candidate where rule uci_candidate fitted the method's grid (fit_candidate: one candidate); the
 trainings and SWAG phases resume after a kill (stochattn.training.resumable)."""
 
 import logging
@@ -10,34 +11,31 @@ logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %
 
 import torch  # noqa: E402
 
-from stochattn.experiments.uci import run_method  # noqa: E402
+from stochattn.experiments.uci import choose_candidate, fit_candidate, run_method  # noqa: E402
 from stochattn.provenance import check_model_job, resume_checkpoint, stage_provenance  # noqa: E402
 from stochattn.training import resumable  # noqa: E402
 
-torch.set_num_threads(snakemake.threads)  # noqa: F821
+sm = snakemake  # noqa: F821
+torch.set_num_threads(sm.threads)
 # a job given a GPU by the scheduler must not silently train on the CPU (config require_gpu: false allows it)
-check_model_job(snakemake)  # noqa: F821
-p = snakemake.params  # noqa: F821
-with resumable(resume_checkpoint(snakemake)):  # noqa: F821
-    meta = run_method(
-        p.method,
-        snakemake.input.prepared,  # noqa: F821
-        os.path.dirname(snakemake.output.samples),  # noqa: F821
-        backbone_path=snakemake.input.get("backbone"),  # noqa: F821
-        components=snakemake.input.get("components"),  # noqa: F821 (MultiSWAG's trained components, in order)
-        model=p.model,
-        train=p.train,
-        method_cfg=p.method_cfg,
-        num_samples=p.num_samples,
-        seed=p.seed,
-        swag_member=snakemake.output.get("member"),  # noqa: F821 (SWAG: its posterior as MultiSWAG's component 0)
-        device=snakemake.config["device"],  # noqa: F821
-        progress=snakemake.config["progress"],  # noqa: F821
-        provenance=stage_provenance(
-            rule=snakemake.rule,  # noqa: F821
-            inputs=list(snakemake.input),  # noqa: F821
-            code=p.code,
-            params={k: v for k, v in p.items() if k != "code"},
-        ),
-    )
-print(f"{p.method}: seconds {meta['seconds']}", flush=True)
+check_model_job(sm)
+p = sm.params
+provenance = stage_provenance(rule=sm.rule, inputs=list(sm.input), code=p.code,
+                              params={k: v for k, v in p.items() if k != "code"})  # fmt: skip
+shared = dict(model=p.model, train=p.train, method_cfg=p.method_cfg, num_samples=p.num_samples, seed=p.seed,
+              progress=sm.config["progress"], provenance=provenance)  # fmt: skip
+if sm.rule == "uci_candidate":
+    with resumable(resume_checkpoint(sm)):  # a rerun after a kill resumes the training inside
+        record = fit_candidate(p.method, sm.input.prepared, sm.output.state, index=p.index, **shared)
+    print(f"{p.method} candidate {p.index}: val CRPS {record['val_crps']}, {record['seconds']:.1f} s", flush=True)
+else:
+    out_dir = os.path.dirname(sm.output.samples)
+    if sm.input.get("candidates"):  # IVON's / HSA's grid fitted one candidate a job: the choice and the samples
+        meta = choose_candidate(p.method, sm.input.prepared, out_dir, sm.input.candidates, **shared)
+    else:
+        with resumable(resume_checkpoint(sm)):
+            meta = run_method(p.method, sm.input.prepared, out_dir, backbone_path=sm.input.get("backbone"),
+                              components=sm.input.get("components"),  # MultiSWAG's trained components, in order
+                              swag_member=sm.output.get("member"),  # SWAG: its posterior as MultiSWAG's component 0
+                              device=sm.config["device"], **shared)  # fmt: skip
+    print(f"{p.method}: seconds {meta['seconds']}", flush=True)

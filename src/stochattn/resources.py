@@ -33,7 +33,7 @@ __all__ = ["dataset_of", "read_benchmarks", "runtime_estimates", "dataset_estima
            "Work", "adapt_work", "method_work", "candidate_work", "selection_work", "member_work", "analyses_work",
            "analyses_sweep_work", "analyses_bo_work", "gpu_minutes", "QueueLimitError", "runtime_request", "main"]
 
-_PER_METHOD = {"run_method", "calibrate_sa"}
+_PER_METHOD = {"run_method", "calibrate_sa", "uci_candidate"}
 
 
 def dataset_of(parts: tuple[str, ...]) -> str | None:

@@ -374,54 +374,17 @@ def method_search(method: str, data: Mapping[str, Any], setup: AdapterSetup, cfg
 def write_candidate(method: str, data: Mapping[str, Any], setup: AdapterSetup, cfg: Mapping[str, Any],
                     out_path: str | Path, *, index: int, num_samples: int, seed: int, progress: bool = True,
                     provenance: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:  # fmt: skip
-    """Candidate ``index`` of ``method``'s grid fitted and scored on the validation part
-    (:func:`stochattn.selection.fit_candidate`, the very fit of the single-job search) -> ``out_path`` (torch:
-    the fitted state, None when its training diverged) and its record ``<stem>.json`` (the candidate, its scores
-    and seconds, the search's ``extra``), both written atomically.
-
-    Seeds: every candidate's fit draws from its own seeded generators (``seed``, ``seed + 2``; training under
-    :func:`stochattn.training.seeded`, which restores the global RNG), never from a stream shared across
-    candidates, so a candidate fitted alone equals the same candidate fitted after the others (the workflow's
-    tests compare every candidate's validation scores and the samples of both paths)."""
-    from ..io import save_json
-    from ..provenance import device_info
-    from ..selection import ValidationSplit, entry_record, fit_candidate
-
+    """Candidate ``index`` of ``method``'s grid fitted and scored on the validation part -> ``out_path`` and its
+    record ``<stem>.json`` (:func:`stochattn.experiments.methods.write_candidate`: a candidate fitted alone equals
+    the same candidate fitted after the others; the workflow's tests compare both paths' scores and samples)."""
     search = method_search(method, data, setup, cfg, num_samples, seed, progress)
-    if not 0 <= index < len(search.grid):
-        raise ValueError(f"{method}: candidate {index} of a grid of {len(search.grid)}")
-    candidate = search.grid[index]
-    out, entry = fit_candidate(method, candidate, search.fit, ValidationSplit.from_prepared(data))
-    recorded = save_model(out_path, {"state": None if out is None else search.state(out.result)})
-    record = {"method": method, "index": index, "grid_size": len(search.grid), "candidate": candidate, "seed": seed,
-              **entry_record(entry), "extra": search.extra, "device": device_info(), RECORD_KEY: recorded}  # fmt: skip
-    if provenance is not None:
-        record["provenance"] = dict(provenance)
-    save_json(Path(out_path).with_suffix(".json"), record)
-    return record
+    return methods.write_candidate(search, data, out_path, index=index, seed=seed, provenance=provenance)
 
 
 def choose_candidate(method: str, data: Mapping[str, Any], setup: AdapterSetup, cfg: Mapping[str, Any],
                      paths: Sequence[str | Path], *, num_samples: int, seed: int,
                      progress: bool) -> Dict[str, Any]:  # fmt: skip
-    """The run of ``method`` from its candidates' files (:func:`write_candidate`, in grid order): the choice of
-    :func:`stochattn.selection.choose` (as the single-job search makes it), the winner's state loaded and sampled
-    (the same seeds). ``train`` seconds: the candidates' fits."""
-    from ..io import load_json
-    from ..selection import Selection, ValidationSplit, choose, entry_from_record
-
+    """The run of ``method`` from its candidates' files (:func:`write_candidate`, in grid order):
+    :func:`stochattn.experiments.methods.choose_candidate`, the choice the single-job search makes."""
     search = method_search(method, data, setup, cfg, num_samples, seed, progress)
-    records = [load_json(Path(p).with_suffix(".json")) for p in paths]
-    if [r["index"] for r in records] != list(range(len(search.grid))) or \
-            [r["candidate"] for r in records] != search.grid:
-        raise ValueError(f"{method}: the candidate files {[str(p) for p in paths]} are not the grid {search.grid} "
-                         f"in order (written under another configuration?)")  # fmt: skip
-    for r in records:  # what the fits leave in extra, in grid order as the single-job search leaves it
-        search.extra.update(r["extra"])
-    entries = [entry_from_record(r) for r in records]
-    split = ValidationSplit.from_prepared(data)
-    index, record = choose(method, search.grid, entries, split.mean_predictor_rmse(), reference=search.reference,
-                           **methods.selection_options(data))  # fmt: skip
-    state = load_model(paths[index])["state"]
-    sel = Selection(search.load(state, search.grid[index]), index, search.grid[index], record)
-    return search.finish(sel, sum(e["seconds"] for e in entries))
+    return methods.choose_candidate(search, data, paths)

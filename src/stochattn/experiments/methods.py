@@ -166,6 +166,67 @@ def search_run(search: Search, data) -> Dict[str, Any]:
     return search.finish(sel, time.perf_counter() - t0)
 
 
+def write_candidate(search: Search, data, out_path: str | Path, *, index: int, seed: int,
+                    provenance: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:  # fmt: skip
+    """Candidate ``index`` of ``search``'s grid fitted and scored on ``data``'s validation part
+    (:func:`stochattn.selection.fit_candidate`, the very fit of :func:`search_run`) -> ``out_path`` (torch: the
+    fitted state, None when its training diverged) and its record ``<stem>.json`` (the candidate, its scores and
+    seconds, the search's ``extra``), both written atomically. Returns the record.
+
+    A candidate fitted alone equals the same candidate fitted after the others only when every fit draws from its
+    own seeded generators (``seed``, ``seed + 2``; training under :func:`stochattn.training.seeded`, which restores
+    the global RNG), as the searches here do; the tests compare both paths' scores and samples.
+
+    Raises:
+        ValueError: ``index`` outside the grid, or a search that widens its grid (its candidates are known only
+            as it goes: one job).
+    """
+    from ..io import save_model
+    from ..selection import ValidationSplit, entry_record, fit_candidate
+
+    if search.widen:
+        raise ValueError(f"{search.method}: a search that widens its grid runs in one job, not one per candidate")
+    if not 0 <= index < len(search.grid):
+        raise ValueError(f"{search.method}: candidate {index} of a grid of {len(search.grid)}")
+    candidate = search.grid[index]
+    out, entry = fit_candidate(search.method, candidate, search.fit, ValidationSplit.from_prepared(data))
+    recorded = save_model(out_path, {"state": None if out is None else search.state(out.result)})
+    record = {"method": search.method, "index": index, "grid_size": len(search.grid), "candidate": candidate,
+              "seed": seed, **entry_record(entry), "extra": search.extra, "device": device_info(),
+              RECORD_KEY: recorded}  # fmt: skip
+    if provenance is not None:
+        record["provenance"] = dict(provenance)
+    save_json(Path(out_path).with_suffix(".json"), record)
+    return record
+
+
+def choose_candidate(search: Search, data, paths: Sequence[str | Path]) -> Dict[str, Any]:
+    """The run of ``search`` from its candidates' files (:func:`write_candidate`, in grid order): the choice of
+    :func:`stochattn.selection.choose` (as :func:`search_run` makes it), the winner's state loaded and sampled by
+    ``search.finish`` (the same seeds). ``train`` seconds: the candidates' fits.
+
+    Raises:
+        ValueError: the files are not the grid's candidates in order (written under another configuration).
+    """
+    from ..io import load_json, load_model
+    from ..selection import Selection, ValidationSplit, choose, entry_from_record
+
+    records = [load_json(Path(p).with_suffix(".json")) for p in paths]
+    if [r["index"] for r in records] != list(range(len(search.grid))) or \
+            [r["candidate"] for r in records] != search.grid:
+        raise ValueError(f"{search.method}: the candidate files {[str(p) for p in paths]} are not the grid "
+                         f"{search.grid} in order (written under another configuration?)")  # fmt: skip
+    for r in records:  # what the fits leave in extra, in grid order as the single-job search leaves it
+        search.extra.update(r["extra"])
+    entries = [entry_from_record(r) for r in records]
+    split = ValidationSplit.from_prepared(data)
+    index, record = choose(search.method, search.grid, entries, split.mean_predictor_rmse(),
+                           reference=search.reference, **selection_options(data))  # fmt: skip
+    state = load_model(paths[index])["state"]
+    sel = Selection(search.load(state, search.grid[index]), index, search.grid[index], record)
+    return search.finish(sel, sum(e["seconds"] for e in entries))
+
+
 def fit_on(model, split, train: Mapping[str, Any], seed: int, progress: bool, desc: str):
     """AdamW training (``train``: lr, weight_decay, batch_size, max_epochs, patience) on a ValidationSplit."""
     return fit_regressor(

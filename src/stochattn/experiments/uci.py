@@ -5,6 +5,8 @@ Each function reads its inputs from files and writes its outputs atomically, so 
     prepare          Gal split -> standardised train / val / cal / test (``prepared.npz``)
     train_backbone   the deterministic FT-Transformer shared by SA, MC Dropout and SWAG (``model.pt``)
     run_method       one method's S predictive samples on the test and calibration splits (``samples.npz``)
+    fit_candidate    one candidate of IVON's or HSA's validation grid (its fitted network and validation scores)
+    choose_candidate the run of run_method from those candidates (the same choice and samples)
     evaluate         native and temperature-scaled metrics of one run (``metrics.json``)
 
 ``prepare_sinusoid`` makes the 1-D noisy sinusoid of the teaser figure (panel c) in the same format, so the
@@ -299,21 +301,97 @@ def _multiswag(data, components, num_samples, seed) -> Dict[str, Any]:
     return run
 
 
-def _ivon(data, model_cfg, train_cfg, cfg, num_samples, seed, progress) -> Dict[str, Any]:
-    """IVON trained from scratch on the FT-Transformer (:func:`stochattn.experiments.methods.ivon_run`)."""
+def _ivon_search(data, model_cfg, train_cfg, cfg, num_samples, seed, progress) -> methods.Search:
+    """IVON trained from scratch on the FT-Transformer (:func:`stochattn.experiments.methods.ivon_search`)."""
     build = lambda s: build_ft_transformer(data["x_train"].shape[1], seed=s, **dict(model_cfg))  # noqa: E731
-    return methods.ivon_run(data, build, train_cfg, cfg, num_samples, seed, progress)
+    return methods.ivon_search(data, build, train_cfg, cfg, num_samples, seed, progress)
 
 
-def _hsa(data, model_cfg, train_cfg, cfg, num_samples, seed, progress) -> Dict[str, Any]:
-    """HSA FT-Transformer trained from scratch (:func:`stochattn.experiments.methods.hsa_run`)."""
+def _ivon(data, model_cfg, train_cfg, cfg, num_samples, seed, progress) -> Dict[str, Any]:
+    """IVON's run, every candidate fitted here (:func:`stochattn.experiments.methods.ivon_run`)."""
+    return methods.search_run(_ivon_search(data, model_cfg, train_cfg, cfg, num_samples, seed, progress), data)
+
+
+def _hsa_search(data, model_cfg, train_cfg, cfg, num_samples, seed, progress) -> methods.Search:
+    """HSA FT-Transformer trained from scratch (:func:`stochattn.experiments.methods.hsa_search`)."""
     from ..baselines.hsa import hsa_ft_transformer
 
     def build(c, s):
         return hsa_ft_transformer(data["x_train"].shape[1], n_centroids=int(c["n_centroids"]), tau1=c["tau1"],
                                   tau2=c["tau2"], seed=s, **dict(model_cfg))  # fmt: skip
 
-    return methods.hsa_run(data, build, train_cfg, cfg, num_samples, seed, progress)
+    return methods.hsa_search(data, build, train_cfg, cfg, num_samples, seed, progress)
+
+
+def _hsa(data, model_cfg, train_cfg, cfg, num_samples, seed, progress) -> Dict[str, Any]:
+    """HSA's run, every candidate fitted here (:func:`stochattn.experiments.methods.hsa_run`)."""
+    return methods.search_run(_hsa_search(data, model_cfg, train_cfg, cfg, num_samples, seed, progress), data)
+
+
+# the methods trained from scratch that choose among candidates on the validation part: where the grid has more than
+# one candidate (and is not widened), the workflow fits each in its own job (fit_candidate) and chooses in another
+# (choose_candidate); the DAG's jobs are then bounded by one training, and a cluster fits the grid in parallel
+_SEARCHES = {"ivon": _ivon_search, "hsa": _hsa_search}
+SEARCH_METHODS = tuple(_SEARCHES)
+
+
+def _search(searches, method, prepared_path, model, train, method_cfg, num_samples, seed, progress):
+    """``(data, search)``: ``method``'s :class:`~stochattn.experiments.methods.Search` (``searches``: _SEARCHES, passed
+    in so that a rule's code hash can name one method's search, rules/common.smk) on the prepared split, set up as
+    :func:`run_method` sets up its run (the same global seed first)."""
+    if method not in searches:
+        raise ValueError(f"{method!r} has no validation search run one candidate a job; those that do: "
+                         f"{', '.join(searches)}")  # fmt: skip
+    if not isinstance(num_samples, int) or num_samples < 2:
+        raise ValueError(f"num_samples must be an integer >= 2, got {num_samples!r}")
+    data = load_prepared(prepared_path)
+    data["source"] = str(prepared_path)  # names the data set in the selection errors
+    torch.manual_seed(seed)
+    return data, searches[method](data, model, train, method_cfg, num_samples, seed, progress)
+
+
+def fit_candidate(
+    method: str,
+    prepared_path: str | Path,
+    out_path: str | Path,
+    *,
+    index: int,
+    model: Mapping[str, Any],
+    train: Mapping[str, Any],
+    method_cfg: Mapping[str, Any],
+    num_samples: int,
+    seed: int,
+    progress: bool = True,
+    provenance: Optional[Mapping[str, Any]] = None,
+) -> Dict[str, Any]:
+    """Candidate ``index`` of ``method``'s validation grid (IVON or HSA) -> ``out_path`` (its fitted network) and
+    ``<stem>.json`` (its validation scores; :func:`stochattn.experiments.methods.write_candidate`); ``seed``: the
+    method run's. :func:`choose_candidate` makes the run from all of them: the run :func:`run_method` makes."""
+    data, search = _search(_SEARCHES, method, prepared_path, model, train, method_cfg, num_samples, seed, progress)
+    return methods.write_candidate(search, data, out_path, index=index, seed=seed, provenance=provenance)
+
+
+def choose_candidate(
+    method: str,
+    prepared_path: str | Path,
+    out_dir: str | Path,
+    candidates: Sequence[str | Path],
+    *,
+    model: Mapping[str, Any],
+    train: Mapping[str, Any],
+    method_cfg: Mapping[str, Any],
+    num_samples: int,
+    seed: int,
+    progress: bool = True,
+    provenance: Optional[Mapping[str, Any]] = None,
+) -> Dict[str, Any]:
+    """``method``'s run from its fitted ``candidates`` (:func:`fit_candidate`'s files, in grid order): the
+    validation choice, the winner sampled on the test and calibration parts -> ``samples.npz`` and ``meta.json``
+    in ``out_dir``, as :func:`run_method` writes them (``train`` seconds: the candidates' fits). Returns the meta."""
+    data, search = _search(_SEARCHES, method, prepared_path, model, train, method_cfg, num_samples, seed, progress)
+    run = methods.choose_candidate(search, data, candidates)
+    run["seconds"]["backbone_train"] = 0.0
+    return methods.write_runs(method, out_dir, run, data, method_cfg, model, train, num_samples, seed, provenance)
 
 
 def _sa(data, net, cfg, num_samples, seed, progress) -> Dict[str, Any]:
