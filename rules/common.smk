@@ -46,8 +46,11 @@ UCI_SEARCH_METHODS = ["ivon", "hsa"]
 def searched_methods(methods, method_cfg, search_methods=SEARCH_METHODS):
     """The ``methods`` whose validation grid (``method_cfg(method)``) has more than one candidate and is not widened
     as it goes (a widened search is one job: its candidates are known only as it runs)."""
-    return [m for m in methods
-            if m in search_methods and len(grid_entries(method_cfg(m))) > 1 and not method_cfg(m).get("widen")]
+    return [
+        m
+        for m in methods
+        if m in search_methods and len(grid_entries(method_cfg(m))) > 1 and not method_cfg(m).get("widen")
+    ]
 
 
 def uci_searched(experiment, method, dataset):
@@ -177,10 +180,12 @@ def method_code(method):
 
 
 def uci_search_code(entry, method):
-    """``entry`` (fit_candidate or choose_candidate of stochattn.experiments.uci) with one method's search
-    (``_<method>_search``), not the dispatch table that names every method's."""
-    return code_for(f"stochattn.experiments.uci:{entry}", f"stochattn.experiments.uci:_{method}_search",
-                    exclude=["stochattn.experiments.uci:_SEARCHES"])
+    """``entry`` (fit_candidate or choose_candidate of stochattn.experiments.uci) for one method: the other methods'
+    searches (``_<method>_search``) left out."""
+    return code_for(
+        f"stochattn.experiments.uci:{entry}",
+        exclude=[f"stochattn.experiments.uci:_{m}_search" for m in UCI_SEARCH_METHODS if m != method],
+    )
 
 
 def run_method_code(w):
@@ -451,7 +456,7 @@ def runtime_method(wildcards, attempt):
 
 
 def runtime_candidate(wildcards, attempt):
-    """One candidate of a UCI grid (rule uci_candidate): one training and its validation samples."""
+    """One candidate of a UCI grid (a uci_candidate job), one training and its validation samples."""
     return _runtime(f"uci_candidate/{wildcards.method}", wildcards, 1, attempt, resumable=True)
 
 

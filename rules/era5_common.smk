@@ -392,9 +392,11 @@ def era5_method_code(method, *extra):
 
 
 def era5_candidate_code(method):
+    """fit_candidate's code version for one method: its own search only (no method's stage function runs there)."""
     others = [m for m in SEARCH_METHODS if m != method]
     return code_for("stochattn.experiments.era5:fit_candidate",
-                    exclude=[f"stochattn.experiments.adapters:_{m}_search" for m in others])  # fmt: skip
+                    exclude=[f"stochattn.experiments.adapters:_{m}_search" for m in others]
+                    + [f"stochattn.experiments.adapters:_{m}" for m in ERA5_METHOD_FUNCTIONS])  # fmt: skip
 
 
 def era5_candidate_runtime():

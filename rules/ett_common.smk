@@ -278,9 +278,11 @@ def ett_method_code(method):
 
 
 def ett_candidate_code(method):
+    """fit_candidate's code version for one method: its own search only (no method's stage function runs there)."""
     others = [m for m in SEARCH_METHODS if m != method]
     return code_for("stochattn.experiments.ett:fit_candidate",
-                    exclude=[f"stochattn.experiments.adapters:_{m}_search" for m in others])  # fmt: skip
+                    exclude=[f"stochattn.experiments.adapters:_{m}_search" for m in others]
+                    + [f"stochattn.experiments.adapters:_{m}" for m in ETT_METHOD_FUNCTIONS])  # fmt: skip
 
 
 def ett_candidate_runtime():

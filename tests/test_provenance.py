@@ -214,6 +214,22 @@ def test_code_summaries_read_from_the_disk_cache_equal_a_fresh_parse(tmp_path, m
     _fresh(P)
 
 
+def test_exclusions_hold_in_the_entry_and_in_dispatch_tables_only():
+    """A rule hashes one method of a dispatcher: an excluded name is not followed from the entry's body nor from a
+    module-level table reached from it (``_SEARCHES``, ``_STAGES``), but still is where a function calls it."""
+    from stochattn.provenance import code_closure
+
+    U, M = "stochattn.experiments.uci", "stochattn.experiments.methods"
+    everything = code_closure([f"{U}:fit_candidate"])
+    assert {f"{U}:_ivon_search", f"{U}:_hsa_search", f"{M}:hsa_search"} <= set(everything)
+    ivon = code_closure([f"{U}:fit_candidate"], [f"{U}:_hsa_search"])  # fit_candidate -> _search -> _SEARCHES
+    assert {f"{U}:_SEARCHES", f"{U}:_ivon_search", f"{M}:ivon_search"} <= set(ivon)
+    assert f"{U}:_hsa_search" not in ivon and f"{M}:hsa_search" not in ivon
+    assert len(ivon) < len(everything)
+    via_function = code_closure([f"{U}:_hsa"], [f"{M}:hsa_search"])  # _hsa -> _hsa_search (a function) -> hsa_search
+    assert f"{M}:hsa_search" in via_function
+
+
 def test_an_edited_module_is_never_served_its_old_summary(tmp_path, monkeypatch):
     """The cache is keyed by the module's text: an edit of a body (same size, same mtime even) hashes anew."""
     import os

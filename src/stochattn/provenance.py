@@ -321,7 +321,8 @@ def _summary_cache() -> Path:
 
 def _summarise(source: str, path: str, module: str) -> dict:
     """{"digests": name -> sha256 of its docstring-free AST, "imports": name -> [module, attr or None], "references":
-    name -> sorted [module, name] pairs of the package its definition refers to} of one module's text."""
+    name -> sorted [module, name] pairs of the package its definition refers to, "constants": the names bound by a
+    module-level assignment} of one module's text."""
     tree = ast.parse(source, filename=path)
     is_package = path.endswith("__init__.py")
     imports = _import_bindings(tree.body, module, is_package)
@@ -343,15 +344,16 @@ def _summarise(source: str, path: str, module: str) -> dict:
                 digest = hashlib.sha256((digests[name] + digest).encode()).hexdigest()
             digests[name], nodes[name] = digest, node
     references = {name: sorted(_references(node, module, imports)) for name, node in nodes.items()}
-    return {"digests": digests, "imports": imports, "references": references}
+    constants = sorted(n for n, node in nodes.items() if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)))
+    return {"digests": digests, "imports": imports, "references": references, "constants": constants}
 
 
 @functools.lru_cache(maxsize=256)
-def _parse_module(path: str, mtime_ns: int, size: int, module: str) -> tuple[dict, dict, dict]:
-    """(digests, imports, references) of :func:`_summarise` for the module's file at this version. Summaries are
-    kept on disk by the sha256 of the module's text and :func:`_summary_salt`: each Snakemake process parses the
-    workflow, which hashes its rules' code (code_version 2.66 s -> 0.54 s per start with config/test.yaml, 2-core VM).
-    A missing, unreadable or unwritable cache only costs the parse."""
+def _parse_module(path: str, mtime_ns: int, size: int, module: str) -> tuple[dict, dict, dict, frozenset]:
+    """(digests, imports, references, constants) of :func:`_summarise` for the module's file at this version.
+    Summaries are kept on disk by the sha256 of the module's text and :func:`_summary_salt`: each Snakemake process
+    parses the workflow, which hashes its rules' code (code_version 2.66 s -> 0.54 s per start with config/test.yaml,
+    2-core VM). A missing, unreadable or unwritable cache only costs the parse."""
     text = Path(path).read_bytes()
     key = hashlib.sha256(_summary_salt() + module.encode() + b"\0" + text).hexdigest()
     cached = _summary_cache() / f"{key}.json"
@@ -365,10 +367,10 @@ def _parse_module(path: str, mtime_ns: int, size: int, module: str) -> tuple[dic
             pass
     imports = {name: (target[0], target[1]) for name, target in summary["imports"].items()}
     references = {name: frozenset((m, n) for m, n in refs) for name, refs in summary["references"].items()}
-    return summary["digests"], imports, references
+    return summary["digests"], imports, references, frozenset(summary["constants"])
 
 
-def _module_info(module: str) -> tuple[dict, dict, dict] | None:
+def _module_info(module: str) -> tuple[dict, dict, dict, frozenset] | None:
     path = _module_file(module)
     if path is None:
         return None
@@ -405,7 +407,7 @@ def _resolve(module: str, name: str, seen_modules: frozenset = frozenset()) -> t
     info = _module_info(module)
     if info is None:
         return None
-    digests, imports, _ = info
+    digests, imports, _, _ = info
     if name in digests:
         return module, name
     if name in imports and module not in seen_modules:
@@ -419,8 +421,9 @@ def code_closure(entries: Iterable[str], exclude: Iterable[str] = ()) -> dict[st
     """``{"module:name": sha256 of its docstring-free AST}`` for every package-level function, class or constant that
     the ``entries`` (``"stochattn.module:function"``) reach through their bodies, transitively.
 
-    Names in ``exclude`` are not followed from an entry's own body (they are still followed when reached through
-    another definition): e.g. a dispatcher that names every method's function, hashed for one method only. An
+    Names in ``exclude`` are not followed from an entry's own body nor from a module-level constant (a dispatch table
+    such as ``_STAGES = {"sa": _sa, ...}``); they are still followed when another function reaches them: e.g. a
+    dispatcher that names every method's function, hashed for one method only. An
     entry that does not exist raises KeyError. Calls through objects (``obj.method()``) are covered because a class
     is hashed whole; dynamic lookups (``getattr``) are not seen and must be listed as entries.
     """
@@ -440,10 +443,11 @@ def code_closure(entries: Iterable[str], exclude: Iterable[str] = ()) -> dict[st
             continue
         path = _module_file(module)
         st = path.stat()  # type: ignore[union-attr]
-        digests, _, references = _parse_module(str(path), st.st_mtime_ns, st.st_size, module)
+        digests, _, references, constants = _parse_module(str(path), st.st_mtime_ns, st.st_size, module)
         out[key] = digests[name]
+        cut = is_entry or name in constants  # where an excluded name is not followed
         for ref_module, ref_name in sorted(references[name]):
-            if is_entry and f"{ref_module}:{ref_name}" in excluded:
+            if cut and f"{ref_module}:{ref_name}" in excluded:
                 continue
             resolved = _resolve(ref_module, ref_name)
             if resolved is not None and f"{resolved[0]}:{resolved[1]}" not in out:

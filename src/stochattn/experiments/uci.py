@@ -335,19 +335,18 @@ _SEARCHES = {"ivon": _ivon_search, "hsa": _hsa_search}
 SEARCH_METHODS = tuple(_SEARCHES)
 
 
-def _search(searches, method, prepared_path, model, train, method_cfg, num_samples, seed, progress):
-    """``(data, search)``: ``method``'s :class:`~stochattn.experiments.methods.Search` (``searches``: _SEARCHES, passed
-    in so that a rule's code hash can name one method's search, rules/common.smk) on the prepared split, set up as
-    :func:`run_method` sets up its run (the same global seed first)."""
-    if method not in searches:
+def _search(method, prepared_path, model, train, method_cfg, num_samples, seed, progress):
+    """``(data, search)``: ``method``'s :class:`~stochattn.experiments.methods.Search` on the prepared split, set up
+    as :func:`run_method` sets up its run (the same global seed first)."""
+    if method not in _SEARCHES:
         raise ValueError(f"{method!r} has no validation search run one candidate a job; those that do: "
-                         f"{', '.join(searches)}")  # fmt: skip
+                         f"{', '.join(SEARCH_METHODS)}")  # fmt: skip
     if not isinstance(num_samples, int) or num_samples < 2:
         raise ValueError(f"num_samples must be an integer >= 2, got {num_samples!r}")
     data = load_prepared(prepared_path)
     data["source"] = str(prepared_path)  # names the data set in the selection errors
     torch.manual_seed(seed)
-    return data, searches[method](data, model, train, method_cfg, num_samples, seed, progress)
+    return data, _SEARCHES[method](data, model, train, method_cfg, num_samples, seed, progress)
 
 
 def fit_candidate(
@@ -367,7 +366,7 @@ def fit_candidate(
     """Candidate ``index`` of ``method``'s validation grid (IVON or HSA) -> ``out_path`` (its fitted network) and
     ``<stem>.json`` (its validation scores; :func:`stochattn.experiments.methods.write_candidate`); ``seed``: the
     method run's. :func:`choose_candidate` makes the run from all of them: the run :func:`run_method` makes."""
-    data, search = _search(_SEARCHES, method, prepared_path, model, train, method_cfg, num_samples, seed, progress)
+    data, search = _search(method, prepared_path, model, train, method_cfg, num_samples, seed, progress)
     return methods.write_candidate(search, data, out_path, index=index, seed=seed, provenance=provenance)
 
 
@@ -388,7 +387,7 @@ def choose_candidate(
     """``method``'s run from its fitted ``candidates`` (:func:`fit_candidate`'s files, in grid order): the
     validation choice, the winner sampled on the test and calibration parts -> ``samples.npz`` and ``meta.json``
     in ``out_dir``, as :func:`run_method` writes them (``train`` seconds: the candidates' fits). Returns the meta."""
-    data, search = _search(_SEARCHES, method, prepared_path, model, train, method_cfg, num_samples, seed, progress)
+    data, search = _search(method, prepared_path, model, train, method_cfg, num_samples, seed, progress)
     run = methods.choose_candidate(search, data, candidates)
     run["seconds"]["backbone_train"] = 0.0
     return methods.write_runs(method, out_dir, run, data, method_cfg, model, train, num_samples, seed, provenance)
