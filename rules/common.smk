@@ -449,7 +449,7 @@ def runtime_method(wildcards, attempt):
     method = wildcards.get("method", "sa")
     family = f"{'calibrate_sa' if method == 'sa' else 'run_method'}/{method}"
     if method != "sa" and uci_searched(wildcards.experiment, method, wildcards.dataset):
-        family, trainings = f"uci_choose/{method}", 0.25  # its candidates are fitted by rule uci_candidate
+        trainings = 0.25  # the choice and the sampling: its candidates are fitted by uci_candidate jobs
     else:
         trainings = _trainings(wildcards.experiment, method, wildcards.dataset)
     return _runtime(family, wildcards, trainings, attempt)
