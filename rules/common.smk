@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from stochattn.data.uci import SHARPNESS_GRID_DATASETS, UCI_DATASETS, dataset_registry, locate_uci_file
+from stochattn.experiments.grids import needs_backbone, widening_bound
 from stochattn.staging import set_staged_only
 from stochattn.protocol import NOT_PROTOCOL, adapter_method_params, dataset_section, load_paper_protocol, merged
 from stochattn.protocol import check_multiswag_matches_swag
@@ -39,18 +40,15 @@ DERIVED_METHODS = {"sa_match": "sa"}
 # the adapter slices' methods that choose their settings on validation data (stochattn.experiments.adapters.
 # SEARCH_METHODS): with a grid of more than one candidate, one job per candidate and a selection job
 SEARCH_METHODS = ["swag", "ivon", "contextual_dropout", "hsa"]
-# the same for the UCI methods trained from scratch (stochattn.experiments.uci.SEARCH_METHODS): rule uci_candidate
-UCI_SEARCH_METHODS = ["ivon", "hsa"]
+# the same for the UCI methods that train their candidates (stochattn.experiments.uci.SEARCH_METHODS): rule
+# uci_candidate; a widening search (MC Dropout) fits the candidates beyond its grid's edge in its choosing job
+UCI_SEARCH_METHODS = ["mc_dropout", "ivon", "hsa"]
 
 
 def searched_methods(methods, method_cfg, search_methods=SEARCH_METHODS):
-    """The ``methods`` whose validation grid (``method_cfg(method)``) has more than one candidate and is not widened
-    as it goes (a widened search is one job: its candidates are known only as it runs)."""
-    return [
-        m
-        for m in methods
-        if m in search_methods and len(grid_entries(method_cfg(m))) > 1 and not method_cfg(m).get("widen")
-    ]
+    """The ``methods`` whose validation grid (``method_cfg(method)``) has more than one candidate (a widening's
+    candidates are fitted in the choosing job: they are known only once the grid's are scored)."""
+    return [m for m in methods if m in search_methods and len(grid_entries(method_cfg(m))) > 1]
 
 
 def uci_searched(experiment, method, dataset):
@@ -306,6 +304,19 @@ def method_inputs(wildcards):
     return inputs
 
 
+def candidate_inputs(wildcards):
+    """Inputs of one candidate of a UCI grid: the prepared split, and the backbone where the candidate is it (MC
+    Dropout at the backbone's own rates); the candidates that train their own network do not wait for it."""
+    run = f"results/{wildcards.experiment}/{wildcards.dataset}/split{wildcards.split}"
+    inputs = {"prepared": f"{run}/prepared.npz"}
+    cfg = method_cfg(wildcards.experiment, wildcards.method, wildcards.dataset)
+    model = model_cfg(wildcards.experiment, wildcards.dataset)
+    if needs_backbone(wildcards.method, model, cfg, int(wildcards.candidate)):
+        inputs["backbone"] = f"{run}/backbone/model.pt"
+        inputs["backbone_meta"] = f"{run}/backbone/meta.json"
+    return inputs
+
+
 def component_inputs(wildcards):
     """Inputs of one MultiSWAG component: the prepared split, and component 0's meta (the SWAG run's settings)."""
     run = f"results/{wildcards.experiment}/{wildcards.dataset}/split{wildcards.split}"
@@ -383,13 +394,15 @@ def _trainings(experiment, method, dataset=None):
         return 1.5  # one backbone training and one SWAG phase
     if method in ("ivon", "hsa"):
         return len(cfg.get("grid", [{}]))
-    if method == "swag":  # its grid's SWAG phases count as one training; a widening adds up to max_steps phases
-        widen, grid = cfg.get("widen") or {}, max(1, len(cfg.get("grid", [{}])))
-        return (grid + (int(widen.get("max_steps", 3)) if widen else 0)) / grid
+    model = model_cfg(experiment, dataset)
+    if method == "swag":  # its grid's SWAG phases count as one training; a widening adds up to its bound of phases
+        grid = len(grid_entries(cfg))
+        return (grid + widening_bound(method, model, cfg)) / grid
     if method == "mc_dropout":  # one network per grid entry other than the backbone's own rates, and per candidate
-        # a widening may add (an upper bound)
-        widen = cfg.get("widen") or {}
-        return max(0.25, len(cfg.get("grid", [])) + (int(widen.get("max_steps", 3)) if widen else 0))
+        # a widening can add (stochattn.experiments.grids.widening_bound: an upper bound)
+        grid = len(grid_entries(cfg))
+        trained = sum(not needs_backbone(method, model, cfg, k) for k in range(grid))
+        return max(0.25, trained + widening_bound(method, model, cfg))
     return 0.25  # sa (BO passes) and multiswag (sampling only) on trained networks
 
 
@@ -449,15 +462,22 @@ def runtime_method(wildcards, attempt):
     method = wildcards.get("method", "sa")
     family = f"{'calibrate_sa' if method == 'sa' else 'run_method'}/{method}"
     if method != "sa" and uci_searched(wildcards.experiment, method, wildcards.dataset):
-        trainings = 0.25  # the choice and the sampling: its candidates are fitted by uci_candidate jobs
+        # the choice and the sampling (its grid's candidates are fitted by uci_candidate jobs), and the networks a
+        # widening trains beyond the grid's edge (MC Dropout)
+        cfg = method_cfg(wildcards.experiment, method, wildcards.dataset)
+        trainings = 0.25 + widening_bound(method, model_cfg(wildcards.experiment, wildcards.dataset), cfg)
     else:
         trainings = _trainings(wildcards.experiment, method, wildcards.dataset)
     return _runtime(family, wildcards, trainings, attempt)
 
 
 def runtime_candidate(wildcards, attempt):
-    """One candidate of a UCI grid (a uci_candidate job), one training and its validation samples."""
-    return _runtime(f"uci_candidate/{wildcards.method}", wildcards, 1, attempt, resumable=True)
+    """One candidate of a UCI grid (a uci_candidate job): one training and its validation samples (the backbone's
+    candidate: the samples only)."""
+    cfg = method_cfg(wildcards.experiment, wildcards.method, wildcards.dataset)
+    model = model_cfg(wildcards.experiment, wildcards.dataset)
+    trainings = 0.25 if needs_backbone(wildcards.method, model, cfg, int(wildcards.candidate)) else 1
+    return _runtime(f"uci_candidate/{wildcards.method}", wildcards, trainings, attempt, resumable=True)
 
 
 _STEP_COSTS = (

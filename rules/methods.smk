@@ -79,12 +79,13 @@ rule multiswag_component:
 
 
 rule uci_candidate:
-    """One candidate of IVON's or HSA's validation grid on one split (where the grid has more than one and is not
-    widened): a network trained from scratch and scored on the validation part, kept for the method's run_method job,
-    which chooses and samples (stochattn.experiments.uci.fit_candidate / choose_candidate: the run of one job, tested
-    equal). One job per candidate bounds every job's runtime and lets a cluster fit the grid in parallel."""
+    """One candidate of MC Dropout's, IVON's or HSA's validation grid on one split (where the grid has more than one):
+    a network trained and scored on the validation part (MC Dropout at the backbone's own rates: the backbone itself),
+    kept for the method's run_method job, which chooses and samples (stochattn.experiments.uci.fit_candidate /
+    choose_candidate: the run of one job, tested equal; a widening's candidates beyond the grid's edge are trained in
+    that job). One job per candidate bounds every job's runtime and lets a cluster fit the grid in parallel."""
     input:
-        prepared="results/{experiment}/{dataset}/split{split}/prepared.npz",
+        unpack(candidate_inputs),
     output:
         state="results/{experiment}/{dataset}/split{split}/{method}/candidates/{candidate}.pt",
         record="results/{experiment}/{dataset}/split{split}/{method}/candidates/{candidate}.json",

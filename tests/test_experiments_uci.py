@@ -267,18 +267,27 @@ def test_evaluate_refuses_a_reference_from_another_split(tmp_path):
     assert "matched" not in out and out["temperature"] > 0
 
 
-@pytest.mark.parametrize("method, cfg", [("ivon", CFG["ivon"]), ("hsa", {"grid": [{"tau1": 1.0}, {"tau1": 4.0}]})])
+MC_WIDEN = {"keys": ["attention_dropout", "ffn_dropout"], "factor": 2.0, "low": 0.005, "high": 0.9, "max_steps": 2}
+
+
+@pytest.mark.parametrize("method, cfg", [
+    ("ivon", CFG["ivon"]), ("hsa", {"grid": [{"tau1": 1.0}, {"tau1": 4.0}]}),
+    # the backbone's own rates and a trained network; both are edges of the line, so a widening always adds one
+    ("mc_dropout", {"grid": [{}, {"attention_dropout": 0.5, "ffn_dropout": 0.5}], "widen": MC_WIDEN}),
+])  # fmt: skip
 def test_grid_fitted_one_candidate_a_job_gives_the_single_job_run(workdir, tmp_path, method, cfg):
-    """IVON's and HSA's grids fitted one candidate at a time (the workflow's jobs, here in reverse order: each
-    candidate alone), then chosen: the same validation scores, choice, samples and values as run_method's single
-    job; only the run times differ."""
+    """IVON's, HSA's and MC Dropout's grids fitted one candidate at a time (the workflow's jobs, here in reverse
+    order: each candidate alone; MC Dropout's widening in the choosing job), then chosen: the same validation
+    scores, choice, samples and values as run_method's single job; only the run times differ."""
     kw = dict(model=MODEL, train=TRAIN, method_cfg=cfg, num_samples=S, seed=4, progress=False)
+    if method == "mc_dropout":
+        kw["backbone_path"] = workdir / "backbone/model.pt"
     prepared = workdir / "prepared.npz"
     one = uci.run_method(method, prepared, tmp_path / "one", **kw)
     paths = [tmp_path / "candidates" / f"{k}.pt" for k in range(2)]
     records = [uci.fit_candidate(method, prepared, paths[k], index=k, **kw) for k in (1, 0)][::-1]
     assert [r["index"] for r in records] == [0, 1] and all(r["grid_size"] == 2 for r in records)
-    assert [r["val_crps"] for r in records] == one["selection"]["val_crps"]
+    assert [r["val_crps"] for r in records] == one["selection"]["val_crps"][:2]
     split = uci.choose_candidate(method, prepared, tmp_path / "split", paths, **kw)
     a, b = load_npz(tmp_path / "one" / "samples.npz"), load_npz(tmp_path / "split" / "samples.npz")
     assert sorted(a) == sorted(b)
@@ -286,7 +295,11 @@ def test_grid_fitted_one_candidate_a_job_gives_the_single_job_run(workdir, tmp_p
         np.testing.assert_array_equal(a[key], b[key], err_msg=key)
     assert {k: v for k, v in split["selection"].items() if k != "seconds"} == \
         {k: v for k, v in one["selection"].items() if k != "seconds"}  # fmt: skip
-    assert split["seconds"]["train"] == pytest.approx(sum(r["seconds"] for r in records))
+    widened = len(one["selection"].get("widened", []))
+    assert 1 <= widened <= 2 if method == "mc_dropout" else widened == 0  # at most max_steps
+    assert len(split["selection"]["seconds"]) == 2 + widened
+    assert split["seconds"]["train"] == pytest.approx(sum(split["selection"]["seconds"]))
+    assert split["seconds"]["backbone_train"] == one["seconds"]["backbone_train"]
     same = {"seconds", "packages", "provenance", "device", "sha256", "selection"}
     assert {k: v for k, v in split.items() if k not in same} == {k: v for k, v in one.items() if k not in same}
     with pytest.raises(ValueError, match="not the grid"):
@@ -296,17 +309,36 @@ def test_grid_fitted_one_candidate_a_job_gives_the_single_job_run(workdir, tmp_p
     assert not (tmp_path / "bad").exists() and not (tmp_path / "c2.pt").exists()
 
 
-def test_candidate_jobs_only_for_searches_without_widening(workdir, tmp_path):
+def test_candidate_jobs_only_for_searches_and_the_backbone_only_where_a_candidate_is_it(workdir, tmp_path):
     kw = dict(model=MODEL, train=TRAIN, num_samples=S, seed=4, progress=False)
     with pytest.raises(ValueError, match="has no validation search run one candidate a job"):
         uci.fit_candidate("swag", workdir / "prepared.npz", tmp_path / "c.pt", index=0, method_cfg={}, **kw)
-    from stochattn.experiments import methods
+    cfg = {"grid": [{"attention_dropout": 0.5, "ffn_dropout": 0.5}, {}]}
+    assert [uci.needs_backbone("mc_dropout", MODEL, cfg, k) for k in (0, 1, 2)] == [False, True, False]
+    assert not uci.needs_backbone("ivon", MODEL, CFG["ivon"], 0)
+    with pytest.raises(ValueError, match="needs backbone_path"):  # the backbone's candidate, without it
+        uci.fit_candidate("mc_dropout", workdir / "prepared.npz", tmp_path / "c.pt", index=1, method_cfg=cfg, **kw)
+    with pytest.raises(ValueError, match="needs backbone_path"):
+        uci.choose_candidate("mc_dropout", workdir / "prepared.npz", tmp_path / "run", [], method_cfg=cfg, **kw)
+    assert not (tmp_path / "c.pt").exists() and not (tmp_path / "run").exists()
 
-    def never(*args):
-        raise AssertionError("a widened search must not fit a candidate alone")
 
-    widened = methods.Search("swag", [{"lr": 1e-3}, {"lr": 1e-2}], never, never, never, never,
-                             widen={"keys": ["lr"], "factor": 3.0, "low": 1e-6, "high": 0.1})  # fmt: skip
-    with pytest.raises(ValueError, match="widens its grid"):
-        methods.write_candidate(widened, load_prepared(workdir / "prepared.npz"), tmp_path / "c.pt", index=0, seed=0)
-    assert not (tmp_path / "c.pt").exists()
+def test_widening_bound_counts_the_steps_to_the_bounds():
+    """MC Dropout's rates reach their bounds in one step from 0.01 and 0.4 / 0.3; SWAG's SGD line (x / 3 within
+    [1e-6, 0.1]) allows max_steps; a line at both bounds, none; the grid builder's rates are the workflow's."""
+    import inspect
+
+    from stochattn.backbones.ft_transformer import build_ft_transformer
+    from stochattn.experiments import grids
+
+    mc = {"grid": [{"attention_dropout": 0.01, "ffn_dropout": 0.01}, {},
+                   {"attention_dropout": 0.4, "ffn_dropout": 0.3}],
+          "widen": {"keys": ["attention_dropout", "ffn_dropout"], "factor": 2.0, "low": 0.005, "high": 0.5}}
+    swag = {"grid": [{"lr": 1e-4}, {"lr": 1e-3}, {"optimizer": "adamw", "lr": 1e-2}],
+            "widen": {"keys": ["lr"], "factor": 3.0, "low": 1e-6, "high": 0.1, "max_steps": 3}}  # fmt: skip
+    assert uci.widening_bound("mc_dropout", MODEL, mc) == 1 and uci.widening_bound("mc_dropout", MODEL, {}) == 0
+    assert uci.widening_bound("mc_dropout", MODEL, dict(mc, widen=dict(mc["widen"], low=0.001))) == 3
+    assert uci.widening_bound("swag", MODEL, swag) == 3
+    assert uci.widening_bound("multiswag", MODEL, dict(swag, grid=[{"lr": 1e-6}, {"lr": 0.1}])) == 0
+    defaults = inspect.signature(build_ft_transformer).parameters
+    assert grids.FT_TRANSFORMER_DROPOUT == {k: defaults[k].default for k in grids.MC_DROPOUT_KEYS}

@@ -330,6 +330,41 @@ def test_widening_follows_the_chosen_candidates_line_and_moves_its_keys_together
     assert Widening.from_config({"keys": ["lr"], "factor": 3, "low": 1e-5, "high": 0.1}).max_steps == 3
 
 
+@pytest.mark.parametrize("sds, chosen, widened", [
+    ([0.001, 0.003, 0.01], 0.09, [0.03, 0.09, 0.27]),  # an added candidate wins: the choosing job's own fit
+    ([0.03, 0.1], 0.1, [0.3]),  # the added one loses: the grid's edge stays chosen, loaded from its job's file
+])  # fmt: skip
+def test_a_search_in_jobs_widens_in_its_choosing_job_as_the_single_job_does(tmp_path, sds, chosen, widened):
+    """The grid's candidates fitted one a job (methods.write_candidate), the candidates beyond the chosen edge
+    fitted by methods.choose_candidate: the same widened grid, scores and choice as methods.search_run."""
+    from stochattn.experiments import methods
+
+    split = linear_split()
+    data = {"x_train": split.x_fit, "y_train": split.y_fit, "x_val": split.x_val, "y_val": split.y_val}
+    fitted = []
+
+    def search():
+        def fit(c, s):
+            fitted.append(c["sd"])
+            return spread_candidates(split)(c, s)
+
+        widen = {"keys": ["sd"], "factor": 3.0, "low": 1e-4, "high": 10.0}
+        return methods.Search("m", [{"sd": sd} for sd in sds], fit, lambda sel, t: sel, lambda sd: {"sd": sd},
+                              lambda state, c: state["sd"], widen=widen)  # fmt: skip
+
+    one = methods.search_run(search(), data)
+    paths = [tmp_path / f"{k}.pt" for k in range(len(sds))]
+    for k in reversed(range(len(sds))):
+        methods.write_candidate(search(), data, paths[k], index=k, seed=0)
+    fitted.clear()
+    split_run = methods.choose_candidate(search(), data, paths)
+    assert fitted == pytest.approx(widened)  # only the widening's candidates are fitted in the choosing job
+    assert split_run.result == pytest.approx(chosen) and split_run.result == one.result
+    drop = lambda r: {k: v for k, v in r.items() if k != "seconds"}  # noqa: E731
+    assert drop(split_run.record) == drop(one.record)
+    assert [c["sd"] for c in split_run.record["widened"]] == pytest.approx(widened)
+
+
 def test_mc_dropout_run_widens_its_rates_when_the_lowest_is_chosen(workdir):
     """Through uci.run_method: a grid whose lowest rate wins is widened below it, the added network trained and
     scored on the validation part like the others (meta.json's selection record lists it)."""

@@ -115,7 +115,7 @@ def test_names_agree_with_library():
 
     assert literal("ALL_METHODS") == list(uci.METHODS) == RUNS
     assert literal("BACKBONE_METHODS") == list(uci.BACKBONE_METHODS)
-    assert literal("UCI_SEARCH_METHODS") == list(uci.SEARCH_METHODS) == ["ivon", "hsa"]
+    assert literal("UCI_SEARCH_METHODS") == list(uci.SEARCH_METHODS) == ["mc_dropout", "ivon", "hsa"]
     m = re.search(r"^DERIVED_METHODS = (\{.*?\})", common, re.M)
     assert m and ast.literal_eval(m.group(1)) == uci.DERIVED_METHODS == {"sa_match": "sa"}
     schema = yaml.safe_load((REPO / "config" / "schema.yaml").read_text())
@@ -153,7 +153,8 @@ def test_dry_run_paper_protocol(tmp_path):
         "run_method": (n_runs + 1) * (toy - 2),
         "run_swag": n_runs + 1,  # SWAG keeps its posterior as MultiSWAG's component 0
         "multiswag_component": (n_runs + 1) * 9,  # one job per MultiSWAG component 1..L-1 (L = 10)
-        "uci_candidate": (n_runs + 1) * (4 + 2),  # one job per candidate of IVON's grid (4) and HSA's (2)
+        # one job per candidate of MC Dropout's grid (4), IVON's (4) and HSA's (2)
+        "uci_candidate": (n_runs + 1) * (4 + 4 + 2),
         "evaluate": n_runs,  # one job per split evaluates all of its runs
         "uci_table": len(TABLES),
         "uci_pit_figure": 8,
@@ -242,7 +243,7 @@ def test_dry_run_quick_config(tmp_path):
     assert path.returncode == 0, path.stdout[-3000:]
     # one split's evaluation scores all of its runs (every baseline is matched to SA's coverage)
     split_jobs = {"fetch_uci": 1, "prepare_uci": 1, "train_backbone": 1, "calibrate_sa": 1, "run_swag": 1,
-                  "run_method": len(ALL_METHODS) - 2, "multiswag_component": 1, "uci_candidate": 2 + 2,
+                  "run_method": len(ALL_METHODS) - 2, "multiswag_component": 1, "uci_candidate": 3 + 2 + 2,
                   "evaluate": 1}  # fmt: skip
     assert job_stats(path.stdout) == split_jobs
     # sa_match comes out of the same calibrate_sa job; its evaluation reads SA's samples as the coverage reference
@@ -253,18 +254,28 @@ def test_dry_run_quick_config(tmp_path):
     assert "results/uci/energy/split1/sa/samples.npz" in match.stdout
 
 
-def test_ivon_and_hsa_grids_fitted_one_candidate_a_job(tmp_path):
-    """IVON's and HSA's grids: one uci_candidate job per candidate, their files the run_method job's inputs (it
-    chooses and samples, under its own code hash); a grid of one candidate stays one job."""
-    res = smk(tmp_path, "-n", "-p", "results/uci/yacht/split0/ivon/meta.json", "results/uci/yacht/split0/hsa/meta.json",
-              configfile=REPO / "config" / "test.yaml")  # fmt: skip
+def test_grids_fitted_one_candidate_a_job(tmp_path):
+    """MC Dropout's, IVON's and HSA's grids: one uci_candidate job per candidate, their files the run_method job's
+    inputs (it chooses and samples, under its own code hash); only MC Dropout's candidate at the backbone's own rates
+    waits for the backbone; a grid of one candidate stays one job."""
+    targets = [f"results/uci/yacht/split0/{m}/meta.json" for m in ("mc_dropout", "ivon", "hsa")]
+    res = smk(tmp_path, "-n", "-p", *targets, configfile=REPO / "config" / "test.yaml")
     assert res.returncode == 0, res.stdout[-3000:]
-    assert job_stats(res.stdout) == {"fetch_uci": 1, "prepare_uci": 1, "uci_candidate": 4, "run_method": 2}
-    for method in ("ivon", "hsa"):
-        for k in (0, 1):
-            assert f"results/uci/yacht/split0/{method}/candidates/{k}.pt" in res.stdout
-    block = re.search(r"rule run_method:\n(.*?)\n\n", res.stdout, re.S).group(1)
-    assert "candidates/0.pt" in block and "candidates/1.pt" in block, block
+    assert job_stats(res.stdout) == {"fetch_uci": 1, "prepare_uci": 1, "train_backbone": 1, "uci_candidate": 6,
+                                     "run_method": 3}  # fmt: skip
+    jobs = {}  # (rule, first output) -> its inputs
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", res.stdout):
+        m = re.match(r"(?:local)?rule (\w+):", block)
+        if m and "output: " in block:
+            inputs = re.search(r"input: (.*)", block)
+            jobs[m.group(1), re.search(r"output: ([^,\s]+)", block).group(1)] = inputs.group(1) if inputs else ""
+    for method in ("mc_dropout", "ivon", "hsa"):
+        inputs = jobs["run_method", f"results/uci/yacht/split0/{method}/samples.npz"]
+        assert all(f"{method}/candidates/{k}.pt" in inputs for k in (0, 1)), inputs
+    candidates = {out: inputs for (rule, out), inputs in jobs.items() if rule == "uci_candidate"}
+    assert len(candidates) == 6
+    with_backbone = sorted(out[: -len(".pt")] for out, v in candidates.items() if "backbone/model.pt" in v)
+    assert with_backbone == ["results/uci/yacht/split0/mc_dropout/candidates/0"], candidates  # test.yaml: {} first
     one = write_config(tmp_path / "one.yaml", base=REPO / "config" / "test.yaml",
                        method_params={"ivon": {"grid": [{"hess_init": 0.3, "ess_factor": 200.0}]}})  # fmt: skip
     res = smk(tmp_path, "-n", "results/uci/yacht/split0/ivon/meta.json", configfile=one)
@@ -454,13 +465,15 @@ def test_tiny_run_outputs_follow_the_contract(tiny_run):
 
 @pytest.mark.slow
 def test_candidate_jobs_record_one_methods_search(tiny_run):
-    """IVON's and HSA's candidate jobs and their choosing run_method jobs: every candidate's record in grid order
-    with its validation scores, the run's selection made of them, and each job's code hash covering its own
-    method's search only (a change to HSA's search does not rerun IVON's jobs)."""
+    """MC Dropout's, IVON's and HSA's candidate jobs and their choosing run_method jobs: every candidate's record in
+    grid order with its validation scores, the run's selection made of them, and each job's code hash covering its
+    own method's search only (a change to HSA's search does not rerun IVON's jobs)."""
     from stochattn.provenance import code_closure, code_version
 
     run = tiny_run["work"] / "results" / "uci" / "yacht" / "split0"
-    for method, other in (("ivon", "hsa"), ("hsa", "ivon")):
+    backbone = {"results/uci/yacht/split0/backbone/model.pt", "results/uci/yacht/split0/backbone/meta.json"}
+    searches = ("mc_dropout", "ivon", "hsa")
+    for method in searches:
         records = [json.loads((run / method / "candidates" / f"{k}.json").read_text()) for k in range(2)]
         meta = json.loads((run / method / "meta.json").read_text())
         assert [r["index"] for r in records] == [0, 1]
@@ -469,13 +482,18 @@ def test_candidate_jobs_record_one_methods_search(tiny_run):
         assert meta["provenance"]["rule"] == "run_method"
         inputs = {i["path"] for i in meta["provenance"]["inputs"]}
         fitted = {f"results/uci/yacht/split0/{method}/candidates/{k}.{e}" for k in (0, 1) for e in ("pt", "json")}
-        assert inputs == {"results/uci/yacht/split0/prepared.npz", *fitted}
+        own = backbone if method == "mc_dropout" else set()  # MC Dropout's run samples the backbone if it is chosen
+        assert inputs == {"results/uci/yacht/split0/prepared.npz", *fitted, *own}
         for code in (records[0]["provenance"]["code"], meta["provenance"]["code"]):
             closure = code_closure(code["entries"], code["exclude"])
             assert f"stochattn.experiments.uci:_{method}_search" in closure
-            assert f"stochattn.experiments.uci:_{other}_search" not in closure
-            assert f"stochattn.experiments.methods:{other}_search" not in closure
+            for other in set(searches) - {method}:
+                assert f"stochattn.experiments.uci:_{other}_search" not in closure
+                assert f"stochattn.experiments.methods:{other}_search" not in closure
             assert code_version(code["entries"], code["exclude"]) == code  # what the audit recomputes
+    # test.yaml's MC Dropout grid: the backbone's own rates (candidate 0: the backbone, read by its job only) and 0.05
+    records = [json.loads((run / "mc_dropout" / "candidates" / f"{k}.json").read_text()) for k in range(2)]
+    assert [backbone <= {i["path"] for i in r["provenance"]["inputs"]} for r in records] == [True, False]
 
 
 @pytest.mark.slow

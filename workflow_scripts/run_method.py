@@ -24,14 +24,16 @@ provenance = stage_provenance(rule=sm.rule, inputs=list(sm.input), code=p.code,
                               params={k: v for k, v in p.items() if k != "code"})  # fmt: skip
 shared = dict(model=p.model, train=p.train, method_cfg=p.method_cfg, num_samples=p.num_samples, seed=p.seed,
               progress=sm.config["progress"], provenance=provenance)  # fmt: skip
+backbone = dict(backbone_path=sm.input.get("backbone"), device=sm.config["device"])  # MC Dropout's own rates
 if sm.rule == "uci_candidate":
     with resumable(resume_checkpoint(sm)):  # a rerun after a kill resumes the training inside
-        record = fit_candidate(p.method, sm.input.prepared, sm.output.state, index=p.index, **shared)
+        record = fit_candidate(p.method, sm.input.prepared, sm.output.state, index=p.index, **backbone, **shared)
     print(f"{p.method} candidate {p.index}: val CRPS {record['val_crps']}, {record['seconds']:.1f} s", flush=True)
 else:
     out_dir = os.path.dirname(sm.output.samples)
-    if sm.input.get("candidates"):  # IVON's / HSA's grid fitted one candidate a job: the choice and the samples
-        meta = choose_candidate(p.method, sm.input.prepared, out_dir, sm.input.candidates, **shared)
+    if sm.input.get("candidates"):  # the grid fitted one candidate a job: the choice (a widening's) and the samples
+        with resumable(resume_checkpoint(sm)):  # a widening's trainings resume after a kill
+            meta = choose_candidate(p.method, sm.input.prepared, out_dir, sm.input.candidates, **backbone, **shared)
     else:
         with resumable(resume_checkpoint(sm)):
             meta = run_method(p.method, sm.input.prepared, out_dir, backbone_path=sm.input.get("backbone"),

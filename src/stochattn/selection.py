@@ -109,6 +109,45 @@ class Widening:
             return None
         return new
 
+    def max_added(self, grid: Sequence[Mapping[str, Any]]) -> int:
+        """The most candidates a search over ``grid`` can add (the chosen candidate on an edge at every step, each
+        step's new candidate chosen in turn), at most ``max_steps``: e.g. 1 where one step reaches a bound."""
+        most = 0
+        for index in range(len(grid)):
+            steps, path = 0, [dict(c) for c in grid]
+            while steps < self.max_steps:
+                new = self.extension(path, index if steps == 0 else len(path) - 1)
+                if new is None:
+                    break
+                path.append(new)
+                steps += 1
+            most = max(most, steps)
+        return most
+
+    def grow(self, grid: List[Dict[str, Any]], entries: List[Mapping[str, Any]], run: Callable[[Dict[str, Any]], None],
+             mean_rmse: float, require_skill: bool = True) -> List[Dict[str, Any]]:  # fmt: skip
+        """The widening steps after ``grid``'s candidates were scored (``entries``, in grid order): while the best
+        (:func:`best_index`) lies on an edge, the candidate beyond it is appended to ``grid`` and ``run(candidate)``
+        fits it and appends its entry. Returns the candidates added."""
+        added: List[Dict[str, Any]] = []
+        while len(added) < self.max_steps:
+            index = best_index(entries, mean_rmse, require_skill)
+            new = None if index < 0 else self.extension(grid, index)
+            if new is None:
+                break
+            grid.append(new)
+            added.append(new)
+            run(new)
+        return added
+
+    def record(self, grid: Sequence[Mapping[str, Any]], index: int,
+               added: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:  # fmt: skip
+        """What a selection record says of the widening: its settings, the candidates ``added`` and whether the
+        chosen ``grid[index]`` still lies on an edge (``edge_chosen``)."""
+        return {"widen": {"keys": list(self.keys), "factor": self.factor, "low": self.low, "high": self.high,
+                          "max_steps": self.max_steps},
+                "widened": list(added), "edge_chosen": self.edge(grid, index) != 0}  # fmt: skip
+
 
 class SelectionError(ValueError):
     """No candidate beat predicting the training mean on the validation part (or every candidate failed)."""
@@ -381,7 +420,6 @@ def select_on_validation(
     mean_rmse = split.mean_predictor_rmse()
     entries: List[Dict[str, Any]] = []
     best: Optional[CandidateFit[T]] = None
-    added: List[Dict[str, Any]] = []
 
     def run(candidate: Dict[str, Any]) -> None:
         nonlocal best
@@ -392,19 +430,9 @@ def select_on_validation(
 
     for candidate in list(grid):
         run(candidate)
-    while widen is not None and len(added) < widen.max_steps:
-        index = best_index(entries, mean_rmse, require_skill)
-        new = None if index < 0 else widen.extension(grid, index)
-        if new is None:
-            break
-        grid.append(new)
-        added.append(new)
-        run(new)
+    added = [] if widen is None else widen.grow(grid, entries, run, mean_rmse, require_skill)
     index, record = choose(method, grid, entries, mean_rmse, reference=reference, label=label,
                            require_skill=require_skill, metric=metric)  # fmt: skip
     if widen is not None:
-        record["widen"] = {"keys": list(widen.keys), "factor": widen.factor, "low": widen.low, "high": widen.high,
-                           "max_steps": widen.max_steps}
-        record["widened"] = added
-        record["edge_chosen"] = widen.edge(grid, index) != 0
+        record.update(widen.record(grid, index, added))
     return Selection(result=best.result, index=index, candidate=grid[index], record=record)

@@ -28,6 +28,7 @@ from ..io import RECORD_KEY, save_json, save_npz, sha256_record
 from ..provenance import device_info, package_versions, with_outputs
 from ..selection import CandidateFit
 from ..training import fit_regressor, predict
+from .grids import SWAG_DEFAULTS, SWAG_KEYS, candidates
 
 SA_OPERATING_POINTS = {"sa": "loss_argmin", "sa_match": "surrogate"}  # run name -> which nu of calibration.json
 
@@ -95,15 +96,6 @@ def sa_runs(data, net, cfg, num_samples, seed, progress, nu_template=None) -> Di
 
 
 # -- hyper-parameter selection on the validation part (stochattn.selection) -----------------------------------
-def candidates(cfg: Mapping[str, Any], keys: tuple, defaults: Mapping[str, Any]) -> list:
-    """The candidate settings of a method: ``cfg["grid"]`` entries (overrides) over ``cfg``'s own values over
-    ``defaults``, restricted to ``keys``; no grid gives one candidate."""
-    from ..selection import grid_entries
-
-    base = {k: cfg.get(k, defaults.get(k)) for k in keys}
-    return [dict(base, **override) for override in grid_entries(cfg)]
-
-
 def selection_options(data) -> Dict[str, Any]:
     """``label`` and ``require_skill`` of a data set's selection: ``data["require_skill"]`` (default True) False
     keeps a candidate that does not beat the training mean."""
@@ -177,15 +169,15 @@ def write_candidate(search: Search, data, out_path: str | Path, *, index: int, s
     own seeded generators (``seed``, ``seed + 2``; training under :func:`stochattn.training.seeded`, which restores
     the global RNG), as the searches here do; the tests compare both paths' scores and samples.
 
+    A search that widens its grid (``search.widen``) fits its grid's candidates here, and those beyond an edge in
+    :func:`choose_candidate` (they are known only once the grid's are scored).
+
     Raises:
-        ValueError: ``index`` outside the grid, or a search that widens its grid (its candidates are known only
-            as it goes: one job).
+        ValueError: ``index`` outside the grid.
     """
     from ..io import save_model
     from ..selection import ValidationSplit, entry_record, fit_candidate
 
-    if search.widen:
-        raise ValueError(f"{search.method}: a search that widens its grid runs in one job, not one per candidate")
     if not 0 <= index < len(search.grid):
         raise ValueError(f"{search.method}: candidate {index} of a grid of {len(search.grid)}")
     candidate = search.grid[index]
@@ -203,13 +195,15 @@ def write_candidate(search: Search, data, out_path: str | Path, *, index: int, s
 def choose_candidate(search: Search, data, paths: Sequence[str | Path]) -> Dict[str, Any]:
     """The run of ``search`` from its candidates' files (:func:`write_candidate`, in grid order): the choice of
     :func:`stochattn.selection.choose` (as :func:`search_run` makes it), the winner's state loaded and sampled by
-    ``search.finish`` (the same seeds). ``train`` seconds: the candidates' fits.
+    ``search.finish`` (the same seeds). A widening search (``search.widen``) first fits here, one after the other,
+    the candidates beyond the edge its grid's scores choose (:meth:`stochattn.selection.Widening.grow`, as
+    :func:`search_run` does after its grid). ``train`` seconds: every candidate's fit.
 
     Raises:
         ValueError: the files are not the grid's candidates in order (written under another configuration).
     """
     from ..io import load_json, load_model
-    from ..selection import Selection, ValidationSplit, choose, entry_from_record
+    from ..selection import Selection, ValidationSplit, Widening, best_index, choose, entry_from_record, fit_candidate
 
     records = [load_json(Path(p).with_suffix(".json")) for p in paths]
     if [r["index"] for r in records] != list(range(len(search.grid))) or \
@@ -219,12 +213,22 @@ def choose_candidate(search: Search, data, paths: Sequence[str | Path]) -> Dict[
     for r in records:  # what the fits leave in extra, in grid order as the single-job search leaves it
         search.extra.update(r["extra"])
     entries = [entry_from_record(r) for r in records]
-    split = ValidationSplit.from_prepared(data)
-    index, record = choose(search.method, search.grid, entries, split.mean_predictor_rmse(),
-                           reference=search.reference, **selection_options(data))  # fmt: skip
-    state = load_model(paths[index])["state"]
-    sel = Selection(search.load(state, search.grid[index]), index, search.grid[index], record)
-    return search.finish(sel, sum(e["seconds"] for e in entries))
+    split, options, grid = ValidationSplit.from_prepared(data), selection_options(data), list(search.grid)
+    mean_rmse, widen, fitted = split.mean_predictor_rmse(), Widening.from_config(search.widen), {}
+
+    def run(candidate):  # a candidate beyond the grid's edge, fitted here; only the best fit so far is kept
+        out, entry = fit_candidate(search.method, candidate, search.fit, split)
+        entries.append(entry)
+        if best_index(entries, mean_rmse, options["require_skill"]) == len(entries) - 1:
+            fitted.clear()
+            fitted[len(entries) - 1] = out
+
+    added = [] if widen is None else widen.grow(grid, entries, run, mean_rmse, options["require_skill"])
+    index, record = choose(search.method, grid, entries, mean_rmse, reference=search.reference, **options)
+    if widen is not None:
+        record.update(widen.record(grid, index, added))
+    result = fitted[index].result if index in fitted else search.load(load_model(paths[index])["state"], grid[index])
+    return search.finish(Selection(result, index, grid[index], record), sum(e["seconds"] for e in entries))
 
 
 def fit_on(model, split, train: Mapping[str, Any], seed: int, progress: bool, desc: str):
@@ -244,17 +248,6 @@ def swa_point(net, swag, x) -> torch.Tensor:
         for p, v in zip(net.parameters(), saved):
             p.copy_(v)
     return out
-
-
-# SWAG phase settings a grid entry may override (stochattn.baselines.swag.fit_swag). Defaults: Maddox et al.'s UCI
-# recipe (SGD, momentum 0.9, a constant lr, one snapshot per epoch, rank 20, sampling scale 0.5 in their
-# convention = 1.0 here); the LoRA slices default to SWAG-LoRA's (stochattn.experiments.adapters.SWAG_LORA_DEFAULTS)
-SWAG_KEYS = ("lr", "epochs", "collect_every", "collect_per_epoch", "optimizer", "anneal_epochs", "start_lr",
-             "max_rank", "batch_size", "weight_decay", "scale")  # fmt: skip
-
-
-SWAG_DEFAULTS = {"collect_every": 1, "collect_per_epoch": 1, "optimizer": "sgd", "anneal_epochs": 0,
-                 "start_lr": None, "max_rank": 20, "batch_size": 256, "weight_decay": 1e-5, "scale": 1.0}  # fmt: skip
 
 
 def swag_phase(net, candidate: Mapping[str, Any], split, seed: int, progress: bool):

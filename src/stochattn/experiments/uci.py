@@ -34,6 +34,8 @@ from ..io import RECORD_KEY, load_json, load_model, save_json, save_model
 from ..provenance import device_info, package_versions
 from ..training import fit_regressor, predict, resolve_device
 from . import methods
+from .grids import MC_DROPOUT_KEYS, needs_backbone, widening_bound  # noqa: F401 (part of this interface)
+from .grids import mc_dropout_grid
 from .methods import SA_OPERATING_POINTS, component_seed  # noqa: F401 (part of this module's interface)
 
 METHODS = ("sa", "sa_match", "mc_dropout", "swag", "multiswag", "ivon", "hsa")  # every run (method folder) name
@@ -163,52 +165,58 @@ def _to_original(values: np.ndarray, data: Mapping[str, Any]) -> np.ndarray:
     return values * data["y_std"] + data["y_mean"]
 
 
-# the dropout rates an MC Dropout candidate may set (build_ft_transformer's; the rest of the network is the backbone's)
-MC_DROPOUT_KEYS = ("attention_dropout", "ffn_dropout", "residual_dropout")
-
-
-def _mc_dropout(data, net, model_cfg, train_cfg, cfg, num_samples, seed, progress) -> Dict[str, Any]:
+def _mc_dropout_search(data, model_cfg, train_cfg, cfg, num_samples, seed, progress, backbone) -> methods.Search:
     """MC Dropout (Gal & Ghahramani 2016): S passes with the network's dropout on; point = the deterministic pass.
 
-    Candidates (``cfg["grid"]``, entries overriding ``MC_DROPOUT_KEYS``) are networks trained with those dropout
-    rates, chosen by the validation CRPS of S passes, as Gal's UCI protocol chose its dropout rate on validation
-    data (by log-likelihood). The candidate with the backbone's own rates is the shared backbone itself; every other
-    is trained here on the same parts with the same schedule (from this run's seed). No grid: the backbone alone.
-    ``cfg["widen"]`` (optional): where the lowest or highest rate is chosen, rates beyond it are trained and scored
-    too (:class:`stochattn.selection.Widening`)."""
-    import inspect
-
+    Candidates (:func:`stochattn.experiments.grids.mc_dropout_grid`) are networks trained with those dropout rates,
+    chosen by the validation CRPS of S passes, as Gal's UCI protocol chose its dropout rate on validation data (by
+    log-likelihood). The candidate with the backbone's own rates is the shared backbone itself (``backbone()``: it,
+    loaded when first needed); every other is trained on the same parts with the same schedule (from this run's
+    seed). No grid: the backbone alone. ``cfg["widen"]`` (optional): where the lowest or highest rate is chosen,
+    rates beyond it are trained and scored too (:class:`stochattn.selection.Widening`)."""
     from ..baselines.mc_dropout import mc_dropout_samples
     from ..selection import CandidateFit
 
-    defaults = inspect.signature(build_ft_transformer).parameters
-    own = {k: float(model_cfg.get(k, defaults[k].default)) for k in MC_DROPOUT_KEYS}
-    grid = methods.candidates(cfg, MC_DROPOUT_KEYS, own)
-    unknown = sorted({k for c in cfg.get("grid", []) for k in c} - set(MC_DROPOUT_KEYS))
-    if unknown:
-        raise ValueError(f"mc_dropout grid: unknown keys {unknown}; a candidate sets {', '.join(MC_DROPOUT_KEYS)}")
+    grid, own = mc_dropout_grid(model_cfg, cfg)
+    shared = {}  # the backbone, once a fit has used it
+
+    def network(c):
+        return _build(data, dict(model_cfg, **c), seed)
 
     def fit(c, split):  # sees the ValidationSplit only (never ``data``)
         if c == own:
-            candidate = net
+            candidate = shared["net"] = backbone()
         else:
-            candidate = _build(data, dict(model_cfg, **c), seed)
+            candidate = network(c)
             methods.fit_on(candidate, split, train_cfg, seed, progress, f"mc dropout {c}")
             candidate.eval()
         val = mc_dropout_samples(candidate, split.x_val, num_samples, seed + 2)
         return CandidateFit(candidate, predict(candidate, split.x_val), val)
 
-    t0 = time.perf_counter()
-    sel = methods.select("mc_dropout", data, grid, fit, widen=cfg.get("widen"))
-    chosen, t1 = sel.result, time.perf_counter()
-    draw = lambda x, s: mc_dropout_samples(chosen, x, num_samples, s, progress=progress)  # noqa: E731
-    samples, cal_samples = draw(data["x_test"], seed), draw(data["x_cal"], seed + 1)
-    return {
-        "point": predict(chosen, data["x_test"]), "samples": samples, "cal_point": predict(chosen, data["x_cal"]),
-        "cal_samples": cal_samples,
-        "seconds": {"train": t1 - t0, "calibrate": 0.0, "predict": time.perf_counter() - t1},
-        "extra": {"selection": sel.record},
-    }
+    def state(net):  # the backbone is not copied: the run loads it from its own file
+        return {} if net is shared.get("net") else methods.trainable_state(net)
+
+    def load(state, c):
+        return backbone() if c == own else methods.load_trainable(network(c), state).eval()
+
+    def finish(sel, train_seconds):
+        chosen, t1 = sel.result, time.perf_counter()
+        draw = lambda x, s: mc_dropout_samples(chosen, x, num_samples, s, progress=progress)  # noqa: E731
+        samples, cal_samples = draw(data["x_test"], seed), draw(data["x_cal"], seed + 1)
+        return {
+            "point": predict(chosen, data["x_test"]), "samples": samples, "cal_point": predict(chosen, data["x_cal"]),
+            "cal_samples": cal_samples,
+            "seconds": {"train": train_seconds, "calibrate": 0.0, "predict": time.perf_counter() - t1},
+            "extra": {"selection": sel.record},
+        }
+
+    return methods.Search("mc_dropout", grid, fit, finish, state, load, widen=cfg.get("widen"))
+
+
+def _mc_dropout(data, net, model_cfg, train_cfg, cfg, num_samples, seed, progress) -> Dict[str, Any]:
+    """MC Dropout's run on the backbone ``net``, every candidate fitted here (:func:`_mc_dropout_search`)."""
+    search = _mc_dropout_search(data, model_cfg, train_cfg, cfg, num_samples, seed, progress, lambda: net)
+    return methods.search_run(search, data)
 
 
 def train_multiswag_component(
@@ -328,16 +336,18 @@ def _hsa(data, model_cfg, train_cfg, cfg, num_samples, seed, progress) -> Dict[s
     return methods.search_run(_hsa_search(data, model_cfg, train_cfg, cfg, num_samples, seed, progress), data)
 
 
-# the methods trained from scratch that choose among candidates on the validation part: where the grid has more than
-# one candidate (and is not widened), the workflow fits each in its own job (fit_candidate) and chooses in another
-# (choose_candidate); the DAG's jobs are then bounded by one training, and a cluster fits the grid in parallel
-_SEARCHES = {"ivon": _ivon_search, "hsa": _hsa_search}
+# the methods that train their candidates and choose among them on the validation part: where the grid has more than
+# one candidate, the workflow fits each in its own job (fit_candidate) and chooses in another (choose_candidate,
+# which also fits a widening search's candidates beyond the grid's edge); a cluster fits the grid in parallel.
+# MC Dropout's candidate with the backbone's own rates is the backbone (only its job reads it: needs_backbone)
+_SEARCHES = {"mc_dropout": _mc_dropout_search, "ivon": _ivon_search, "hsa": _hsa_search}
 SEARCH_METHODS = tuple(_SEARCHES)
 
 
-def _search(method, prepared_path, model, train, method_cfg, num_samples, seed, progress):
+def _search(method, prepared_path, model, train, method_cfg, num_samples, seed, progress, backbone_path, device):
     """``(data, search)``: ``method``'s :class:`~stochattn.experiments.methods.Search` on the prepared split, set up
-    as :func:`run_method` sets up its run (the same global seed first)."""
+    as :func:`run_method` sets up its run (the same global seed first); the backbone (``backbone_path``) is loaded
+    only where a candidate is the backbone."""
     if method not in _SEARCHES:
         raise ValueError(f"{method!r} has no validation search run one candidate a job; those that do: "
                          f"{', '.join(SEARCH_METHODS)}")  # fmt: skip
@@ -346,7 +356,18 @@ def _search(method, prepared_path, model, train, method_cfg, num_samples, seed, 
     data = load_prepared(prepared_path)
     data["source"] = str(prepared_path)  # names the data set in the selection errors
     torch.manual_seed(seed)
-    return data, _SEARCHES[method](data, model, train, method_cfg, num_samples, seed, progress)
+    if method not in BACKBONE_METHODS:
+        return data, _SEARCHES[method](data, model, train, method_cfg, num_samples, seed, progress)
+    loaded = {}
+
+    def backbone():
+        if backbone_path is None:
+            raise ValueError(f"{method}: the candidate with the backbone's own settings needs backbone_path")
+        if "net" not in loaded:
+            loaded["net"] = load_backbone(data, backbone_path, device)
+        return loaded["net"]
+
+    return data, _SEARCHES[method](data, dict(model), train, method_cfg, num_samples, seed, progress, backbone)
 
 
 def fit_candidate(
@@ -360,13 +381,17 @@ def fit_candidate(
     method_cfg: Mapping[str, Any],
     num_samples: int,
     seed: int,
+    backbone_path: Optional[str | Path] = None,
+    device: Optional[str] = None,
     progress: bool = True,
     provenance: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
-    """Candidate ``index`` of ``method``'s validation grid (IVON or HSA) -> ``out_path`` (its fitted network) and
-    ``<stem>.json`` (its validation scores; :func:`stochattn.experiments.methods.write_candidate`); ``seed``: the
-    method run's. :func:`choose_candidate` makes the run from all of them: the run :func:`run_method` makes."""
-    data, search = _search(method, prepared_path, model, train, method_cfg, num_samples, seed, progress)
+    """Candidate ``index`` of ``method``'s validation grid (MC Dropout, IVON or HSA) -> ``out_path`` (its fitted
+    network; MC Dropout's backbone candidate: none, the backbone at ``backbone_path`` is it) and ``<stem>.json`` (its
+    validation scores; :func:`stochattn.experiments.methods.write_candidate`); ``seed``: the method run's.
+    :func:`choose_candidate` makes the run from all of them: the run :func:`run_method` makes."""
+    data, search = _search(method, prepared_path, model, train, method_cfg, num_samples, seed, progress,
+                           backbone_path, device)  # fmt: skip
     return methods.write_candidate(search, data, out_path, index=index, seed=seed, provenance=provenance)
 
 
@@ -381,15 +406,23 @@ def choose_candidate(
     method_cfg: Mapping[str, Any],
     num_samples: int,
     seed: int,
+    backbone_path: Optional[str | Path] = None,
+    device: Optional[str] = None,
     progress: bool = True,
     provenance: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
     """``method``'s run from its fitted ``candidates`` (:func:`fit_candidate`'s files, in grid order): the
-    validation choice, the winner sampled on the test and calibration parts -> ``samples.npz`` and ``meta.json``
-    in ``out_dir``, as :func:`run_method` writes them (``train`` seconds: the candidates' fits). Returns the meta."""
-    data, search = _search(method, prepared_path, model, train, method_cfg, num_samples, seed, progress)
+    validation choice (MC Dropout: after training here the rates a widening adds), the winner sampled on the test
+    and calibration parts -> ``samples.npz`` and ``meta.json`` in ``out_dir``, as :func:`run_method` writes them
+    (``train`` seconds: the candidates' fits; MC Dropout's ``backbone_train``: the backbone's, from the meta.json
+    beside ``backbone_path``, as its single job records). Returns the meta."""
+    if method in BACKBONE_METHODS and backbone_path is None:
+        raise ValueError(f"{method}: its run needs backbone_path (the trained deterministic FT-Transformer)")
+    data, search = _search(method, prepared_path, model, train, method_cfg, num_samples, seed, progress,
+                           backbone_path, device)  # fmt: skip
     run = methods.choose_candidate(search, data, candidates)
-    run["seconds"]["backbone_train"] = 0.0
+    backbone_meta = None if method not in BACKBONE_METHODS else load_json(Path(backbone_path).with_name("meta.json"))
+    run["seconds"]["backbone_train"] = 0.0 if backbone_meta is None else backbone_meta["seconds"]
     return methods.write_runs(method, out_dir, run, data, method_cfg, model, train, num_samples, seed, provenance)
 
 
