@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from stochattn.data.uci import load_prepared
-from stochattn.experiments import uci
+from stochattn.experiments import grids, uci
 from stochattn.experiments.evaluate import evaluate
 from stochattn.io import load_json, load_npz, save_json, save_npz, sha256_record
 
@@ -314,8 +314,8 @@ def test_candidate_jobs_only_for_searches_and_the_backbone_only_where_a_candidat
     with pytest.raises(ValueError, match="has no validation search run one candidate a job"):
         uci.fit_candidate("swag", workdir / "prepared.npz", tmp_path / "c.pt", index=0, method_cfg={}, **kw)
     cfg = {"grid": [{"attention_dropout": 0.5, "ffn_dropout": 0.5}, {}]}
-    assert [uci.needs_backbone("mc_dropout", MODEL, cfg, k) for k in (0, 1, 2)] == [False, True, False]
-    assert not uci.needs_backbone("ivon", MODEL, CFG["ivon"], 0)
+    assert [grids.needs_backbone("mc_dropout", MODEL, cfg, k) for k in (0, 1, 2)] == [False, True, False]
+    assert not grids.needs_backbone("ivon", MODEL, CFG["ivon"], 0)
     with pytest.raises(ValueError, match="needs backbone_path"):  # the backbone's candidate, without it
         uci.fit_candidate("mc_dropout", workdir / "prepared.npz", tmp_path / "c.pt", index=1, method_cfg=cfg, **kw)
     with pytest.raises(ValueError, match="needs backbone_path"):
@@ -329,16 +329,15 @@ def test_widening_bound_counts_the_steps_to_the_bounds():
     import inspect
 
     from stochattn.backbones.ft_transformer import build_ft_transformer
-    from stochattn.experiments import grids
 
     mc = {"grid": [{"attention_dropout": 0.01, "ffn_dropout": 0.01}, {},
                    {"attention_dropout": 0.4, "ffn_dropout": 0.3}],
           "widen": {"keys": ["attention_dropout", "ffn_dropout"], "factor": 2.0, "low": 0.005, "high": 0.5}}
     swag = {"grid": [{"lr": 1e-4}, {"lr": 1e-3}, {"optimizer": "adamw", "lr": 1e-2}],
             "widen": {"keys": ["lr"], "factor": 3.0, "low": 1e-6, "high": 0.1, "max_steps": 3}}  # fmt: skip
-    assert uci.widening_bound("mc_dropout", MODEL, mc) == 1 and uci.widening_bound("mc_dropout", MODEL, {}) == 0
-    assert uci.widening_bound("mc_dropout", MODEL, dict(mc, widen=dict(mc["widen"], low=0.001))) == 3
-    assert uci.widening_bound("swag", MODEL, swag) == 3
-    assert uci.widening_bound("multiswag", MODEL, dict(swag, grid=[{"lr": 1e-6}, {"lr": 0.1}])) == 0
+    assert grids.widening_bound("mc_dropout", MODEL, mc) == 1 and grids.widening_bound("mc_dropout", MODEL, {}) == 0
+    assert grids.widening_bound("mc_dropout", MODEL, dict(mc, widen=dict(mc["widen"], low=0.001))) == 3
+    assert grids.widening_bound("swag", MODEL, swag) == 3
+    assert grids.widening_bound("multiswag", MODEL, dict(swag, grid=[{"lr": 1e-6}, {"lr": 0.1}])) == 0
     defaults = inspect.signature(build_ft_transformer).parameters
     assert grids.FT_TRANSFORMER_DROPOUT == {k: defaults[k].default for k in grids.MC_DROPOUT_KEYS}

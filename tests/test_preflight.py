@@ -205,7 +205,7 @@ CLUSTERS = {
                  assoc=None, probe=None, probe_error="srun: error: Unable to allocate resources: Requested nodes are "
                                                      "busy"),  # fmt: skip
     "short_limit": dict(partitions={"cpu": ("1-00:00:00", "(null)", 32, 192000),
-                                    "gpu": ("00:30:00", "gpu:h100:4", 32, 512000)},
+                                    "gpu": ("00:15:00", "gpu:h100:4", 32, 512000)},
                         assoc="proj-a|", recent_accounts="proj-a", probe="NVIDIA H100 80GB HBM3, 580.95.05, 9.0"),
 }
 
@@ -254,8 +254,13 @@ def test_preflight_against_a_cluster(cluster, fake_profile, tmp_path):
         assert "has no kernels for the v100 (compute capability 7.0)" in out and CU126 in out
     else:
         assert "account: proj-a (the account of your most recent job" in out
-        assert re.search(r"^  run_method \(2 jobs; partition gpu: runtime 4\d min > MaxTime 30 min\): run_method\(",
-                         out, re.M), out[-3000:]  # fmt: skip
+        # MC Dropout's trained candidate does not fit; its candidate at the backbone's own rates (the backbone's
+        # samples only) and the choosing run_method job do
+        line = re.search(r"^  uci_candidate \(2 jobs; partition gpu: runtime 2\d min > MaxTime 15 min\): (.*)$", out,
+                         re.M)  # fmt: skip
+        assert line and "candidate=1" in line.group(1) and "candidate=0" not in line.group(1), out[-3000:]
+        assert re.search(r"^  train_backbone \(2 jobs; partition gpu: runtime 2\d min", out, re.M), out[-3000:]
+        assert "  run_method (" not in out, out[-3000:]
         assert "\ngpu: " not in out.split("preflight: nothing should be submitted yet:")[1]  # the build fits
 
 

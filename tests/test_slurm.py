@@ -117,15 +117,16 @@ def test_tiny_run_on_slurm_equals_the_local_run(slurm, tiny_chain, tmp_path):
     log = res.stdout
     assert res.returncode == 0, f"{log[-6000:]}\nslurmctld log: {Path('/tmp/slurmci/log/slurmctld.log')}"
     ids = set(re.findall(r"Job \d+ has been submitted with SLURM jobid (\d+)", log))
-    # prepare_uci, train_backbone, mc_dropout, swag and the split's evaluate as sbatch jobs; fetch and the reports
-    # run locally
-    assert len(ids) >= 5, log[-4000:]
+    # prepare_uci, train_backbone, MC Dropout's two candidates and its choice, swag and the split's evaluate as sbatch
+    # jobs; fetch and the reports run locally
+    assert len(ids) >= 7, log[-4000:]
     print(f"SLURM: {len(ids)} sbatch jobs, {wall:.0f} s wall clock")
 
     jobs = [_scontrol_job(i) for i in sorted(ids)]  # finished jobs stay visible for MinJobAge (600 s)
     assert all("JobId=" in j for j in jobs), jobs
     gpu_jobs = [j for j in jobs if re.search(r"TresPerJob=gres(/|:)gpu:1", j)]
-    assert len(gpu_jobs) == 3, "\n\n".join(jobs)[-3000:]  # backbone, mc_dropout, swag (the rules declare them)
+    # the backbone, MC Dropout's two candidates and its choice, SWAG (the rules declare them)
+    assert len(gpu_jobs) == 5, "\n\n".join(jobs)[-3000:]
     assert all(re.search(r"NumCPUs=1\b", j) for j in gpu_jobs), "\n\n".join(gpu_jobs)[-3000:]
 
     ref = tiny_chain["work"]

@@ -34,7 +34,6 @@ from ..io import RECORD_KEY, load_json, load_model, save_json, save_model
 from ..provenance import device_info, package_versions
 from ..training import fit_regressor, predict, resolve_device
 from . import methods
-from .grids import MC_DROPOUT_KEYS, needs_backbone, widening_bound  # noqa: F401 (part of this interface)
 from .grids import mc_dropout_grid
 from .methods import SA_OPERATING_POINTS, component_seed  # noqa: F401 (part of this module's interface)
 
