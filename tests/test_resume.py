@@ -685,6 +685,49 @@ def test_a_uci_multiswag_component_signalled_in_its_swag_phase_resumes_in_its_jo
     assert same(ref["swag"], out["swag"]) and same(ref["state_dict"], out["state_dict"])
 
 
+def test_mc_dropouts_choosing_job_signalled_in_a_widening_training_resumes_in_its_job(tmp_path, monkeypatch):
+    """The choosing job of MC Dropout's grid (workflow_scripts/run_method.py: choose_candidate inside
+    stochattn.training.resumable) trains the rate a widening adds: signalled in that training, its rerun resumes it
+    and writes the samples of an uninterrupted job."""
+    from stochattn.io import load_npz
+    from stochattn.training import resumable
+
+    prepared = tmp_path / "prepared.npz"
+    uci.prepare_sinusoid(prepared, n=160, seed=0)
+    model, train = dict(n_blocks=1, d_block=8, attention_n_heads=2), dict(max_epochs=3, lr=1e-2, batch_size=16)
+    uci.train_backbone(prepared, tmp_path / "backbone/model.pt", tmp_path / "backbone/meta.json", model=model,
+                       train=train, seed=0, progress=False)  # fmt: skip
+    # both rates are edges of their line: the choosing job always trains one more (0.1 / 0.05 or 0.9 / 0.9)
+    cfg = {"grid": [{}, {"attention_dropout": 0.5, "ffn_dropout": 0.5}],
+           "widen": {"keys": ["attention_dropout", "ffn_dropout"], "factor": 2.0, "low": 0.05, "high": 0.9,
+                     "max_steps": 1}}  # fmt: skip
+    kw = dict(model=model, train=train, method_cfg=cfg, num_samples=4, seed=0, progress=False,
+              backbone_path=tmp_path / "backbone/model.pt")  # fmt: skip
+    paths = [tmp_path / "candidates" / f"{k}.pt" for k in range(2)]
+    for k, path in enumerate(paths):
+        uci.fit_candidate("mc_dropout", prepared, path, index=k, **kw)
+
+    def job(name, step, checkpoint=None):
+        monkeypatch.setattr("stochattn.training.standard_step", step)
+        with resumable(checkpoint) if checkpoint else contextlib.nullcontext():
+            meta = uci.choose_candidate("mc_dropout", prepared, tmp_path / name, paths, **kw)
+        return meta, load_npz(tmp_path / name / "samples.npz")
+
+    ref_step = Step()
+    ref_meta, ref = job("ref", ref_step)
+    assert len(ref_meta["selection"]["widened"]) == 1 and ref_step.calls > 9
+    ckpt = tmp_path / "resumed" / ".samples.npz.resume-0123456789ab.pt"
+    with pytest.raises(TrainingInterrupted) as info:
+        job("resumed", Step(signal_at=9), checkpoint=ckpt)
+    assert info.value.checkpoint == ckpt.with_name(".samples.npz.resume-0123456789ab.0.pt")  # the widening's fit
+    assert not (tmp_path / "resumed" / "samples.npz").exists()
+    step = Step()
+    meta, out = job("resumed", step, checkpoint=ckpt)
+    assert step.calls == ref_step.calls - 9  # resumed after its 9 steps, not trained again
+    assert meta["selection"]["val_crps"] == ref_meta["selection"]["val_crps"]
+    assert all(torch.equal(torch.as_tensor(ref[k]), torch.as_tensor(out[k])) for k in ref)
+
+
 def test_a_sigusr1_between_the_fits_of_a_resumable_block_stops_the_next_fit(tmp_path):
     """The early signal before a time limit may come while the job loads data or samples: inside resumable(...) it
     is kept, and the next fit saves after its first step and stops; the rerun ends bit-identical. Outside a fit
