@@ -2,7 +2,7 @@
 
     python benchmarks/uci_paper_slice.py WORKDIR [--datasets ...] [--splits 3] [--fewer protein=1 naval=1]
         [--methods sa mc_dropout swag multiswag ivon hsa] [--cores 2] [--configfile extra.yaml ...] [--report-only]
-        [--partial] [--by-split] [--out WORKDIR/uci_paper_slice.md] [--compare RECORDS] [--keep RECORDS]
+        [--partial] [--by-split] [--out OUT.md] [--compare RECORDS] [--keep RECORDS]
 
 Runs the workflow's own rules (``snakemake -s Snakefile --directory WORKDIR --configfile config/config.yaml
 WORKDIR/slice.yaml ... results/tables/uci_master.md``) on the paper's architecture and schedules (config/config.yaml),
@@ -22,7 +22,8 @@ when the run starts: the splits after it share the rest), so a stopped run holds
 skips the run and reads WORKDIR as it is; ``--partial`` reports from the metrics.json files present (the runs evaluated
 so far) without running anything; with either, several workdirs (each data set in one) make one report. A figure
 beside the report (``<out>_w1.png`` / ``.pdf``) puts every method's W1 against the paper's
-(``uci_figures.paper_w1_figure``).
+(``uci_figures.paper_w1_figure``). ``--out`` defaults to ``WORKDIR/uci_paper_slice.md`` for one workdir outside the
+repository, else to ``benchmarks/out/uci_paper_slice.md`` (ignored by git: the kept records stay as they were kept).
 ``--by-split`` adds, per data set, each split's native W1 and PI-95 coverage and the pooled W1 without each
 split (its ratio to the paper): whether one split makes a cell, or every split does.
 ``--keep RECORDS`` copies what the report read (each run's metrics.json and meta.json, each job's benchmark record)
@@ -52,6 +53,14 @@ from stochattn.io import atomic_path
 
 REPO = Path(__file__).resolve().parents[1]
 ALL = ["yacht", "energy", "concrete", "wine", "kin8nm", "power", "naval", "protein"]
+
+
+def default_out(works: list[Path]) -> Path:
+    """Where the report goes without ``--out``: beside a single workdir outside the repository, else into the
+    repository's ignored ``benchmarks/out/`` (never into a folder of kept records)."""
+    if len(works) == 1 and not works[0].resolve().is_relative_to(REPO):
+        return works[0] / "uci_paper_slice.md"
+    return REPO / "benchmarks" / "out" / "uci_paper_slice.md"
 
 
 def slice_config(args: argparse.Namespace) -> dict:
@@ -140,7 +149,7 @@ def main() -> None:
         raise SystemExit(str(err)) from None
     table, text = report.table, report.text
     print(text)
-    out = args.out or works[0] / "uci_paper_slice.md"
+    out = args.out or default_out(works)
     out.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(out) as tmp:
         Path(tmp).write_text(text)

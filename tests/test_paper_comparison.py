@@ -3,6 +3,7 @@ and the comparison with our tables."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import re
 import subprocess
@@ -231,3 +232,18 @@ def test_the_kept_uci_records_remake_their_report(tmp_path):
     assert set(table["dataset"]) == {p.name for p in records}
     assert table["paper_w1"].notna().all() and table["w1"].between(0, 0.5).all()
     assert "CPU-hours wall" in text and "; - CPU-hours" not in text  # every data set with its benchmark records
+
+
+def test_the_report_of_kept_records_goes_to_the_ignored_out_folder_not_into_them(tmp_path):
+    """Without --out the report lies beside a single workdir outside the repository; several workdirs, or the kept
+    records themselves, put it in benchmarks/out/ (ignored by git), never into a records folder."""
+    spec = importlib.util.spec_from_file_location("uci_paper_slice", REPO / "benchmarks" / "uci_paper_slice.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    records = sorted(p for p in (REPO / "benchmarks" / "records" / "uci_paper").iterdir() if p.is_dir())
+    ignored = REPO / "benchmarks" / "out" / "uci_paper_slice.md"
+    assert script.default_out([tmp_path]) == tmp_path / "uci_paper_slice.md"
+    assert script.default_out([tmp_path, tmp_path / "b"]) == ignored
+    assert script.default_out(records) == ignored and script.default_out(records[:1]) == ignored
+    res = subprocess.run(["git", "check-ignore", "-q", str(ignored)], cwd=REPO)
+    assert res.returncode == 0, "benchmarks/out/ is not ignored by git"
