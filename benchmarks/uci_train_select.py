@@ -10,6 +10,13 @@ stopping with patience P only truncates that same deterministic run, so the epoc
 validation RMSE (standardised units = RMSE/sigma_y) follow from the curve for every P (:func:`stop_at`). The
 test RMSE of the epoch each rule keeps is recorded as ``test_nrmse`` for the check against the paper afterwards; the
 choice is made on ``val_nrmse`` only (mean over splits, printed).
+
+``--checkpoints DIR`` makes the curves resumable (naval's and protein's take hours each on one core): each curve saves
+its state (the network, the optimiser, the RNGs, the curve so far, the best network and the patiences still to be
+kept) in ``DIR/<dataset>/split<k>/lr<lr>_b<batch>.pt`` after every epoch (``fit_regressor``'s checkpoint, at most
+~10 % of the time) and at once on SIGTERM or SIGUSR1, then exits with status 3; the same command rerun continues
+each curve where it stopped, bit for bit as if uninterrupted, and reads finished curves back without training.
+Delete the folder to train afresh.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ from __future__ import annotations
 import argparse
 import copy
 import itertools
+import sys
 import time
 from pathlib import Path
 
@@ -28,7 +36,7 @@ import yaml
 from stochattn.backbones.ft_transformer import build_ft_transformer
 from stochattn.data.uci import load_prepared
 from stochattn.io import RECORD_KEY, save_json, save_model
-from stochattn.training import fit_regressor, predict
+from stochattn.training import TrainingInterrupted, fit_regressor, predict
 
 
 def stop_at(val: np.ndarray, patience: int) -> tuple[int, int]:
@@ -47,44 +55,77 @@ def _rmse(net: torch.nn.Module, x: np.ndarray, y: np.ndarray) -> float:
     return float(np.sqrt(np.mean((predict(net, x).numpy() - y) ** 2)))
 
 
+class CurveRecorder:
+    """``on_epoch_end`` of one curve: each epoch's validation and test RMSE (standardised units), the best network so
+    far, and the networks kept for the patiences whose stop has come (``keep(p, state, epoch, seconds)``). Its
+    ``state_dict`` / ``load_state_dict`` make the curve resumable (``fit_regressor``'s ``hook_state``)."""
+
+    def __init__(self, data: dict, patiences: list[int], keep=None):
+        self.data, self.keep = data, keep
+        self.settings = {"patiences": sorted(patiences), "keeps": keep is not None}
+        self.val: list[float] = []
+        self.test: list[float] = []
+        self.best = {"val": np.inf, "epoch": 0, "state": None}
+        self.pending = sorted(patiences)
+        self.t0 = time.perf_counter()
+
+    def __call__(self, epoch: int, m: torch.nn.Module) -> None:
+        m.eval()
+        self.test.append(_rmse(m, self.data["x_test"], self.data["y_test"]))
+        self.val.append(_rmse(m, self.data["x_val"], self.data["y_val"]))
+        m.train()
+        i = len(self.val) - 1
+        if self.val[i] < self.best["val"]:
+            state = copy.deepcopy({k: v.cpu() for k, v in m.state_dict().items()})
+            self.best.update(val=self.val[i], epoch=i, state=state)
+        while self.keep is not None and self.pending and i - self.best["epoch"] >= self.pending[0]:
+            self.keep_next()
+
+    def keep_next(self) -> None:
+        """Keep the best network for the next pending patience (its stop has come, or the epoch cap)."""
+        self.keep(self.pending.pop(0), self.best["state"], self.best["epoch"], self.seconds())
+
+    def seconds(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def state_dict(self) -> dict:
+        return {"val": list(self.val), "test": list(self.test), "best": dict(self.best),
+                "pending": list(self.pending), "seconds": self.seconds()}  # fmt: skip
+
+    def load_state_dict(self, state: dict) -> None:
+        self.val, self.test = list(state["val"]), list(state["test"])
+        self.best, self.pending = dict(state["best"]), list(state["pending"])
+        self.t0 = time.perf_counter() - state["seconds"]
+
+
 def curve(path: str, model: dict, lr: float, batch: int, max_epochs: int, weight_decay: float, seed: int,
-          patiences: list[int], save: Path | None = None) -> dict:  # fmt: skip
+          patiences: list[int], save: Path | None = None, checkpoint: Path | None = None) -> dict:  # fmt: skip
     """Per-epoch validation and test RMSE (standardised units) of one training run (stopped at the largest
     patience), and its seconds. ``save``: the network each patience keeps, as ``<save>/p<P>/model.pt`` (the
-    workflow's backbone format, :func:`stochattn.experiments.uci.load_backbone`) with its meta.json."""
+    workflow's backbone format, :func:`stochattn.experiments.uci.load_backbone`) with its meta.json.
+    ``checkpoint``: the file that makes the run resumable (:class:`stochattn.training.TrainingInterrupted` on
+    SIGTERM / SIGUSR1 after saving; the same call rerun continues, a finished run is read back)."""
     data = load_prepared(path)
     net = build_ft_transformer(data["x_train"].shape[1], seed=seed, **model)
-    test, val, best = [], [], {"val": np.inf, "epoch": 0, "state": None}
-    pending = sorted(patiences)
 
-    def keep(p: int) -> None:
+    def keep(p: int, state: dict, epoch: int, seconds: float) -> None:
         out = save / f"p{p}"
         out.mkdir(parents=True, exist_ok=True)
-        recorded = save_model(out / "model.pt", {"state_dict": best["state"], "model": dict(model)})
+        recorded = save_model(out / "model.pt", {"state_dict": state, "model": dict(model)})
         meta = {"model": dict(model), "train": {"lr": lr, "batch_size": batch, "patience": p, "weight_decay":
-                weight_decay, "max_epochs": max_epochs}, "best_epoch": best["epoch"] + 1, "seed": seed,
-                "seconds": time.perf_counter() - t0, RECORD_KEY: recorded}  # fmt: skip
+                weight_decay, "max_epochs": max_epochs}, "best_epoch": epoch + 1, "seed": seed,
+                "seconds": seconds, RECORD_KEY: recorded}  # fmt: skip
         save_json(out / "meta.json", meta)  # its SHA-256 record: load_backbone checks it
 
-    def on_epoch_end(epoch, m):
-        m.eval()
-        test.append(_rmse(m, data["x_test"], data["y_test"]))
-        val.append(_rmse(m, data["x_val"], data["y_val"]))
-        m.train()
-        i = len(val) - 1
-        if val[i] < best["val"]:
-            best.update(val=val[i], epoch=i, state=copy.deepcopy({k: v.cpu() for k, v in m.state_dict().items()}))
-        while save is not None and pending and i - best["epoch"] >= pending[0]:
-            keep(pending.pop(0))
-
-    t0 = time.perf_counter()
+    recorder = CurveRecorder(data, patiences, None if save is None else keep)
     fit = fit_regressor(net, data["x_train"], data["y_train"], data["x_val"], data["y_val"], seed=seed, lr=lr,
                         weight_decay=weight_decay, batch_size=batch, max_epochs=max_epochs, patience=max(patiences),
-                        on_epoch_end=on_epoch_end, progress=False)  # fmt: skip
-    while save is not None and pending:  # the epoch cap came first
-        keep(pending.pop(0))
-    return {"val": np.asarray(fit.history["val_rmse"]), "test": np.asarray(test), "seconds": time.perf_counter() - t0,
-            "n_fit": len(data["y_train"])}  # fmt: skip
+                        on_epoch_end=recorder, progress=False, checkpoint=checkpoint,
+                        hook_state=None if checkpoint is None else recorder)  # fmt: skip
+    while save is not None and recorder.pending:  # the epoch cap came first
+        recorder.keep_next()
+    return {"val": np.asarray(fit.history["val_rmse"]), "test": np.asarray(recorder.test),
+            "seconds": recorder.seconds(), "n_fit": len(data["y_train"])}  # fmt: skip
 
 
 def main() -> None:
@@ -99,6 +140,8 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="CSV of every (split, lr, batch, patience) row")
     ap.add_argument("--save", default=None,
                     help="folder of the kept networks: <save>/<dataset>/split<k>/lr<lr>_b<batch>/p<P>/")
+    ap.add_argument("--checkpoints", default=None,
+                    help="folder of the curves' resumable states: <checkpoints>/<dataset>/split<k>/lr<lr>_b<batch>.pt")
     args = ap.parse_args()
     torch.set_num_threads(1)
     cfg = yaml.safe_load(Path(args.config).read_text())
@@ -107,8 +150,14 @@ def main() -> None:
         split_dir = Path(path).parent  # results/uci/<dataset>/split<k>
         run = f"lr{lr:g}_b{batch}"
         save = None if args.save is None else Path(args.save) / split_dir.parent.name / split_dir.name / run
-        c = curve(path, cfg["model"], lr, batch, args.max_epochs, cfg["train"]["weight_decay"], args.seed,
-                  args.patience, save)
+        ckpt = None if args.checkpoints is None else (
+            Path(args.checkpoints) / split_dir.parent.name / split_dir.name / f"{run}.pt")  # fmt: skip
+        try:
+            c = curve(path, cfg["model"], lr, batch, args.max_epochs, cfg["train"]["weight_decay"], args.seed,
+                      args.patience, save, ckpt)  # fmt: skip
+        except TrainingInterrupted as stop:
+            print(f"{stop}; rerun the same command to continue", file=sys.stderr)
+            sys.exit(3)
         for p in args.patience:
             kept, run = stop_at(c["val"], p)
             rows.append({"prepared": path, "lr": lr, "batch": batch, "patience": p, "steps_per_epoch":

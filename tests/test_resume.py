@@ -2,9 +2,11 @@
 bit-identical to an uninterrupted run; foreign checkpoints are refused; writes are atomic."""
 
 import contextlib
+import importlib.util
 import logging
 import os
 import signal
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +17,7 @@ from stochattn.experiments import adapters, era5, ett, uci
 from stochattn.training import TrainingInterrupted, fit_regressor, standard_step
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(autouse=True)
@@ -787,3 +790,40 @@ def test_saves_at_epoch_ends_take_a_bounded_share_of_the_time(tmp_path, monkeypa
     resumed = Step()
     assert_identical(ref_model, ref_result, *fit(resumed, ckpt, **settings))
     assert resumed.calls == (30 - last) * STEPS
+
+
+# benchmarks/uci_train_select.py --checkpoints: the schedule curves of the large data sets take hours each
+# ----------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("signal_at", [40, 21 * 6 + 2], ids=["before-the-first-keep", "after-patience-2-kept"])
+def test_a_schedule_curve_resumes_bit_identical_and_a_finished_one_is_read_back(tmp_path, monkeypatch, signal_at):
+    """A curve of benchmarks/uci_train_select.py signalled mid-way (6 steps an epoch; patience 2 stops at epoch 20,
+    5 at 28) and rerun ends as the uninterrupted curve: every epoch's validation and test RMSE and the network kept
+    for each patience, bit for bit; a third call reads the finished curve back without a training step."""
+    spec = importlib.util.spec_from_file_location("uci_train_select", REPO / "benchmarks" / "uci_train_select.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    prepared = tmp_path / "split0" / "prepared.npz"
+    uci.prepare_sinusoid(prepared, n=160, seed=0)
+
+    def run(name, step, checkpoint=None):
+        monkeypatch.setattr("stochattn.training.standard_step", step)
+        c = script.curve(str(prepared), dict(n_blocks=1, d_block=8, attention_n_heads=2), 1e-2, 16, 40, 1e-5, 0,
+                         [2, 5], tmp_path / name, checkpoint)  # fmt: skip
+        kept = {p: torch.load(tmp_path / name / f"p{p}" / "model.pt", weights_only=True)["state_dict"] for p in (2, 5)}
+        return c, kept
+
+    ref, ref_kept = run("ref", Step())
+    assert len(ref["val"]) == 28 and [script.stop_at(ref["val"], p) for p in (2, 5)] == [(17, 20), (22, 28)]
+    ckpt = tmp_path / "ckpt" / "lr0.01_b16.pt"
+    with pytest.raises(TrainingInterrupted):
+        run("resumed", Step(signal_at=signal_at), ckpt)
+    assert (tmp_path / "resumed" / "p2").is_dir() == (signal_at > 20 * 6)  # patience 2's network kept before the stop
+    step = Step()
+    resumed, kept = run("resumed", step, ckpt)
+    assert step.calls == 28 * 6 - signal_at  # only the steps left were trained
+    for c, k in ((resumed, kept), run("resumed", (again := Step()), ckpt)):  # the same command once more
+        assert c["val"].tolist() == ref["val"].tolist() and c["test"].tolist() == ref["test"].tolist()
+        assert all(same(ref_kept[p], k[p]) for p in (2, 5))
+    assert again.calls == 0
