@@ -26,10 +26,11 @@ beside the report (``<out>_w1.png`` / ``.pdf``) puts every method's W1 against t
 repository, else to ``benchmarks/out/uci_paper_slice.md`` (ignored by git: the kept records stay as they were kept).
 ``--by-split`` adds, per data set, each split's native W1 and PI-95 coverage and the pooled W1 without each
 split (its ratio to the paper): whether one split makes a cell, or every split does.
-``--keep RECORDS`` copies what the report read (each run's metrics.json and meta.json, each job's benchmark record)
-into ``RECORDS/<dataset>/`` (file by file: other runs' records stay), one folder a data set laid out like a workdir's
-``results/``, which ``--partial`` reads as a workdir: the repository's ``benchmarks/records/uci_paper/`` holds those of
-the runs that docs/measurements.md reports, so its tables can be remade (``uci_paper_slice.py
+``--keep RECORDS`` copies the reported data sets' records from the workdir (every run's metrics.json and meta.json,
+every method's whatever ``--methods`` says, and each job's benchmark record: run ``--compare`` first to see what a keep
+replaces) into ``RECORDS/<dataset>/`` (file by file: other runs' records stay), one folder a data set laid out like
+a workdir's ``results/``, which ``--partial`` reads as a workdir: the repository's ``benchmarks/records/uci_paper/``
+holds those of the runs that docs/measurements.md reports, so its tables can be remade (``uci_paper_slice.py
 benchmarks/records/uci_paper/*/ --partial``) on a machine without the runs' many CPU-hours; the documentation's page
 on the kept records (``docs/gen_pages.py``) is remade from them at every build. ``--compare RECORDS`` checks a rerun
 against kept records before ``--keep`` replaces them (``<out>_vs_records.md``): run by run, whether the job wrote the
