@@ -1,5 +1,6 @@
 """Shared test fixtures."""
 
+import importlib.util
 import os
 import shutil
 import tempfile
@@ -329,3 +330,16 @@ def served(data: bytes, request) -> urllib.response.addinfourl:
 def url_of(request) -> str:
     """The URL of what a fake ``urlopen`` was given (a string or a ``urllib.request.Request``)."""
     return getattr(request, "full_url", request)
+
+
+@pytest.fixture
+def load_script():
+    """``load_script(path)``: a script outside the package (``benchmarks/*.py``) imported from its file as a module."""
+
+    def load(path):
+        spec = importlib.util.spec_from_file_location(os.path.splitext(os.path.basename(path))[0], path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    return load

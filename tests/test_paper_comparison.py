@@ -3,7 +3,6 @@ and the comparison with our tables."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import re
 import subprocess
@@ -234,12 +233,10 @@ def test_the_kept_uci_records_remake_their_report(tmp_path):
     assert "CPU-hours wall" in text and "; - CPU-hours" not in text  # every data set with its benchmark records
 
 
-def test_the_report_of_kept_records_goes_to_the_ignored_out_folder_not_into_them(tmp_path):
+def test_the_report_of_kept_records_goes_to_the_ignored_out_folder_not_into_them(tmp_path, load_script):
     """Without --out the report lies beside a single workdir outside the repository; several workdirs, or the kept
     records themselves, put it in benchmarks/out/ (ignored by git), never into a records folder."""
-    spec = importlib.util.spec_from_file_location("uci_paper_slice", REPO / "benchmarks" / "uci_paper_slice.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script(REPO / "benchmarks" / "uci_paper_slice.py")
     records = sorted(p for p in (REPO / "benchmarks" / "records" / "uci_paper").iterdir() if p.is_dir())
     ignored = REPO / "benchmarks" / "out" / "uci_paper_slice.md"
     assert script.default_out([tmp_path]) == tmp_path / "uci_paper_slice.md"

@@ -2,7 +2,6 @@
 bit-identical to an uninterrupted run; foreign checkpoints are refused; writes are atomic."""
 
 import contextlib
-import importlib.util
 import logging
 import os
 import signal
@@ -797,13 +796,12 @@ def test_saves_at_epoch_ends_take_a_bounded_share_of_the_time(tmp_path, monkeypa
 
 
 @pytest.mark.parametrize("signal_at", [40, 21 * 6 + 2], ids=["before-the-first-keep", "after-patience-2-kept"])
-def test_a_schedule_curve_resumes_bit_identical_and_a_finished_one_is_read_back(tmp_path, monkeypatch, signal_at):
+def test_a_schedule_curve_resumes_bit_identical_and_a_finished_one_is_read_back(tmp_path, monkeypatch, signal_at,
+                                                                               load_script):
     """A curve of benchmarks/uci_train_select.py signalled mid-way (6 steps an epoch; patience 2 stops at epoch 20,
     5 at 28) and rerun ends as the uninterrupted curve: every epoch's validation and test RMSE and the network kept
     for each patience, bit for bit; a third call reads the finished curve back without a training step."""
-    spec = importlib.util.spec_from_file_location("uci_train_select", REPO / "benchmarks" / "uci_train_select.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = load_script(REPO / "benchmarks" / "uci_train_select.py")
     prepared = tmp_path / "split0" / "prepared.npz"
     uci.prepare_sinusoid(prepared, n=160, seed=0)
 

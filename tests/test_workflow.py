@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -537,7 +536,7 @@ def test_html_report(tiny_run):
 
 
 @pytest.mark.slow
-def test_uci_paper_slice_report_is_remade_from_its_kept_records(tiny_run, tmp_path):
+def test_uci_paper_slice_report_is_remade_from_its_kept_records(tiny_run, tmp_path, load_script):
     """benchmarks/uci_paper_slice.py --keep copies what its report read (metrics.json, meta.json, benchmark records)
     into RECORDS/<dataset>/; --partial on that folder alone (no workdir, no samples) prints the same report."""
     script = REPO / "benchmarks" / "uci_paper_slice.py"
@@ -576,9 +575,7 @@ def test_uci_paper_slice_report_is_remade_from_its_kept_records(tiny_run, tmp_pa
     compared = (tmp_path / "e" / "slice_vs_records.md").read_text()
     n = len(RUNS) + 1  # and the backbone
     assert f"{n} runs in both: {n} identical, 0 same values, 0 differs." in compared, compared
-    spec = importlib.util.spec_from_file_location("uci_paper_slice", script)
-    slice_script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(slice_script)  # the target it puts first is the path the evaluate rule writes
+    slice_script = load_script(script)  # the target it puts first is the path the evaluate rule writes
     cfg = {"datasets": ["yacht"], "methods": ["sa", "swag"], "splits": 1, "dataset_overrides": {}}
     assert slice_script.first_open_splits(tiny_run["work"], cfg) == []  # split 0 evaluated: nothing left to put first
     assert slice_script.first_open_splits(tiny_run["work"], {**cfg, "dataset_overrides": {"yacht": {"splits": 3}}}) == [
