@@ -81,8 +81,10 @@ def main() -> None:
                     f"  {m}: chosen #{k} {grid[k]} (edge {'+' if edge > 0 else '-' if edge < 0 else 'no'}; "
                     f"widened {rec.get('widened', 'n/a')})"
                 )
+                # the settings a candidate's line names: the method's own, else those in which the grid's differ
+                shown = keys or [key for key in grid[0] if len({repr(c.get(key)) for c in grid}) > 1]
                 for i, c in enumerate(grid):
-                    label = ",".join(f"{key}={c[key]}" for key in (keys or ()) if key in c)
+                    label = ",".join(f"{key}={c[key]}" for key in shown if key in c)
                     if "optimizer" in c:
                         label = f"{c['optimizer']} {label}"
                     crps_v, rmse_v, cov_v = (rec[key][i] for key in ("val_crps", "val_rmse", "val_coverage_95"))
