@@ -233,6 +233,27 @@ def test_the_kept_uci_records_remake_their_report(tmp_path):
     assert "CPU-hours wall" in text and "; - CPU-hours" not in text  # every data set with its benchmark records
 
 
+def test_a_data_sets_cpu_hours_are_those_of_the_splits_its_report_holds(tmp_path):
+    """The slice report's CPU-hours of a data set sum the benchmark records of the splits it reports: a job of a split
+    not yet evaluated (a run still going) is left out, a data set the report does not hold is not summed."""
+    from stochattn.experiments.uci_slice_report import dataset_hours
+    from stochattn.resources import read_benchmarks
+
+    head = "s\th:m:s\tmax_rss\tcpu_time\n"
+    for path, s, cpu in [("train_backbone/uci/power/split0.tsv", 3600.0, 3000.0),
+                         ("uci_candidate/uci/power/split1/2/ivon.tsv", 1800.0, 1700.0),
+                         ("run_method/uci/power/split2/ivon.tsv", 7200.0, 7000.0),
+                         ("run_method/uci/wine/split0/sa.tsv", 360.0, "NA")]:  # fmt: skip
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(head + f"{s}\t0:00:00\t100\t{cpu}\n")
+    records = read_benchmarks(tmp_path)
+    assert {(r["dataset"], r["split"]) for r in records} == {("power", 0), ("power", 1), ("power", 2), ("wine", 0)}
+    hours = dataset_hours(records, {"power": {0, 1}})
+    assert set(hours) == {"power"} and hours["power"] == pytest.approx((1.5, 4700 / 3600))
+    every = dataset_hours(records, {"power": None, "wine": {0}})  # None: every split; cpu_time NA counts as 0
+    assert every["power"] == pytest.approx((3.5, 3.25)) and every["wine"] == pytest.approx((0.1, 0.0))
+
+
 def test_the_report_of_kept_records_goes_to_the_ignored_out_folder_not_into_them(tmp_path, load_script):
     """Without --out the report lies beside a single workdir outside the repository; several workdirs, or the kept
     records themselves, put it in benchmarks/out/ (ignored by git), never into a records folder."""

@@ -38,27 +38,34 @@ _PER_METHOD = {"run_method", "calibrate_sa", "uci_candidate"}
 
 def dataset_of(parts: tuple[str, ...]) -> str | None:
     """The data set of a benchmark record's wildcard path: the folder before ``split<k>``."""
+    return _dataset_split(parts)[0]
+
+
+def _dataset_split(parts: tuple[str, ...]) -> tuple[str | None, int | None]:
+    """(data set, k) of a wildcard path holding ``<dataset>/split<k>``; (None, None) without one."""
     for i, part in enumerate(parts):
         if re.fullmatch(r"split\d+", part) and i > 0:
-            return parts[i - 1]
-    return None
+            return parts[i - 1], int(part[5:])
+    return None, None
 
 
 def read_benchmarks(root: str | Path) -> list[dict[str, Any]]:
     """One dict per record: ``rule``, ``family`` (rule, or ``rule/method`` for per-method rules), ``job`` (the
-    wildcard path), ``seconds`` (wall clock), ``cpu_seconds`` (Snakemake's ``cpu_time``: CPU time of the job's
-    processes; None when not measured), ``max_rss_mb`` (None when not measured)."""
+    wildcard path), ``dataset`` and ``split`` (of a ``<dataset>/split<k>`` path, else None), ``seconds`` (wall
+    clock), ``cpu_seconds`` (Snakemake's ``cpu_time``: CPU time of the job's processes; None when not measured),
+    ``max_rss_mb`` (None when not measured)."""
     root = Path(root)
     rows = []
     for tsv in sorted(root.rglob("*.tsv")):
         rel = tsv.relative_to(root).with_suffix("")
         rule = rel.parts[0]
         family = f"{rule}/{rel.name}" if rule in _PER_METHOD else rule
+        dataset, split = _dataset_split(rel.parts)
         with open(tsv, newline="") as fh:
             for rec in csv.DictReader(fh, delimiter="\t"):
                 rss, cpu = rec.get("max_rss", "NA"), rec.get("cpu_time", "NA")
                 rows.append({
-                    "rule": rule, "family": family, "job": "/".join(rel.parts[1:]), "dataset": dataset_of(rel.parts),
+                    "rule": rule, "family": family, "job": "/".join(rel.parts[1:]), "dataset": dataset, "split": split,
                     "seconds": float(rec["s"]), "cpu_seconds": None if cpu in ("NA", "", None) else float(cpu),
                     "max_rss_mb": None if rss in ("NA", "", None) else float(rss),
                 })  # fmt: skip

@@ -32,7 +32,7 @@ from stochattn.resources import dataset_of, read_benchmarks
 with requires("workflow"):
     import pandas as pd
 
-__all__ = ["SliceReport", "build", "compare_records", "keep_records", "record_origin", "results_dir"]
+__all__ = ["SliceReport", "build", "compare_records", "dataset_hours", "keep_records", "record_origin", "results_dir"]
 
 
 @dataclass
@@ -181,6 +181,21 @@ def by_split(work: Path, datasets: Sequence[str], cells: pd.DataFrame) -> str:
     return "\n".join(out) + "\n"
 
 
+def dataset_hours(records: Sequence[dict], splits: dict[str, set[int] | None]) -> dict[str, tuple[float, float]]:
+    """Data set -> (wall-clock hours, ``cpu_time`` hours) of its benchmark ``records``
+    (:func:`stochattn.resources.read_benchmarks`) whose split the report holds (``splits``: data set -> the split
+    numbers reported, None for all): the jobs of a split not yet evaluated (its first candidates of a run still going)
+    are not the reported splits' cost."""
+    hours: dict[str, tuple[float, float]] = {}
+    for rec in records:
+        ds = rec["dataset"]
+        if ds not in splits or (splits[ds] is not None and rec["split"] not in splits[ds]):
+            continue
+        wall, cpu = hours.get(ds, (0.0, 0.0))
+        hours[ds] = (wall + rec["seconds"] / 3600, cpu + (rec["cpu_seconds"] or 0.0) / 3600)
+    return hours
+
+
 def build(
     works: Sequence[Path],
     datasets: Sequence[str],
@@ -217,10 +232,10 @@ def build(
                 raise ValueError(f"{ds} is in both {homes[ds]} and {work}: give each data set's folder once")
             homes[ds] = work
         masters.append(master)
-        for rec in read_benchmarks(results_dir(work) / "benchmarks"):
-            if homes.get(rec["dataset"]) == work:
-                wall, cpu = hours.get(rec["dataset"], (0.0, 0.0))
-                hours[rec["dataset"]] = (wall + rec["seconds"] / 3600, cpu + (rec["cpu_seconds"] or 0.0) / 3600)
+        reported = None if runs is None else runs.groupby("dataset")["split"].agg(set).to_dict()
+        mine = {ds: reported.get(ds) if reported is not None else None for ds, home in homes.items() if home == work}
+        for ds, hrs in dataset_hours(read_benchmarks(results_dir(work) / "benchmarks"), mine).items():
+            hours[ds] = hrs
     if not masters:
         raise ValueError(f"no results of {', '.join(datasets)} in {', '.join(map(str, works))}")
     cells = paper_cells(paper_results)
