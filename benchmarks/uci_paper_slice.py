@@ -17,8 +17,9 @@ calibrated nu per split ("(boundary)" where the calibration ended at nu = 1 want
 tables mark it), the ensemble CRPS (mean over the same splits, target units) beside the paper's appendix Table
 tab:uci_crps (the paper's own statistic for it, 20 splits), and the data set's CPU-hours: the wall-clock seconds of its
 jobs (every job runs one thread; on a shared machine wall time exceeds CPU time) and Snakemake's ``cpu_time`` of them
-(results/benchmarks/). Each data set's lowest split not yet evaluated goes first (Snakemake's ``--prioritize``, fixed
-when the run starts: the splits after it share the rest), so a stopped run holds that split whole. ``--report-only``
+(results/benchmarks/), of the splits reported only. Each data set's lowest split not yet evaluated goes first
+(Snakemake's ``--prioritize``, fixed when the run starts: the splits after it share the rest), so a stopped run holds
+that split whole. ``--report-only``
 skips the run and reads WORKDIR as it is; ``--partial`` reports from the metrics.json files present (the runs evaluated
 so far) without running anything; with either, several workdirs (each data set in one) make one report. A figure
 beside the report (``<out>_w1.png`` / ``.pdf``) puts every method's W1 against the paper's
