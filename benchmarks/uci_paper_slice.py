@@ -19,26 +19,24 @@ tab:uci_crps (the paper's own statistic for it, 20 splits), and the data set's C
 jobs (every job runs one thread; on a shared machine wall time exceeds CPU time) and Snakemake's ``cpu_time`` of them
 (results/benchmarks/), of the splits reported only. Each data set's lowest split not yet evaluated goes first
 (Snakemake's ``--prioritize``, fixed when the run starts: the splits after it share the rest), so a stopped run holds
-that split whole. ``--report-only``
-skips the run and reads WORKDIR as it is; ``--partial`` reports from the metrics.json files present (the runs evaluated
-so far) without running anything; with either, several workdirs (each data set in one) make one report. A figure
-beside the report (``<out>_w1.png`` / ``.pdf``) puts every method's W1 against the paper's
-(``uci_figures.paper_w1_figure``). ``--out`` defaults to ``WORKDIR/uci_paper_slice.md`` for one workdir outside the
-repository, else to ``benchmarks/out/uci_paper_slice.md`` (ignored by git: the kept records stay as they were kept).
-``--by-split`` adds, per data set, each split's native W1 and PI-95 coverage and the pooled W1 without each
-split (its ratio to the paper): whether one split makes a cell, or every split does.
-``--keep RECORDS`` copies the reported data sets' records from the workdir (every run's metrics.json and meta.json,
-every method's whatever ``--methods`` says, and each job's benchmark record: run ``--compare`` first to see what a keep
-replaces) into ``RECORDS/<dataset>/`` (file by file: other runs' records stay), one folder a data set laid out like
-a workdir's ``results/``, which ``--partial`` reads as a workdir: the repository's ``benchmarks/records/uci_paper/``
-holds those of the runs that docs/measurements.md reports, so its tables can be remade (``uci_paper_slice.py
-benchmarks/records/uci_paper/*/ --partial``) on a machine without the runs' many CPU-hours; the documentation's page
-on the kept records (``docs/gen_pages.py``) is remade from them at every build. ``--compare RECORDS`` checks a rerun
+that split whole. ``--report-only`` skips the run and reads WORKDIR as it is; ``--partial`` reports from the
+metrics.json files present (the runs evaluated so far) without running anything; with either, several workdirs (each
+data set in one) make one report. A figure beside the report (``<out>_w1.png`` / ``.pdf``) puts every method's W1
+against the paper's (``uci_figures.paper_w1_figure``). ``--out`` defaults to ``WORKDIR/uci_paper_slice.md`` for one
+workdir outside the repository, else to ``benchmarks/out/uci_paper_slice.md`` (ignored by git: the kept records stay as
+they were kept). ``--by-split`` adds, per data set, each split's native W1 and PI-95 coverage and the pooled W1 without
+each split (its ratio to the paper): whether one split makes a cell, or every split does. ``--keep RECORDS`` copies the
+reported data sets' records from the workdir (every run's metrics.json and meta.json, every method's whatever
+``--methods`` says, and each job's benchmark record: run ``--compare`` first to see what a keep replaces) into
+``RECORDS/<dataset>/`` (file by file: other runs' records stay), one folder a data set laid out like a workdir's
+``results/``, which ``--partial`` reads as a workdir: the repository's ``benchmarks/records/uci_paper/`` holds those of
+the runs that docs/measurements.md reports, so its tables can be remade (``uci_paper_slice.py
+benchmarks/records/uci_paper/*/ --partial``) on a machine without the runs' many CPU-hours; the documentation's page on
+the kept records (``docs/gen_pages.py``) is remade from them at every build. ``--compare RECORDS`` checks a rerun
 against kept records before ``--keep`` replaces them (``<out>_vs_records.md``): run by run, whether the job wrote the
 same bytes (the SHA-256 of its samples and model), with the same code hash, and which values differ
 (``uci_slice_report.compare_records``). The report itself is the library's
-(:mod:`stochattn.experiments.uci_slice_report`); this script runs the workflow and writes it.
-"""
+(:mod:`stochattn.experiments.uci_slice_report`); this script runs the workflow and writes it."""
 
 from __future__ import annotations
 
