@@ -232,10 +232,9 @@ def build(
                 raise ValueError(f"{ds} is in both {homes[ds]} and {work}: give each data set's folder once")
             homes[ds] = work
         masters.append(master)
-        reported = None if runs is None else runs.groupby("dataset")["split"].agg(set).to_dict()
-        mine = {ds: reported.get(ds) if reported is not None else None for ds, home in homes.items() if home == work}
-        for ds, hrs in dataset_hours(read_benchmarks(results_dir(work) / "benchmarks"), mine).items():
-            hours[ds] = hrs
+        reported = {} if runs is None else runs.groupby("dataset")["split"].agg(set).to_dict()
+        mine = {ds: reported.get(ds) for ds, home in homes.items() if home == work}
+        hours.update(dataset_hours(read_benchmarks(results_dir(work) / "benchmarks"), mine))
     if not masters:
         raise ValueError(f"no results of {', '.join(datasets)} in {', '.join(map(str, works))}")
     cells = paper_cells(paper_results)
