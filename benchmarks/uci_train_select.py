@@ -2,14 +2,18 @@
 off it.
 
     python benchmarks/uci_train_select.py results/uci/yacht/split{0,1,2}/prepared.npz --batch 32 64 --lr 1e-4 3e-4 \
-        --patience 16 50 100 --max-epochs 500 [--config config/config.yaml] [--out select.csv]
+        --patience 16 50 100 --max-epochs 500 [--config config/config.yaml] [--out select.csv] [--curves curves.csv]
+        [--figure curves]
 
 Each (prepared split, lr, batch size) trains ``config``'s FT-Transformer once with :func:`stochattn.training.
 fit_regressor` up to ``--max-epochs`` without early stopping, recording the validation RMSE of every epoch. Early
 stopping with patience P only truncates that same deterministic run, so the epoch it would stop at and its best
 validation RMSE (standardised units = RMSE/sigma_y) follow from the curve for every P (:func:`stop_at`). The
 test RMSE of the epoch each rule keeps is recorded as ``test_nrmse`` for the check against the paper afterwards; the
-choice is made on ``val_nrmse`` only (mean over splits, printed).
+choice is made on ``val_nrmse`` only (mean over splits, printed). ``--curves`` writes every epoch of every curve
+(validation and test RMSE/sigma_y) and ``--figure`` draws the validation curves, one panel per split, with the epoch
+each patience keeps marked and the paper's test RMSE/sigma_y of the data set as a dashed line
+(:func:`stochattn.experiments.uci_figures.schedule_curves_figure`; config/paper_results.yaml's ``uci_accuracy``).
 
 ``--checkpoints DIR`` makes the curves resumable (naval's and protein's take hours each on one core): each curve saves
 its state (the network, the optimiser, the RNGs, the curve so far, the best network and the patiences still to be
@@ -35,8 +39,11 @@ import yaml
 
 from stochattn.backbones.ft_transformer import build_ft_transformer
 from stochattn.data.uci import load_prepared
-from stochattn.io import RECORD_KEY, save_json, save_model
+from stochattn.experiments.uci_figures import schedule_curves_figure
+from stochattn.io import RECORD_KEY, atomic_path, save_json, save_model
 from stochattn.training import TrainingInterrupted, fit_regressor, predict
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def stop_at(val: np.ndarray, patience: int) -> tuple[int, int]:
@@ -128,6 +135,14 @@ def curve(path: str, model: dict, lr: float, batch: int, max_epochs: int, weight
             "seconds": recorder.seconds(), "n_fit": len(data["y_train"])}  # fmt: skip
 
 
+def paper_accuracy(prepared: list[str]) -> float | None:
+    """The paper's RMSE/sigma_y (config/paper_results.yaml's ``uci_accuracy``) of the data set of every prepared
+    split (``results/uci/<dataset>/split<k>/prepared.npz``); None when they are of several or it has none."""
+    datasets = {Path(path).parent.parent.name for path in prepared}
+    paper = yaml.safe_load((REPO / "config" / "paper_results.yaml").read_text())["uci_accuracy"]["rows"]
+    return paper.get(datasets.pop()) if len(datasets) == 1 else None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("prepared", nargs="+")
@@ -135,9 +150,11 @@ def main() -> None:
     ap.add_argument("--batch", type=int, nargs="+", default=[256])
     ap.add_argument("--patience", type=int, nargs="+", default=[16])
     ap.add_argument("--max-epochs", type=int, default=500)
-    ap.add_argument("--config", default=str(Path(__file__).resolve().parents[1] / "config" / "config.yaml"))
+    ap.add_argument("--config", default=str(REPO / "config" / "config.yaml"))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="CSV of every (split, lr, batch, patience) row")
+    ap.add_argument("--curves", default=None, help="CSV of every epoch of every (split, lr, batch) curve")
+    ap.add_argument("--figure", default=None, help="the validation curves' figure: FIGURE.png and FIGURE.pdf")
     ap.add_argument("--save", default=None,
                     help="folder of the kept networks: <save>/<dataset>/split<k>/lr<lr>_b<batch>/p<P>/")
     ap.add_argument("--checkpoints", default=None,
@@ -145,7 +162,7 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     cfg = yaml.safe_load(Path(args.config).read_text())
-    rows = []
+    rows, epochs = [], []
     for path, lr, batch in itertools.product(args.prepared, args.lr, args.batch):
         split_dir = Path(path).parent  # results/uci/<dataset>/split<k>
         run = f"lr{lr:g}_b{batch}"
@@ -158,6 +175,8 @@ def main() -> None:
         except TrainingInterrupted as stop:
             print(f"{stop}; rerun the same command to continue", file=sys.stderr)
             sys.exit(3)
+        epochs += [{"prepared": path, "lr": lr, "batch": batch, "epoch": e + 1, "val_nrmse": v, "test_nrmse": t}
+                   for e, (v, t) in enumerate(zip(c["val"], c["test"]))]  # fmt: skip
         for p in args.patience:
             kept, run = stop_at(c["val"], p)
             rows.append({"prepared": path, "lr": lr, "batch": batch, "patience": p, "steps_per_epoch":
@@ -165,9 +184,13 @@ def main() -> None:
                          "val_nrmse": c["val"][kept], "test_nrmse": c["test"][kept],
                          "seconds": c["seconds"] * run / len(c["val"])})  # fmt: skip
         print(pd.DataFrame(rows[-len(args.patience):]).to_string(index=False, float_format="%.4g"), flush=True)
-    df = pd.DataFrame(rows)
-    if args.out:
-        df.to_csv(args.out, index=False)
+    df, curves = pd.DataFrame(rows), pd.DataFrame(epochs)
+    for out, frame in ((args.out, df), (args.curves, curves)):
+        if out:
+            with atomic_path(out) as tmp:
+                frame.to_csv(tmp, index=False)
+    if args.figure:
+        print("wrote", *schedule_curves_figure(curves, df, args.figure, reference=paper_accuracy(args.prepared)))
     summary = df.groupby(["lr", "batch", "patience"]).agg(val_nrmse=("val_nrmse", "mean"),
                                                          epochs=("epochs_run", "mean"), seconds=("seconds", "mean"),
                                                          splits=("val_nrmse", "size"))  # fmt: skip

@@ -277,6 +277,76 @@ def test_paper_w1_figure_counts_the_cells_within_2x(tmp_path, monkeypatch):
         UF.paper_w1_figure(table[table["method"] == "swag"], tmp_path / "x")
 
 
+def test_schedule_curves_mark_each_patiences_kept_epoch_on_its_line(tmp_path, monkeypatch):
+    """One panel per split, one line per (lr, batch); each patience's kept epoch is a marker at that epoch's
+    validation value on its schedule's line; the paper's line where given; a missing column is a clear error."""
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    curves = pd.DataFrame([{"prepared": f"results/uci/naval/split{k}/prepared.npz", "lr": lr, "batch": 256,
+                            "epoch": e, "val_nrmse": float(1 / e + rng.uniform(0, 0.01))}
+                           for k in (0, 1) for lr in (1e-4, 3e-4) for e in range(1, 41)])  # fmt: skip
+    kept = pd.DataFrame([{"prepared": f"results/uci/naval/split{k}/prepared.npz", "lr": lr, "batch": 256,
+                          "patience": p, "best_epoch": 10 + p + k} for k in (0, 1) for lr in (1e-4, 3e-4)
+                         for p in (2, 5)])  # fmt: skip
+    drawn = {}
+    save = UF.save_figure
+    monkeypatch.setattr(UF, "save_figure", lambda fig, out: drawn.setdefault("fig", fig) and save(fig, out))
+    out = tmp_path / "curves"
+    assert_figure_files(UF.schedule_curves_figure(curves, kept, out, reference=0.173), out)
+    axes = drawn["fig"].axes
+    assert [ax.get_title() for ax in axes] == ["Naval, split0", "Naval, split1"]
+    for k, ax in enumerate(axes):
+        lines = {ln.get_label(): ln for ln in ax.get_lines()}
+        assert lines["paper, test (its splits)"].get_ydata()[0] == 0.173
+        for lr in (1e-4, 3e-4):
+            curve = lines[f"lr {lr:g}, batch 256"]
+            color = curve.get_color()
+            marks = [ln for ln in ax.get_lines() if ln.get_marker() in "v^" and ln.get_color() == color
+                     and len(ln.get_xdata()) == 1]  # fmt: skip
+            assert sorted(int(m.get_xdata()[0]) for m in marks) == [12 + k, 15 + k]
+            for m in marks:  # on the line, at its epoch's value
+                e = int(m.get_xdata()[0])
+                assert m.get_ydata()[0] == curve.get_ydata()[list(curve.get_xdata()).index(e)]
+    with pytest.raises(ValueError, match="best_epoch"):
+        UF.schedule_curves_figure(curves, kept.drop(columns="best_epoch"), tmp_path / "x")
+
+
+def test_train_select_writes_every_epoch_and_the_curves_figure(tmp_path):
+    """benchmarks/uci_train_select.py --curves / --figure: one CSV row per epoch of every curve, run to the largest
+    patience's stop; the per-patience rows (--out) read their values off those epochs; both figure files."""
+    import subprocess
+    import sys
+
+    import pandas as pd
+    import yaml
+
+    from stochattn.experiments import uci
+
+    repo = Path(__file__).resolve().parents[1]
+    prepared = tmp_path / "results" / "uci" / "sinusoid" / "split0" / "prepared.npz"
+    uci.prepare_sinusoid(prepared, n=160, seed=0)
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"model": dict(n_blocks=1, d_block=8, attention_n_heads=2),
+                                      "train": {"weight_decay": 1e-5}}))  # fmt: skip
+    out, curves, figure = tmp_path / "select.csv", tmp_path / "curves.csv", tmp_path / "fig"
+    res = subprocess.run([sys.executable, str(repo / "benchmarks" / "uci_train_select.py"), str(prepared), "--lr",
+                          "1e-2", "3e-3", "--batch", "16", "--patience", "2", "4", "--max-epochs", "12", "--config",
+                          str(config), "--out", str(out), "--curves", str(curves), "--figure", str(figure)],
+                         capture_output=True, text=True)  # fmt: skip
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    rows, epochs = pd.read_csv(out), pd.read_csv(curves)
+    assert len(rows) == 4 and set(epochs["lr"]) == {1e-2, 3e-3}
+    for r in rows.itertuples():
+        c = epochs[epochs["lr"] == r.lr]
+        assert c["epoch"].tolist() == list(range(1, len(c) + 1))  # every epoch of the curve, in order
+        assert len(c) == rows[rows["lr"] == r.lr]["epochs_run"].max()  # up to the largest patience's stop
+        at = c[c["epoch"] == r.best_epoch].iloc[0]
+        assert (at["val_nrmse"], at["test_nrmse"]) == pytest.approx((r.val_nrmse, r.test_nrmse))
+        assert at["val_nrmse"] == c["val_nrmse"].iloc[: r.epochs_run].min()
+    assert_figure_files([Path(str(figure) + ".png"), Path(str(figure) + ".pdf")], figure)
+
+
 def test_figure_rule_entries_cover_the_shared_helpers():
     from stochattn.provenance import code_closure
 

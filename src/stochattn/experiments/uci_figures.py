@@ -12,6 +12,9 @@ every writer returns the list of files it wrote. Provenance (``<file>.prov.json`
     cost_figure        horizontal bars of total seconds per method, log axis
     paper_w1_figure    our native pooled-PIT W1 against the paper's, one panel per method, every data set a point
                        (log axes, the diagonal and the 2x band; the slice comparison of benchmarks/uci_paper_slice.py)
+    schedule_curves_figure
+                       validation RMSE/sigma_y per epoch of each training schedule, one panel per split, each
+                       patience's kept epoch marked (benchmarks/uci_train_select.py's curves)
 
 Input of the sharpness figures (``samples_and_metrics``): a mapping ``method -> runs`` with one entry per split,
 either a list of ``(samples.npz, metrics.json)`` pairs or ``{"samples": [...], "metrics": [...]}`` (aligned).
@@ -59,6 +62,7 @@ __all__ = [
     "teaser_sinusoid",
     "cost_figure",
     "paper_w1_figure",
+    "schedule_curves_figure",
 ]
 
 
@@ -522,5 +526,65 @@ def paper_w1_figure(comparison: pd.DataFrame | PathLike, out_base: PathLike, *, 
             ax.set_ylabel("native W1, ours", fontsize=8)
         if k >= (rows - 1) * cols or k + cols >= len(methods):
             ax.set_xlabel("native W1, paper", fontsize=8)
+    draw_marker(fig, marker)
+    return save_figure(fig, out_base)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# training schedules
+# --------------------------------------------------------------------------------------------------------------
+def schedule_curves_figure(curves: pd.DataFrame | PathLike, kept: pd.DataFrame | PathLike, out_base: PathLike, *,
+                           reference: float | None = None, marker: str = "") -> list[Path]:  # fmt: skip
+    """Validation RMSE/sigma_y per epoch (log y) of each training schedule, one panel per prepared split, one line
+    per (lr, batch), and the epoch each patience keeps marked on its line (the choice of
+    ``benchmarks/uci_train_select.py``).
+
+    Args:
+        curves: one row per epoch: ``prepared``, ``lr``, ``batch``, ``epoch`` (1-based), ``val_nrmse`` (its
+            ``--curves`` CSV).
+        kept: one row per (prepared, lr, batch, patience) with ``best_epoch`` (its ``--out`` CSV).
+        out_base: output path without suffix.
+        reference: a horizontal line, labelled as the paper's test RMSE/sigma_y (None: none).
+        marker: the one line of :func:`stochattn.figures.figure_marker`; ``""``: none.
+
+    Returns ``[png, pdf]``.
+    """
+    curves = pd.read_csv(curves) if isinstance(curves, (str, os.PathLike)) else curves
+    kept = pd.read_csv(kept) if isinstance(kept, (str, os.PathLike)) else kept
+    for name, frame, need in (("curves", curves, {"prepared", "lr", "batch", "epoch", "val_nrmse"}),
+                              ("kept", kept, {"prepared", "lr", "batch", "patience", "best_epoch"})):  # fmt: skip
+        if not isinstance(frame, pd.DataFrame):
+            raise TypeError(f"{name} must be a DataFrame or a CSV path, got {type(frame).__name__}")
+        if need - set(frame.columns):
+            raise ValueError(f"{name} lacks the columns {sorted(need - set(frame.columns))}")
+    if curves.empty:
+        raise ValueError("curves has no epoch")
+    splits = list(dict.fromkeys(curves["prepared"]))
+    schedules = list(dict.fromkeys(zip(curves["lr"], curves["batch"])))
+    patiences = sorted(set(kept["patience"]))
+    shapes = dict(zip(patiences, "v^sDo*"))
+    fig = new_figure(4.2 * len(splits), 3.4)
+    for k, prepared in enumerate(splits):
+        ax = fig.add_subplot(1, len(splits), k + 1)
+        for j, (lr, batch) in enumerate(schedules):
+            c = curves[(curves["prepared"] == prepared) & (curves["lr"] == lr) & (curves["batch"] == batch)]
+            if c.empty:
+                continue
+            color = PALETTE[j % len(PALETTE)]
+            ax.plot(c["epoch"], c["val_nrmse"], color=color, lw=0.8, label=f"lr {lr:g}, batch {batch}")
+            by_epoch = dict(zip(c["epoch"], c["val_nrmse"]))
+            for r in kept[(kept["prepared"] == prepared) & (kept["lr"] == lr) & (kept["batch"] == batch)].itertuples():
+                ax.plot(r.best_epoch, by_epoch[r.best_epoch], shapes.get(r.patience, "o"), color=color, ms=6,
+                        mfc="white", mew=1.2)  # fmt: skip
+        if reference is not None:
+            ax.axhline(reference, color="0.4", ls="--", lw=0.8, label="paper, test (its splits)")
+        for p in patiences:
+            ax.plot([], [], shapes.get(p, "o"), color="0.3", mfc="white", label=f"kept at patience {p}")
+        where = Path(str(prepared)).parent  # results/uci/<dataset>/split<k>
+        ax.set(yscale="log", xlabel="epoch", title=f"{dataset_label(where.parent.name)}, {where.name}")
+        if k == 0:
+            ax.set_ylabel("validation RMSE / sigma_y")
+            ax.legend(fontsize=7)
+        ax.tick_params(labelsize=7)
     draw_marker(fig, marker)
     return save_figure(fig, out_base)
