@@ -39,6 +39,7 @@ import yaml
 
 from stochattn.backbones.ft_transformer import build_ft_transformer
 from stochattn.data.uci import load_prepared
+from stochattn.experiments.paper_comparison import paper_cells
 from stochattn.experiments.uci_figures import schedule_curves_figure
 from stochattn.io import RECORD_KEY, atomic_path, save_json, save_model
 from stochattn.training import TrainingInterrupted, fit_regressor, predict
@@ -139,8 +140,11 @@ def paper_accuracy(prepared: list[str]) -> float | None:
     """The paper's RMSE/sigma_y (config/paper_results.yaml's ``uci_accuracy``) of the data set of every prepared
     split (``results/uci/<dataset>/split<k>/prepared.npz``); None when they are of several or it has none."""
     datasets = {Path(path).parent.parent.name for path in prepared}
-    paper = yaml.safe_load((REPO / "config" / "paper_results.yaml").read_text())["uci_accuracy"]["rows"]
-    return paper.get(datasets.pop()) if len(datasets) == 1 else None
+    if len(datasets) != 1:
+        return None
+    cells = paper_cells(REPO / "config" / "paper_results.yaml")
+    value = cells.loc[(cells["block"] == "uci_accuracy") & (cells["row"] == datasets.pop()), "paper"]
+    return float(value.iloc[0]) if len(value) == 1 else None
 
 
 def main() -> None:
