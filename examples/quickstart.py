@@ -27,7 +27,9 @@ from stochattn import metrics
 from stochattn.backbones.ft_transformer import build_ft_transformer
 from stochattn.training import fit_regressor, predict
 
-torch.set_num_threads(2)
+# one thread: a model this small gains nothing from more (9.7 s with 1, 9.8 s with 2 on an idle 2-core machine), and
+# OpenMP's spinning threads make 2 threads 14x slower where the other core is busy (153 s; 2026-12-02)
+torch.set_num_threads(1)
 rng = np.random.default_rng(0)
 u = rng.uniform(-3, 3, size=1200)
 y = (np.sin(2 * u) + 0.5 * u + 0.3 * rng.standard_normal(1200)).astype(np.float32)

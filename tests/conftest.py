@@ -7,7 +7,14 @@ import tempfile
 import urllib.response
 
 import pytest
-import torch
+
+# Two workers share 2 cores, and the processes they start (examples, DAG jobs, the CLI) run beside the other worker's
+# load: OpenMP's threads that spin while they wait for one another then hold a core that the thread they wait for
+# needs. Sleeping instead changes no result, only the waiting: examples/sa_on_diabetes.py at 2 threads with the other
+# core busy took 514 s spinning, 27 s sleeping (18 s on idle cores; 2026-12-02). Set before torch loads its OpenMP.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
 
 
 def pytest_configure(config):
