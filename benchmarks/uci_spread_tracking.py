@@ -16,6 +16,11 @@ benchmarks/uci_train_select.py --save) and lies under ``<dataset>/split<k>/``; i
    arg-min nu: SA in every attention module (the default), only in the last block (its [CLS] query row: rtdl's last
    block attends from [CLS] only), only in the blocks before it, SA with the network's dropout on at inference, and
    MC Dropout alone (the backbone's own rates, no SA).
+3. On the CALIBRATION part, at every nu the calibration evaluated: where Algorithm 2's loss would be least if nu only
+   scaled the deviations (:func:`stochattn.calibrate.loss_minimum_scale`: kappa * rho of s0, on the calibration's
+   own num_passes per row), beside the evaluated scale / s0 and loss (the arg-min marked), and the nu at which the
+   surrogate's posterior mean puts that scale: whether the loss arg-min is sharper than the residual scale, and
+   whether the evaluated candidates lie near the loss's own minimum.
 
 Prints one line per (backbone, variant) and writes everything to ``--out``.
 """
@@ -32,7 +37,7 @@ import torch
 import yaml
 
 from stochattn.baselines.mc_dropout import mc_dropout_samples
-from stochattn.calibrate import SASampler
+from stochattn.calibrate import SASampler, loss_minimum_scale
 from stochattn.data.uci import load_prepared
 from stochattn.experiments import methods
 from stochattn.experiments.uci import load_backbone
@@ -87,7 +92,29 @@ def measure(net_dir: Path, prepared: Path, sa_cfg: dict, num_samples: int, seed:
     tracking["MC dropout only"] = spread_tracking(mc_dropout_samples(net, x_cal, num_samples, seed).numpy(),
                                                   point_cal, y_cal)  # fmt: skip
     out["calibration_tracking"] = tracking
+    out["loss_minimum"] = loss_minimum(net, x_cal, point_cal, y_cal, run["calibration"], sa_cfg["num_passes"], seed)
     return out
+
+
+def loss_minimum(net, x_cal, point_cal, y_cal, calibration: dict, passes: int, seed: int) -> dict:
+    """Item 3 of the module docstring for one backbone (``calibration``: the run's BO record)."""
+    z = np.abs(np.asarray(y_cal) - point_cal).reshape(len(point_cal), -1)
+    z = np.linalg.norm(z, axis=1)
+    by_nu = {}
+    for h in calibration["history"]:
+        by_nu.setdefault(int(h["nu"]), []).append(h)
+    rows = []
+    with SASampler(net, generator=torch.Generator().manual_seed(seed)) as sampler:
+        for nu, hs in sorted(by_nu.items()):
+            dev = sampler(nu, x_cal, passes).numpy().reshape(passes, len(z), -1) - point_cal.reshape(1, len(z), -1)
+            m = loss_minimum_scale(np.linalg.norm(dev, axis=2), z)
+            rows.append({"nu": nu, "scale_ratio": float(np.mean([h["scale"] for h in hs])) / calibration["s0"],
+                         "loss": float(np.mean([h["loss"] for h in hs])), **m})  # fmt: skip
+    a, ln_b = calibration["posterior"]["mean"]
+    ratio = float(np.mean([r["ratio"] for r in rows]))
+    nu_min = math.exp((math.log(ratio * calibration["s0"]) - ln_b) / a)
+    return {"rows": rows, "ratio": ratio, "nu_loss_minimum": nu_min, "nu_loss_argmin": calibration["nu_loss_argmin"],
+            "nu_surrogate": calibration["nu_surrogate"]}  # fmt: skip
 
 
 def main() -> None:
@@ -115,6 +142,14 @@ def main() -> None:
                   f"PIT-mean z {m['pit_mean_z']:+.1f}")
         for k, m in r["calibration_tracking"].items():
             print(f"  cal  {k:26s} Spearman {m['spearman']:+.2f}  by decile {m['spearman_binned']:+.2f}")
+        lm = r["loss_minimum"]
+        print(f"  cal  loss least at {lm['ratio']:.3f} s0 (kappa * rho, mean over the evaluated nu), nu ~ "
+              f"{lm['nu_loss_minimum']:.0f} by the surrogate's posterior mean; arg-min nu {lm['nu_loss_argmin']}, "
+              f"scale-match nu {lm['nu_surrogate']}")
+        for row in lm["rows"]:
+            mark = " <- loss arg-min" if row["nu"] == lm["nu_loss_argmin"] else ""
+            print(f"    nu {row['nu']:5d}  scale/s0 {row['scale_ratio']:.3f}  loss {row['loss']:.5f}  kappa "
+                  f"{row['kappa']:.3f}  rho {row['rho']:.3f}  least at {row['ratio']:.3f} s0{mark}")
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1))
 

@@ -15,6 +15,7 @@ from stochattn.calibrate import (
     SASampler,
     bo_calibrate,
     eval_stats,
+    loss_minimum_scale,
     nu_continuous,
     score_sweep,
     surrogate_objective,
@@ -221,6 +222,47 @@ def test_eval_stats_rejects_nan_and_bad_shapes():
                    num_passes=2)  # fmt: skip
     with pytest.raises(ValueError, match="same shape"):
         target_scale(y, torch.zeros(9))
+
+
+def _batch_se(stat, r, z, chunks=20):
+    """Standard error of ``stat(r, z)`` over the columns, from ``chunks`` disjoint column blocks."""
+    values = [stat(rb, zb) for rb, zb in zip(np.array_split(r, chunks, axis=1), np.array_split(z, chunks))]
+    return float(np.std(values, ddof=1) / math.sqrt(chunks))
+
+
+def test_loss_minimum_scale_is_the_loss_arg_min_over_scalings_and_its_closed_forms():
+    """The ratio is where mean (c R - Z)^2 is least over c (a fine grid), times mean R / mean Z; Gaussian deviations
+    independent of the residuals give kappa = 2/pi and rho = 1; deviations proportional to half-normal residuals
+    give rho = E Z^2 / (E Z)^2 = pi/2 (tolerances: 5 standard errors from 20 disjoint blocks)."""
+    rng = np.random.default_rng(0)
+    m, n = 16, 20000
+    z = np.abs(rng.standard_normal(n)) * 0.3
+    r = np.abs(rng.standard_normal((m, n))) * 0.7
+    out = loss_minimum_scale(r, z)
+    grid = np.linspace(0.01, 2.0, 4001)
+    losses = [np.mean((c * r - z) ** 2) for c in grid]
+    c_star = grid[int(np.argmin(losses))]
+    assert abs(c_star * r.mean() / z.mean() - out["ratio"]) < (grid[1] - grid[0]) * r.mean() / z.mean()
+    assert out["scale"] == pytest.approx(r.mean()) and out["s0"] == pytest.approx(z.mean())
+    kappa = lambda rb, zb: loss_minimum_scale(rb, zb)["kappa"]  # noqa: E731
+    rho = lambda rb, zb: loss_minimum_scale(rb, zb)["rho"]  # noqa: E731
+    assert abs(out["kappa"] - 2 / math.pi) < 5 * _batch_se(kappa, r, z)
+    assert abs(out["rho"] - 1.0) < 5 * _batch_se(rho, r, z)
+    tracking = z * np.abs(rng.standard_normal((m, n)))  # the spread follows the residual
+    out = loss_minimum_scale(tracking, z)
+    assert abs(out["rho"] - math.pi / 2) < 5 * _batch_se(rho, tracking, z)
+    assert abs(out["ratio"] - 2 / math.pi) < 5 * _batch_se(lambda a, b: loss_minimum_scale(a, b)["ratio"], tracking, z)
+
+
+def test_loss_minimum_scale_bad_input():
+    with pytest.raises(ValueError, match=r"\(M, n\)"):
+        loss_minimum_scale(np.ones(5), np.ones(5))
+    with pytest.raises(ValueError, match=r"\(M, n\)"):
+        loss_minimum_scale(np.ones((2, 5)), np.ones(4))
+    with pytest.raises(ValueError, match="finite norms"):
+        loss_minimum_scale(-np.ones((2, 5)), np.ones(5))
+    with pytest.raises(ValueError, match="all be zero"):
+        loss_minimum_scale(np.zeros((2, 5)), np.ones(5))
 
 
 def test_score_sweep_finds_the_crps_optimal_scale():

@@ -15,7 +15,8 @@ Operating points. Algorithm 2 returns the arg-min of the observed loss over the 
 ``nu_opt`` (a continuous value, e.g. 3.91-3.95 rounding to 4) and its posterior (``nu_surrogate``, the
 scale-matching point). For scalar targets the two differ: with R and Z roughly independent half-normals,
 E[(R - Z)^2] is minimised where E[R] = (2/pi) E[Z], i.e. the loss arg-min under-disperses (measured: 59-77 %
-coverage of 95 % intervals), while the surrogate targets s(nu) = s0. Both are always computed and recorded; the
+coverage of 95 % intervals), while the surrogate targets s(nu) = s0; :func:`loss_minimum_scale` measures where the
+loss is least on a model's own deviations (kappa * rho of s0). Both are always computed and recorded; the
 UCI experiment samples at both (``sa`` and ``sa_match``).
 
 In one call: ``sampler = calibrate_sampler(model, x_cal, y_cal)`` runs all of it (also exported as
@@ -132,6 +133,34 @@ def eval_stats(
         nu=int(nu), loss=float(loss_i.mean()), scale=float(scale_i.mean()), loss_se=se(loss_i), scale_se=se(scale_i),
         seconds=time.perf_counter() - start,
     )
+
+
+def loss_minimum_scale(deviations: Tensor | np.ndarray, residuals: Tensor | np.ndarray) -> Dict[str, float]:
+    """Where EvalStats' loss is least if ``nu`` only scaled the stochastic deviations (the surrogate's log-log
+    model), against the scale-matching point.
+
+    ``deviations``: (M, n) norms ``R_mi = ||f_nu(x_i) - f(x_i)||`` of M passes at one ``nu``; ``residuals``: (n,)
+    ``Z_i = ||y_i - f(x_i)||``. Scaling every deviation by ``c``, the loss ``mean (c R - Z)^2`` is least at
+    ``c* = mean(R Z) / mean(R^2)``, whose scale over ``s0 = mean Z`` is exactly
+
+        ratio = c* mean(R) / mean(Z) = kappa * rho,   kappa = mean(R)^2 / mean(R^2) <= 1,
+        rho = mean(R Z) / (mean(R) mean(Z)).
+
+    ``kappa`` is 2/pi for Gaussian deviations of one spread on every input (smaller where the spread varies between
+    inputs), ``rho`` is 1 where the deviations do not follow the residuals (above 1 where they do). A ratio below 1:
+    Algorithm 2's loss arg-min is sharper than the residual scale that the surrogate's ``nu`` matches. Returns
+    ``kappa``, ``rho``, ``ratio``, ``scale`` (mean R) and ``s0``."""
+    r = torch.as_tensor(deviations, dtype=torch.float64)
+    z = torch.as_tensor(residuals, dtype=torch.float64)
+    if r.dim() != 2 or z.dim() != 1 or r.shape[1] != z.shape[0] or r.numel() == 0:
+        raise ValueError(f"deviations (M, n) and residuals (n,) expected, got {tuple(r.shape)} and {tuple(z.shape)}")
+    if not (torch.isfinite(r).all() and torch.isfinite(z).all()) or (r < 0).any() or (z < 0).any():
+        raise ValueError("deviations and residuals must be finite norms (>= 0)")
+    if not (r.mean() > 0 and z.mean() > 0):
+        raise ValueError("deviations and residuals must not all be zero")
+    kappa = float(r.mean() ** 2 / (r**2).mean())
+    rho = float((r * z).mean() / (r.mean() * z.mean()))
+    return {"kappa": kappa, "rho": rho, "ratio": kappa * rho, "scale": float(r.mean()), "s0": float(z.mean())}
 
 
 class SASampler:
