@@ -252,6 +252,26 @@ def test_an_edited_module_is_never_served_its_old_summary(tmp_path, monkeypatch)
     P._parse_module.cache_clear()
 
 
+def test_a_stage_record_names_the_cpu_kernels_torch_runs_and_the_variable_that_selects_them(tmp_path):
+    """meta.json's provenance says which CPU kernels ran (a CPU rerun repeats its bits only on the same ones);
+    ATEN_CPU_CAPABILITY, which selects them, is what the record shows."""
+    import json
+    import sys
+
+    import torch
+
+    from stochattn.provenance import stage_provenance
+
+    rec = stage_provenance(rule="r", inputs=[], code=None)
+    assert rec["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and rec["cpu_capability"]
+    assert rec["cpu"] is None or (isinstance(rec["cpu"], str) and rec["cpu"])
+    code = ("import json, torch; from stochattn.provenance import stage_provenance; "
+            "print(json.dumps(stage_provenance(rule='r', inputs=[], code=None)['cpu_capability']))")  # fmt: skip
+    env = dict(os.environ, ATEN_CPU_CAPABILITY="default", PYTHONPATH=os.pathsep.join(sys.path))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == "DEFAULT"
+
+
 @pytest.mark.skipif(shutil.which("git") is None, reason="git executable not found")
 def test_a_stage_record_names_the_commit_of_the_checkout_the_library_runs_from(tmp_path):
     """A job's meta.json / metrics.json block (stage_provenance) carries the commit of the source checkout that

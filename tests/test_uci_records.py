@@ -74,3 +74,19 @@ def test_nan_equals_nan_and_only_runs_in_both_are_compared(rerun, tmp_path):
     assert frame.loc[(0, "ivon"), "largest"] == "metrics.native.w1: nan -> 0.1"
     with pytest.raises(ValueError, match="no run of concrete"):
         compare_records(rerun, records, ["concrete"])
+
+
+def test_the_cpu_column_names_a_change_of_torch_cpu_kernels_and_leaves_the_verdict_to_the_values(rerun, tmp_path):
+    """Records kept before the provenance named the CPU kernels say "-"; kept AVX2 against a rerun's AVX512 is named
+    (the reason bits may differ), and an identical run stays identical."""
+    assert set(compare_records(rerun, RECORDS, ["yacht"])["cpu"]) == {"-"}
+    records = tmp_path / "records"
+    shutil.copytree(RECORDS / "yacht", records / "yacht")
+    kept, run = records / "yacht" / "uci" / "yacht" / "split0", rerun / "results" / "uci" / "yacht" / "split0"
+    for folder, cpu in ((kept, "AVX2"), (run, "AVX512")):
+        edit(folder / "sa" / "meta.json", lambda d, cpu=cpu: d["provenance"].update(cpu_capability=cpu))
+        edit(folder / "swag" / "meta.json", lambda d: d["provenance"].update(cpu_capability="AVX2"))
+    frame = compare_records(rerun, records, ["yacht"]).set_index(["split", "method"])
+    assert frame.loc[(0, "sa"), "cpu"] == "AVX2 -> AVX512" and frame.loc[(0, "sa"), "verdict"] == "identical"
+    assert frame.loc[(0, "swag"), "cpu"] == "same" and frame.loc[(0, "ivon"), "cpu"] == "-"
+    assert "| cpu |" in compare_markdown(frame.reset_index())

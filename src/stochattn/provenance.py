@@ -147,6 +147,22 @@ def device_info() -> dict[str, Any]:
     return {"device": device, "torch_threads": torch.get_num_threads()}
 
 
+def cpu_info() -> dict[str, Any]:
+    """``{"cpu": the processor's model name, "cpu_capability": the instruction set of torch's CPU kernels}`` (e.g.
+    "AVX2", "AVX512"; None in a process that never imported torch). A CPU run repeats its floating-point results bit
+    for bit only on the same kernels: an AVX-512 machine reproduces an AVX2 machine's with ``ATEN_CPU_CAPABILITY=avx2``
+    (docs/measurements.md#cpu-kernels)."""
+    name = platform.processor() or None
+    try:
+        with open("/proc/cpuinfo") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
+    except OSError:
+        pass
+    torch = sys.modules.get("torch")
+    capability = torch.backends.cpu.get_cpu_capability() if torch is not None else None
+    return {"cpu": name, "cpu_capability": capability}
+
+
 def _as_datetime(value: Any, name: str) -> _dt.datetime:
     if isinstance(value, _dt.datetime):
         return value.astimezone() if value.tzinfo is None else value  # naive = local time
@@ -478,15 +494,16 @@ def stage_provenance(
     params: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``provenance`` block of a run's meta.json / metrics.json: ``{"rule", "inputs": [file_record],
-    "code": code_version, "params", "git_commit", "git_dirty"}`` (``params``: the config values the rule read, seed
-    included; the commit: :func:`library_git_state`). The code hash says which code ran, the commit where to read
-    it."""
+    "code": code_version, "params", "git_commit", "git_dirty", "cpu", "cpu_capability"}`` (``params``: the config
+    values the rule read, seed included; the commit: :func:`library_git_state`; the CPU: :func:`cpu_info`). The code
+    hash says which code ran, the commit where to read it, the CPU's kernels whether a CPU rerun can repeat its bits."""
     return {
         "rule": rule,
         "inputs": [file_record(p) for p in _paths(inputs, "inputs")],
         "code": to_jsonable(dict(code)) if code is not None else None,
         "params": to_jsonable(dict(params or {})),
         **library_git_state(),
+        **cpu_info(),
     }
 
 

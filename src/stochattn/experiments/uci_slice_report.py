@@ -305,7 +305,9 @@ def compare_records(work: Path, records: Path, datasets: Sequence[str]) -> pd.Da
 
     Columns: ``outputs`` ("identical", "differ: samples.npz", "-" where the run records no digest): the SHA-256 of
     the files the job wrote (meta.json's ``sha256``: samples, model); ``code``: "same" or "differs" (the rule's code
-    hash); ``values``: how many of the leaves of meta.json and metrics.json (without run times, provenance, package
+    hash); ``cpu``: "same", "kept -> rerun" (e.g. "AVX2 -> AVX512": torch's CPU kernels differ, so the bits may) or
+    "-" where a record does not say (:func:`stochattn.provenance.cpu_info`; records kept before 2026-12-02);
+    ``values``: how many of the leaves of meta.json and metrics.json (without run times, provenance, package
     versions and device: :data:`_CONTEXT_KEYS`) present in both are compared and how many differ; ``largest``: the
     differing number with the largest relative difference, as "key: kept -> rerun"; ``verdict``: "identical" (the
     same outputs and values), "same values" (the values equal, an output's bytes not) or "differs".
@@ -327,9 +329,12 @@ def compare_records(work: Path, records: Path, datasets: Sequence[str]) -> pd.Da
             outputs = "-" if not files else "identical" if not changed else "differ: " + ", ".join(changed)
             code_a, code_b = (((m.get("provenance") or {}).get("code") or {}).get("sha256") for m in (a_meta, b_meta))
             code = "-" if not (code_a and code_b) else "same" if code_a == code_b else "differs"
+            cpu_a, cpu_b = ((m.get("provenance") or {}).get("cpu_capability") for m in (a_meta, b_meta))
+            cpu = "-" if not (cpu_a and cpu_b) else "same" if cpu_a == cpu_b else f"{cpu_a} -> {cpu_b}"
             verdict = "differs" if differ else "identical" if not changed else "same values"
             rows.append({"dataset": ds, "split": int(rel.parts[0].removeprefix("split")), "method": rel.parts[1],
-                         "outputs": outputs, "code": code, "values": f"{len(differ)} of {len(common)} differ",
+                         "outputs": outputs, "code": code, "cpu": cpu,
+                         "values": f"{len(differ)} of {len(common)} differ",
                          "largest": _largest(differ, a_vals, b_vals), "verdict": verdict})  # fmt: skip
     if not rows:
         raise ValueError(f"no run of {', '.join(datasets)} is both in {work} and in {records}")
@@ -353,7 +358,7 @@ def _largest(keys: Sequence[str], kept: dict, rerun: dict) -> str:
 
 def compare_markdown(frame: pd.DataFrame) -> str:
     """:func:`compare_records`' frame as a markdown table and a count of its verdicts."""
-    cols = ["dataset", "split", "method", "verdict", "outputs", "code", "values", "largest"]
+    cols = ["dataset", "split", "method", "verdict", "outputs", "code", "cpu", "values", "largest"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join(":--" for _ in cols) + "|"]
     lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for _, r in frame.iterrows()]
     counts = frame["verdict"].value_counts()
