@@ -38,7 +38,7 @@ def test_a_rerun_that_wrote_the_same_files_is_identical_run_by_run(rerun):
     n = int(sa["values"].split(" of ")[1].split()[0])
     # meta.json's and metrics.json's leaves, the 2 x 31 PIT values among them
     assert sa["values"] == f"0 of {n} differ" and n > 2 * 31
-    assert "24 runs in both: 24 identical, 0 same values, 0 differs." in compare_markdown(frame)
+    assert "24 runs in both: 24 identical, 0 same values, 0 last digits, 0 differs." in compare_markdown(frame)
 
 
 def test_run_times_and_provenance_may_differ_but_a_value_or_output_may_not(rerun):
@@ -49,6 +49,8 @@ def test_run_times_and_provenance_may_differ_but_a_value_or_output_may_not(rerun
     edit(run / "split1" / "swag" / "metrics.json", lambda d: d["native"].update(w1=w1 * 1.01))
     edit(run / "split2" / "mc_dropout" / "meta.json", lambda d: d["sha256"].update({"samples.npz": "f" * 64}))
     edit(run / "split2" / "hsa" / "meta.json", lambda d: d["provenance"]["code"].update(sha256="e" * 64))
+    nu = json.loads((run / "split1" / "sa" / "meta.json").read_text())["nu_surrogate_continuous"]
+    edit(run / "split1" / "sa" / "meta.json", lambda d: d.update(nu_surrogate_continuous=nu * (1 + 4e-16)))
     frame = compare_records(rerun, RECORDS, ["yacht"]).set_index(["split", "method"])
     assert frame.loc[(0, "sa"), "verdict"] == "identical"
     swag = frame.loc[(1, "swag")]
@@ -57,7 +59,10 @@ def test_run_times_and_provenance_may_differ_but_a_value_or_output_may_not(rerun
     mcd = frame.loc[(2, "mc_dropout")]
     assert mcd["verdict"] == "same values" and mcd["outputs"] == "differ: samples.npz"
     assert frame.loc[(2, "hsa"), "code"] == "differs" and frame.loc[(2, "hsa"), "verdict"] == "identical"
-    assert (frame["verdict"] == "identical").sum() == 22
+    sa = frame.loc[(1, "sa")]  # a value recomputed with its sums in another order
+    assert sa["verdict"] == "last digits" and sa["values"].startswith("1 of ")
+    assert "nu_surrogate_continuous" in sa["largest"]
+    assert (frame["verdict"] == "identical").sum() == 21
 
 
 def test_nan_equals_nan_and_only_runs_in_both_are_compared(rerun, tmp_path):

@@ -310,7 +310,8 @@ def compare_records(work: Path, records: Path, datasets: Sequence[str]) -> pd.Da
     ``values``: how many of the leaves of meta.json and metrics.json (without run times, provenance, package
     versions and device: :data:`_CONTEXT_KEYS`) present in both are compared and how many differ; ``largest``: the
     differing number with the largest relative difference, as "key: kept -> rerun"; ``verdict``: "identical" (the
-    same outputs and values), "same values" (the values equal, an output's bytes not) or "differs".
+    same outputs and values), "same values" (the values equal, an output's bytes not), "last digits" (every differing
+    value a number within :data:`LAST_DIGITS` of the kept one, relatively: a sum taken in another order) or "differs".
     Raises ValueError where no run is in both."""
     rows = []
     for ds in datasets:
@@ -331,7 +332,10 @@ def compare_records(work: Path, records: Path, datasets: Sequence[str]) -> pd.Da
             code = "-" if not (code_a and code_b) else "same" if code_a == code_b else "differs"
             cpu_a, cpu_b = ((m.get("provenance") or {}).get("cpu_capability") for m in (a_meta, b_meta))
             cpu = "-" if not (cpu_a and cpu_b) else "same" if cpu_a == cpu_b else f"{cpu_a} -> {cpu_b}"
-            verdict = "differs" if differ else "identical" if not changed else "same values"
+            verdict = "identical" if not changed else "same values"
+            if differ:
+                near = all(_relative_difference(a_vals[k], b_vals[k]) <= LAST_DIGITS for k in differ)
+                verdict = "last digits" if near else "differs"
             rows.append({"dataset": ds, "split": int(rel.parts[0].removeprefix("split")), "method": rel.parts[1],
                          "outputs": outputs, "code": code, "cpu": cpu,
                          "values": f"{len(differ)} of {len(common)} differ",
@@ -341,18 +345,21 @@ def compare_records(work: Path, records: Path, datasets: Sequence[str]) -> pd.Da
     return pd.DataFrame(rows)
 
 
+LAST_DIGITS = 1e-12  # relative difference of a value recomputed with its sums in another order
+
+
+def _relative_difference(a, b) -> float:
+    """``|a - b| / max(|a|, |b|)`` of two finite numbers; inf for any other pair (a string, a NaN, a bool)."""
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (a, b)):
+        return math.inf
+    return abs(a - b) / max(abs(a), abs(b), 1e-300)
+
+
 def _largest(keys: Sequence[str], kept: dict, rerun: dict) -> str:
     """ "key: kept -> rerun" for the differing leaf with the largest relative difference (a non-number first)."""
     if not keys:
         return ""
-
-    def size(k):
-        a, b = kept[k], rerun[k]
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in (a, b)):
-            return math.inf
-        return abs(a - b) / max(abs(a), abs(b), 1e-300)
-
-    key = max(keys, key=size)
+    key = max(keys, key=lambda k: _relative_difference(kept[k], rerun[k]))
     return f"{key}: {kept[key]!r} -> {rerun[key]!r}"
 
 
@@ -362,5 +369,5 @@ def compare_markdown(frame: pd.DataFrame) -> str:
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join(":--" for _ in cols) + "|"]
     lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for _, r in frame.iterrows()]
     counts = frame["verdict"].value_counts()
-    summary = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("identical", "same values", "differs"))
+    summary = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("identical", "same values", "last digits", "differs"))
     return "\n".join(lines) + f"\n\n{len(frame)} runs in both: {summary}.\n"
