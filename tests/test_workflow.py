@@ -574,7 +574,7 @@ def test_uci_paper_slice_report_is_remade_from_its_kept_records(tiny_run, tmp_pa
     report(tiny_run["work"], tmp_path / "e" / "slice.md", "--compare", str(records))  # the run against its records
     compared = (tmp_path / "e" / "slice_vs_records.md").read_text()
     n = len(RUNS) + 1  # and the backbone
-    assert f"{n} runs in both: {n} identical, 0 same values, 0 differs." in compared, compared
+    assert f"{n} runs in both: {n} identical, 0 same values, 0 last digits, 0 differs." in compared, compared
     slice_script = load_script(script)  # the target it puts first is the path the evaluate rule writes
     cfg = {"datasets": ["yacht"], "methods": ["sa", "swag"], "splits": 1, "dataset_overrides": {}}
     assert slice_script.first_open_splits(tiny_run["work"], cfg) == []  # split 0 evaluated: nothing left to put first
