@@ -653,7 +653,8 @@ class CalibratedSampler:
     Both operating points of the calibration (module docstring) are kept: ``nu_scale_match`` (the surrogate's
     optimum, where SA's mean deviation s(nu) matches the held-out residual scale s0: aims at nominal coverage) and
     ``nu_loss_argmin`` (Algorithm 2's nu*, the paper's choice; it under-disperses: the loss is least at
-    s(nu) = kappa rho s0, 0.54-0.62 s0 on five UCI data sets, :func:`loss_minimum_scale`). ``operating_point`` picks the one that ``nu``, ``at_boundary`` and :meth:`sample` use by default;
+    s(nu) = kappa rho s0, 0.54-0.62 s0 on five UCI data sets, :func:`loss_minimum_scale`). ``operating_point``
+    picks the one that ``nu``, ``at_boundary`` and :meth:`sample` use by default;
     ``result`` is the whole BO record (:class:`CalibrationResult`: history, posterior, both boundary flags).
     ``rescaling`` (:class:`Rescaling`, or None for SA native) is the post-scaling that :meth:`sample` and
     :meth:`interval` apply; ``num_samples`` their default number of draws (the number the rescaling was fitted
