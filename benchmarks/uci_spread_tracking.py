@@ -1,11 +1,14 @@
 """Does SA's per-input spread track the residual on a UCI backbone, and what in the computation sets it?
 
-    python benchmarks/uci_spread_tracking.py NET_DIR [NET_DIR ...] --prepared-root results [--config config/config.yaml]
-        [--out spread.json]
+    python benchmarks/uci_spread_tracking.py NET_DIR [NET_DIR ...] [--prepared-root results]
+        [--config config/config.yaml] [--seed SEED] [--out spread.json] [--figure OUT_BASE]
 
 NET_DIR holds a trained backbone (``model.pt`` in :func:`stochattn.experiments.uci.load_backbone`'s format, e.g. from
 benchmarks/uci_train_select.py --save) and lies under ``<dataset>/split<k>/``; its split is read from
-``<prepared-root>/uci/<dataset>/split<k>/prepared.npz``. For each backbone:
+``<prepared-root>/uci/<dataset>/split<k>/prepared.npz`` (default: ``prepared.npz`` of the split folder NET_DIR lies in,
+a workflow's ``results/uci/<dataset>/split<k>/backbone``; ``--seed``: the SA run's, its meta.json ``seed``, repeats
+the workflow's calibration, as does the default: the seed of that run's meta.json beside NET_DIR). For each
+backbone:
 
 1. SA as the workflow runs it (:func:`stochattn.experiments.methods.sa_runs`, ``method_params.sa`` of the config):
    nu at both operating points, and on the TEST part the pooled-PIT W1 (with its calibrated floor), PI-95 coverage
@@ -22,7 +25,9 @@ benchmarks/uci_train_select.py --save) and lies under ``<dataset>/split<k>/``; i
    surrogate's posterior mean puts that scale: whether the loss arg-min is sharper than the residual scale, and
    whether the evaluated candidates lie near the loss's own minimum.
 
-Prints one line per (backbone, variant) and writes everything to ``--out``.
+Prints one line per (backbone, variant) and writes everything to ``--out``; ``--figure`` draws item 3, one panel a
+backbone (:func:`stochattn.experiments.uci_figures.loss_minimum_figure`). A NET_DIR given as an earlier ``--out`` JSON
+adds its entries as measured (runs that repeat workflows run on other CPU kernels go in one figure).
 """
 
 from __future__ import annotations
@@ -108,8 +113,9 @@ def loss_minimum(net, x_cal, point_cal, y_cal, calibration: dict, passes: int, s
         for nu, hs in sorted(by_nu.items()):
             dev = sampler(nu, x_cal, passes).numpy().reshape(passes, len(z), -1) - point_cal.reshape(1, len(z), -1)
             m = loss_minimum_scale(np.linalg.norm(dev, axis=2), z)
+            se = float(np.sqrt(np.sum([h["loss_se"] ** 2 for h in hs])) / len(hs))  # of the mean of its evaluations
             rows.append({"nu": nu, "scale_ratio": float(np.mean([h["scale"] for h in hs])) / calibration["s0"],
-                         "loss": float(np.mean([h["loss"] for h in hs])), **m})  # fmt: skip
+                         "loss": float(np.mean([h["loss"] for h in hs])), "loss_se": se, **m})  # fmt: skip
     a, ln_b = calibration["posterior"]["mean"]
     ratio = float(np.mean([r["ratio"] for r in rows]))
     nu_min = math.exp((math.log(ratio * calibration["s0"]) - ln_b) / a)
@@ -119,21 +125,31 @@ def loss_minimum(net, x_cal, point_cal, y_cal, calibration: dict, passes: int, s
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("nets", nargs="+", type=Path)
-    ap.add_argument("--prepared-root", type=Path, required=True, help="the workflow folder holding uci/<d>/split<k>/")
+    ap.add_argument("nets", nargs="+", type=Path, help="NET_DIR, or an earlier --out JSON (its entries as they are)")
+    ap.add_argument("--prepared-root", type=Path, default=None,
+                    help="the workflow folder holding uci/<d>/split<k>/ (default: NET_DIR's split folder)")  # fmt: skip
     ap.add_argument("--config", default=str(Path(__file__).resolve().parents[1] / "config" / "config.yaml"))
     ap.add_argument("--num-samples", type=int, default=None, help="default: the config's num_samples")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=None,
+                    help="default: the seed of the SA run beside NET_DIR (<split>/sa/meta.json), else 0")  # fmt: skip
     ap.add_argument("--out", default=None)
+    ap.add_argument("--figure", default=None, help="output path without suffix of the loss-minimum figure")
     args = ap.parse_args()
     torch.set_num_threads(1)
     cfg = yaml.safe_load(Path(args.config).read_text())
     num_samples = args.num_samples or int(cfg["num_samples"])
     results = []
     for net_dir in args.nets:
+        if net_dir.suffix == ".json":  # an earlier --out: its backbones as they were measured (e.g. on other kernels)
+            results.extend(json.loads(net_dir.read_text()))
+            continue
         split_dir = next(p for p in net_dir.parents if p.name.startswith("split"))
-        prepared = args.prepared_root / "uci" / split_dir.parent.name / split_dir.name / "prepared.npz"
-        r = measure(net_dir, prepared, cfg["method_params"]["sa"], num_samples, args.seed)
+        prepared = (split_dir if args.prepared_root is None else
+                    args.prepared_root / "uci" / split_dir.parent.name / split_dir.name) / "prepared.npz"  # fmt: skip
+        sa_meta = split_dir / "sa" / "meta.json"
+        seed = args.seed if args.seed is not None else (json.loads(sa_meta.read_text())["seed"]
+                                                        if sa_meta.is_file() else 0)  # fmt: skip
+        r = measure(net_dir, prepared, cfg["method_params"]["sa"], num_samples, seed)
         results.append(r)
         t = r["test"]
         print(f"\n{net_dir}: nu {r['nu']} (scale-match {r['nu_match']}), s0 {r['s0']:.4f}")
@@ -152,6 +168,10 @@ def main() -> None:
                   f"{row['kappa']:.3f}  rho {row['rho']:.3f}  least at {row['ratio']:.3f} s0{mark}")
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=1))
+    if args.figure:
+        from stochattn.experiments.uci_figures import loss_minimum_figure
+
+        print("wrote", *loss_minimum_figure(results, args.figure))
 
 
 if __name__ == "__main__":

@@ -244,6 +244,10 @@ def test_loss_minimum_scale_is_the_loss_arg_min_over_scalings_and_its_closed_for
     c_star = grid[int(np.argmin(losses))]
     assert abs(c_star * r.mean() / z.mean() - out["ratio"]) < (grid[1] - grid[0]) * r.mean() / z.mean()
     assert out["scale"] == pytest.approx(r.mean()) and out["s0"] == pytest.approx(z.mean())
+    for q in (0.3, 0.62, 1.0):  # the loss at the scale q s0, in closed form
+        c = q * z.mean() / r.mean()
+        curve = out["s0"] ** 2 * (q**2 / out["kappa"] - 2 * out["rho"] * q) + out["z2"]
+        assert curve == pytest.approx(np.mean((c * r - z) ** 2), rel=1e-9)
     kappa = lambda rb, zb: loss_minimum_scale(rb, zb)["kappa"]  # noqa: E731
     rho = lambda rb, zb: loss_minimum_scale(rb, zb)["rho"]  # noqa: E731
     assert abs(out["kappa"] - 2 / math.pi) < 5 * _batch_se(kappa, r, z)

@@ -448,3 +448,34 @@ def test_labels_of_points_close_together_do_not_overlap():
                                     ("Kin8nm (1)", 0.11, 0.098)])  # fmt: skip
     assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
     assert not any(t.overlaps(m) for i, t in enumerate(boxes) for j, m in enumerate(markers) if i != j)
+
+
+def test_loss_minimum_figure_marks_the_losss_minimum_and_the_scale_matching_point(tmp_path, monkeypatch):
+    """One panel per backbone; the vertical lines at kappa * rho and 1; candidates beyond twice s0 counted, not drawn;
+    the closed-form curve passes through the loss it describes; a result without rows is a clear error."""
+
+    def row(nu, q, kappa=0.56, rho=1.1, s0=0.05, z2=0.004):
+        loss = s0**2 * (q**2 / kappa - 2 * rho * q) + z2
+        return {"nu": nu, "scale_ratio": q, "loss": loss, "loss_se": 1e-5, "kappa": kappa, "rho": rho, "s0": s0,
+                "z2": z2}  # fmt: skip
+
+    results = [{"net": f"/w/results/uci/{d}/split0/backbone",
+                "loss_minimum": {"rows": [row(1, 10.1), row(23, 0.95), row(101, 0.42)], "nu_loss_argmin": 101,
+                                 "nu_surrogate": 23}} for d in ("naval", "energy")]  # fmt: skip
+    drawn = {}
+    save = UF.save_figure
+    monkeypatch.setattr(UF, "save_figure", lambda fig, out: drawn.setdefault("fig", fig) and save(fig, out))
+    out = tmp_path / "loss_minimum"
+    assert_figure_files(UF.loss_minimum_figure(results, out), out)
+    axes = drawn["fig"].axes
+    assert [ax.get_title() for ax in axes] == ["Naval, split0", "Energy, split0"]
+    for ax in axes:
+        vertical = sorted(ln.get_xdata()[0] for ln in ax.get_lines() if list(ln.get_ydata()) == [0, 1])  # axvline
+        assert vertical == pytest.approx([0.56 * 1.1, 1.0])
+        assert [t.get_text() for t in ax.texts if "beyond" in t.get_text()] == ["1 beyond 2 s0"]
+        assert sorted(t.get_text() for t in ax.texts if t.get_text().isdigit()) == ["101", "23"]
+        curve = ax.get_lines()[0]
+        x, y = np.asarray(curve.get_xdata()), np.asarray(curve.get_ydata())
+        assert np.interp(0.42, x, y) == pytest.approx(row(101, 0.42)["loss"] / 0.05**2, rel=1e-3)
+    with pytest.raises(ValueError, match="no loss_minimum rows"):
+        UF.loss_minimum_figure([{"net": "x", "loss_minimum": {"rows": []}}], tmp_path / "x")

@@ -149,7 +149,8 @@ def loss_minimum_scale(deviations: Tensor | np.ndarray, residuals: Tensor | np.n
     ``kappa`` is 2/pi for Gaussian deviations of one spread on every input (smaller where the spread varies between
     inputs), ``rho`` is 1 where the deviations do not follow the residuals (above 1 where they do). A ratio below 1:
     Algorithm 2's loss arg-min is sharper than the residual scale that the surrogate's ``nu`` matches. Returns
-    ``kappa``, ``rho``, ``ratio``, ``scale`` (mean R) and ``s0``."""
+    ``kappa``, ``rho``, ``ratio``, ``scale`` (mean R), ``s0`` and ``z2`` (mean Z^2): the loss at the scale ``q s0``
+    is ``s0^2 (q^2 / kappa - 2 rho q) + z2``."""
     r = torch.as_tensor(deviations, dtype=torch.float64)
     z = torch.as_tensor(residuals, dtype=torch.float64)
     if r.dim() != 2 or z.dim() != 1 or r.shape[1] != z.shape[0] or r.numel() == 0:
@@ -160,7 +161,8 @@ def loss_minimum_scale(deviations: Tensor | np.ndarray, residuals: Tensor | np.n
         raise ValueError("deviations and residuals must not all be zero")
     kappa = float(r.mean() ** 2 / (r**2).mean())
     rho = float((r * z).mean() / (r.mean() * z.mean()))
-    return {"kappa": kappa, "rho": rho, "ratio": kappa * rho, "scale": float(r.mean()), "s0": float(z.mean())}
+    return {"kappa": kappa, "rho": rho, "ratio": kappa * rho, "scale": float(r.mean()), "s0": float(z.mean()),
+            "z2": float((z**2).mean())}  # fmt: skip
 
 
 class SASampler:
