@@ -472,7 +472,8 @@ def test_loss_minimum_figure_marks_the_losss_minimum_and_the_scale_matching_poin
     for ax in axes:
         vertical = sorted(ln.get_xdata()[0] for ln in ax.get_lines() if list(ln.get_ydata()) == [0, 1])  # axvline
         assert vertical == pytest.approx([0.56 * 1.1, 1.0])
-        assert [t.get_text() for t in ax.texts if "beyond" in t.get_text()] == ["1 beyond 2 s0"]
+        assert [t.get_text() for t in ax.texts if "beyond" in t.get_text()] == [
+            "kappa 0.56, rho 1.10\nleast at 0.62 s0\n1 nu beyond 2 s0"]
         assert sorted(t.get_text() for t in ax.texts if t.get_text().isdigit()) == ["101", "23"]
         curve = ax.get_lines()[0]
         x, y = np.asarray(curve.get_xdata()), np.asarray(curve.get_ydata())

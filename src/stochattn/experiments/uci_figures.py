@@ -604,43 +604,45 @@ def loss_minimum_figure(results: Sequence[Mapping[str, Any]], out_base: PathLike
         out_base: output path without suffix.
         marker: the one line of :func:`stochattn.figures.figure_marker`; ``""``: none.
 
-    Returns ``[png, pdf]``. Candidates beyond twice the residual scale (nu = 1 on naval, energy) are left off the
-    panel and counted in its note.
+    Returns ``[png, pdf]``. Each panel spans the scales of its candidates up to twice s0; a candidate beyond (nu = 1
+    on naval and energy) is left off and counted in the panel's note.
     """
     if not results:
         raise ValueError("no backbone to draw")
     for r in results:
         if not (r.get("loss_minimum") or {}).get("rows"):
             raise ValueError(f"{r.get('net')!r} has no loss_minimum rows (benchmarks/uci_spread_tracking.py --out)")
-    q_max = 2.0
-    fig = new_figure(3.2 * len(results), 3.2)
+    fig = new_figure(3.0 * len(results), 3.3)
     for k, r in enumerate(results):
         lm = r["loss_minimum"]
         rows = lm["rows"]
         at = next(row for row in rows if row["nu"] == lm["nu_loss_argmin"])
-        s2 = at["s0"] ** 2
+        s2, least = at["s0"] ** 2, at["kappa"] * at["rho"]
+        shown = [row for row in rows if row["scale_ratio"] <= 2.0]
+        q_max = min(2.0, max(1.3, 1.1 * max((row["scale_ratio"] for row in shown), default=1.0)))
         ax = fig.add_subplot(1, len(results), k + 1)
-        q = np.linspace(0.05, q_max, 200)
+        q = np.linspace(0.02, q_max, 200)
         ax.plot(q, q**2 / at["kappa"] - 2 * at["rho"] * q + at["z2"] / s2, color="0.5", lw=0.9,
-                label=f"loss if nu only scaled (kappa {at['kappa']:.2f}, rho {at['rho']:.2f})")  # fmt: skip
-        shown = [row for row in rows if row["scale_ratio"] <= q_max]
+                label="loss if nu only scaled SA's deviations")  # fmt: skip
         for row in shown:
             best = row["nu"] == lm["nu_loss_argmin"]
             ax.errorbar(row["scale_ratio"], row["loss"] / s2, yerr=row.get("loss_se", 0.0) / s2, fmt="o", ms=5,
                         color=PALETTE[0], mfc=PALETTE[0] if best else "white", capsize=2, lw=0.8)  # fmt: skip
             ax.annotate(str(row["nu"]), (row["scale_ratio"], row["loss"] / s2), xytext=(3, 4),
                         textcoords="offset points", fontsize=6)  # fmt: skip
-        ax.axvline(at["kappa"] * at["rho"], color=PALETTE[1], ls="--", lw=0.9, label="loss least (kappa rho)")
-        ax.axvline(1.0, color="0.3", ls=":", lw=0.9, label="scale-matching (s = s0)")
-        ax.plot([], [], "o", color=PALETTE[0], label="evaluated nu (filled: arg-min)")
-        where = Path(str(r["net"])).parent  # <dataset>/split<k>
+        ax.axvline(least, color=PALETTE[1], ls="--", lw=0.9, label="the loss least: kappa rho s0")
+        ax.axvline(1.0, color="0.3", ls=":", lw=0.9, label="scale-matching: SA's scale = s0")
+        ax.plot([], [], "o", color=PALETTE[0], mfc="white", label="evaluated nu (filled: Algorithm 2's arg-min)")
         off = len(rows) - len(shown)
+        note = f"kappa {at['kappa']:.2f}, rho {at['rho']:.2f}\nleast at {least:.2f} s0" + (
+            f"\n{off} nu beyond 2 s0" if off else "")
+        ax.text(0.97, 0.97, note, transform=ax.transAxes, ha="right", va="top", fontsize=6.5)
+        where = Path(str(r["net"])).parent  # <dataset>/split<k>
         ax.set(xlim=(0, q_max), xlabel="SA's scale / s0", title=f"{dataset_label(where.parent.name)}, {where.name}")
-        if off:
-            ax.text(0.98, 0.98, f"{off} beyond {q_max:g} s0", transform=ax.transAxes, ha="right", va="top", fontsize=6)
         if k == 0:
             ax.set_ylabel("loss / s0^2")
-            ax.legend(fontsize=6, loc="lower left")
         ax.tick_params(labelsize=7)
+    handles, labels = fig.axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=4, fontsize=7, frameon=False)
     draw_marker(fig, marker)
     return save_figure(fig, out_base)
