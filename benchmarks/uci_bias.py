@@ -17,6 +17,14 @@ CALIBRATION part (the part SA's nu is chosen on), :func:`stochattn.metrics.bias_
 
 Prints one block per data set and writes everything to ``--out`` (JSON). Also the calibration part's size and SA's
 nu per split (from meta.json).
+
+``--training-offset`` (a labelled extra, not the paper's method) also loads each split's backbone
+(``backbone/model.pt``, checked against its SHA-256) and measures its mean residual on the TRAINING part: an offset
+the same there as on the calibration and test parts is the network's own intercept at its kept epoch, not a shift
+of the test data. For each method whose point is that backbone's prediction (checked on the test part: SA at both
+operating points, MC Dropout where the backbone's own rates won) it prints the W1 and PIT-mean z of the samples with
+their split's training-part offset added (``bias_sources(shift=...)``): what removing that offset, learned from
+training data alone, would give.
 """
 
 from __future__ import annotations
@@ -27,8 +35,10 @@ from pathlib import Path
 
 import numpy as np
 
+from stochattn.experiments.uci import load_backbone, load_prepared
 from stochattn.io import load_json, load_npz
-from stochattn.metrics import bias_sources
+from stochattn.metrics import bias_sources, point_residual
+from stochattn.training import predict
 
 
 def pooled(run_dirs: list[Path], part: str) -> dict[str, np.ndarray]:
@@ -48,6 +58,37 @@ def pooled(run_dirs: list[Path], part: str) -> dict[str, np.ndarray]:
     }
 
 
+def backbone_training_offset(split_dir: Path) -> dict | None:
+    """The split's backbone on its training part: ``point_residual`` of y - point (σ_y units: the prepared targets are
+    standardised by the training part's σ_y), and its test-part prediction in the original units (which methods'
+    point it is). None where the split has no backbone."""
+    model = split_dir / "backbone" / "model.pt"
+    if not model.exists():
+        return None
+    prep = load_prepared(split_dir / "prepared.npz")
+    net = load_backbone(prep, model)
+    residual = point_residual(predict(net, prep["x_train"]).numpy().ravel(), prep["y_train"])
+    test_point = predict(net, prep["x_test"]).numpy().ravel() * float(prep["y_std"]) + float(prep["y_mean"])
+    return {"residual": residual, "test_point": test_point, "sigma_y": float(prep["y_std"])}
+
+
+def is_backbone_point(run_dir: Path, backbone: dict | None) -> bool:
+    """Whether the run's test-part point is the backbone's prediction (to float32 rounding)."""
+    if backbone is None:
+        return False
+    point = load_npz(run_dir / "samples.npz")["point"].ravel()
+    tol = 1e-5 * backbone["sigma_y"]
+    return point.shape == backbone["test_point"].shape and bool(np.allclose(point, backbone["test_point"], atol=tol))
+
+
+def training_shift(runs: list[Path], offsets: dict[str, dict], part: str) -> np.ndarray:
+    """Per input of :func:`pooled`'s ``part`` (same order), its split's training-part offset (σ_y units)."""
+    key = "y" if part == "test" else "cal_y"
+    return np.concatenate(
+        [np.full(load_npz(r / "samples.npz")[key].size, offsets[r.parent.name]["residual"]["mean"]) for r in runs]
+    )
+
+
 def by_thirds(arrays: dict[str, np.ndarray], seed: int) -> list[dict[str, float]]:
     """bias_sources in the lower, middle and upper third of the point prediction."""
     order = np.argsort(arrays["point"], kind="stable")
@@ -64,6 +105,8 @@ def main() -> None:
     ap.add_argument("--methods", nargs="+", default=["sa", "sa_match", "mc_dropout", "swag"])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--training-offset", action="store_true",
+                    help="also each backbone's mean residual on its training part, and W1 with it removed")  # fmt: skip
     args = ap.parse_args()
     report: dict = {}
     for ds in args.datasets:
@@ -86,6 +129,13 @@ def main() -> None:
             )
         report[ds] = {"splits": info, "methods": {}}
         print(f"\n== {ds}: {len(splits)} splits; calibration rows per split {[i['n_cal'] for i in info]}")
+        offsets = {sp.name: backbone_training_offset(sp) for sp in splits} if args.training_offset else {}
+        for name, off in offsets.items():
+            if off is not None:
+                r = off["residual"]
+                rows = f"{r['n']:.0f} rows"
+                print(f"backbone {name}, training part ({rows}): y - point {r['mean']:+.4f} σ_y (z {r['z']:+.1f})")
+                report[ds]["splits"][[i["split"] for i in info].index(name)]["backbone_training_residual"] = r
         print(
             f"{'method':<11} {'part':<5} {'pt res':>7} {'z':>6} {'ens-pt':>7} {'med-pt':>7} {'z':>6} {'sd':>6} "
             f"{'PIT z':>6} {'PIT z rc':>8} {'W1':>6} {'W1 rc':>6}"
@@ -95,16 +145,22 @@ def main() -> None:
             if not runs:
                 continue
             entry = {}
+            shifts = offsets and all(is_backbone_point(r, offsets[r.parent.name]) for r in runs)
+            if offsets and not shifts:
+                print(f"{m:<11} (its point is not the backbone's on every split: no training-part shift)")
             for part in ("test", "cal"):
                 arrays = pooled(runs, part)
-                b = bias_sources(arrays["samples"], arrays["point"], arrays["y"], args.seed)
+                shift = training_shift(runs, offsets, part) if shifts else None
+                b = bias_sources(arrays["samples"], arrays["point"], arrays["y"], args.seed, shift=shift)
                 entry[part] = {"all": b, "thirds_of_point": by_thirds(arrays, args.seed)}
                 print(
                     f"{m:<11} {part:<5} {b['point_residual_mean']:+7.3f} {b['point_residual_z']:+6.1f} "
                     f"{b['ensemble_offset_mean']:+7.3f} {b['ensemble_offset_median']:+7.3f} "
                     f"{b['ensemble_offset_z']:+6.1f} {b['spread_mean']:6.3f} {b['pit_mean_z']:+6.1f} "
                     f"{b['pit_mean_z_recentred']:+8.1f} {b['w1']:6.3f} {b['w1_recentred']:6.3f}"
-                )
+                    + (f"  training offset removed: PIT z {b['pit_mean_z_shifted']:+.1f} W1 {b['w1_shifted']:.3f}"
+                       if shifts else "")
+                )  # fmt: skip
             for k, t in enumerate(entry["test"]["thirds_of_point"]):
                 print(
                     f"{'':<11} test third {k + 1}: pt res {t['point_residual_mean']:+.3f} ens-pt "

@@ -581,3 +581,26 @@ def test_bias_sources_tells_an_offset_ensemble_from_a_biased_point():
     assert b["pit_mean_z"] > M.PIT_BIAS_Z and b["pit_mean_z_recentred"] > M.PIT_BIAS_Z
     with pytest.raises(ValueError, match="sigma_y"):
         M.bias_sources(shifted, point, y, 1, sigma_y=0.0)
+
+
+def test_bias_sources_shift_removes_a_known_offset():
+    """A point biased by -0.5 (the ensemble centred on it): adding the offset +0.5, known from elsewhere (say the
+    training part), removes the PIT bias and lowers W1 to the floor of n uniform PITs; the same samples shifted the
+    wrong way are worse. Per-input shifts equal to a scalar give the same numbers (same seed); shapes are checked."""
+    rng = np.random.default_rng(2)
+    n, s = 3000, 40
+    point = rng.standard_normal(n)
+    y = point + rng.standard_normal(n)
+    samples = point - 0.5 + rng.standard_normal((s, n))
+    right = M.bias_sources(samples, point - 0.5, y, 3, shift=0.5)
+    assert right["pit_mean_z"] > M.PIT_BIAS_Z and abs(right["pit_mean_z_shifted"]) < M.PIT_BIAS_Z
+    assert right["w1_shifted"] < 3 * M.w1_null_floor(n) < right["w1"] / 3  # calibrated once shifted: at its floor
+    assert M.bias_sources(samples, point - 0.5, y, 3, shift=-0.5)["w1_shifted"] > right["w1"]
+    per_input = M.bias_sources(samples, point - 0.5, y, 3, shift=np.full(n, 0.5))
+    for key in ("w1_shifted", "pit_mean_z_shifted"):
+        assert per_input[key] == right[key]
+    assert "w1_shifted" not in M.bias_sources(samples, point - 0.5, y, 3)
+    with pytest.raises(ValueError, match="shift"):
+        M.bias_sources(samples, point - 0.5, y, 3, shift=np.zeros(n - 1))
+    with pytest.raises(ValueError, match="shift contains NaN"):
+        M.bias_sources(samples, point - 0.5, y, 3, shift=np.nan)

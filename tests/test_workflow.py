@@ -583,6 +583,32 @@ def test_uci_paper_slice_report_is_remade_from_its_kept_records(tiny_run, tmp_pa
 
 
 @pytest.mark.slow
+def test_uci_bias_measures_the_backbones_training_offset(tiny_run, tmp_path):
+    """benchmarks/uci_bias.py --training-offset: each split's backbone residual on its training part (the same number
+    as recomputed here from the prepared split and the saved backbone), and W1 with that offset removed for the
+    methods whose point is the backbone's (SA at both points), not for SWAG (its point is the SWA mean)."""
+    from stochattn.experiments.uci import load_backbone, load_prepared
+    from stochattn.training import predict
+
+    out = tmp_path / "bias.json"
+    res = subprocess.run([sys.executable, str(REPO / "benchmarks" / "uci_bias.py"), str(tiny_run["work"]), "--datasets",
+                          "yacht", "--methods", "sa", "sa_match", "swag", "--training-offset", "--out", str(out)],
+                         capture_output=True, text=True)  # fmt: skip
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    split = tiny_run["work"] / "results" / "uci" / "yacht" / "split0"
+    prep = load_prepared(split / "prepared.npz")
+    net = load_backbone(prep, split / "backbone" / "model.pt")
+    expected = float(np.mean(prep["y_train"] - predict(net, prep["x_train"]).numpy().ravel()))
+    report = json.loads(out.read_text())["yacht"]
+    measured = report["splits"][0]["backbone_training_residual"]
+    assert measured["mean"] == pytest.approx(expected, rel=1e-6, abs=1e-9) and measured["n"] == len(prep["y_train"])
+    assert "backbone split0, training part" in res.stdout and "swag        (its point is not" in res.stdout
+    for method in ("sa", "sa_match"):
+        assert {"w1_shifted", "pit_mean_z_shifted"} <= set(report["methods"][method]["test"]["all"])
+    assert "w1_shifted" not in report["methods"]["swag"]["test"]["all"]
+
+
+@pytest.mark.slow
 def test_nan_in_predictions_is_a_clear_error(tiny_run):
     """Runs last on the tiny run's files: a samples.npz with NaN makes evaluate fail and leaves no metrics."""
     work = tiny_run["work"]

@@ -719,7 +719,7 @@ def pooled_moments(parts: Any) -> dict[str, float]:
 
 
 def bias_sources(
-    samples: Any, point: Any, y: Any, rng: np.random.Generator | int, sigma_y: float = 1.0
+    samples: Any, point: Any, y: Any, rng: np.random.Generator | int, sigma_y: float = 1.0, shift: Any = None
 ) -> dict[str, float]:
     """Where a predictive's PIT bias comes from: the point prediction, or the ensemble sitting off the point.
 
@@ -735,7 +735,10 @@ def bias_sources(
     * ``spread_mean``: mean per-input sample SD;
     * ``pit_mean`` / ``pit_mean_z`` of the samples as drawn, and ``pit_mean_recentred`` / ``pit_mean_z_recentred``,
       ``w1``, ``w1_recentred``: the same with every input's samples shifted so that their mean is the point (the
-      offset removed, the spread kept): what is left is the point's own bias. The same ``rng`` seed draws both PITs.
+      offset removed, the spread kept): what is left is the point's own bias. The same ``rng`` seed draws both PITs;
+    * with ``shift`` (a scalar or ``(n,)``, in the units of ``y``: an offset known without these targets, such as the
+      backbone's mean residual on its training part), ``pit_mean_shifted`` / ``pit_mean_z_shifted`` and
+      ``w1_shifted``: the samples as drawn plus ``shift``, by the same seed (what removing that offset would give).
     """
     x = check_samples(samples, min_members=2)
     p, t = _check_same_shape(point, y, "point", "y")
@@ -748,6 +751,14 @@ def bias_sources(
     recentred = x - offset
     pit_raw, pit_rc = pit(x, t, seed), pit(recentred, t, seed)
     res = point_residual(p, t, sigma_y)
+    shifted = {}
+    if shift is not None:
+        step = as_array(shift, "shift")
+        if step.ndim and step.shape != p.shape:
+            raise ValueError(f"bias_sources: shift {step.shape} is neither a scalar nor point's shape {p.shape}")
+        pit_sh = pit(x + step, t, seed)
+        shifted = {"pit_mean_shifted": pit_mean_z(pit_sh)[0], "pit_mean_z_shifted": pit_mean_z(pit_sh)[1],
+                   "w1_shifted": w1_uniform(pit_sh)}  # fmt: skip
     se_off = offset.std(ddof=1) / math.sqrt(offset.size) if offset.size > 1 else math.nan
     return {
         "n": float(p.size),
@@ -759,7 +770,7 @@ def bias_sources(
         "spread_mean": float(x.std(axis=0, ddof=1).mean() / sigma_y),
         "pit_mean": pit_mean_z(pit_raw)[0], "pit_mean_z": pit_mean_z(pit_raw)[1],
         "pit_mean_recentred": pit_mean_z(pit_rc)[0], "pit_mean_z_recentred": pit_mean_z(pit_rc)[1],
-        "w1": w1_uniform(pit_raw), "w1_recentred": w1_uniform(pit_rc),
+        "w1": w1_uniform(pit_raw), "w1_recentred": w1_uniform(pit_rc), **shifted,
     }
 
 
