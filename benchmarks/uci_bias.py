@@ -21,10 +21,11 @@ nu per split (from meta.json).
 ``--training-offset`` (a labelled extra, not the paper's method) also loads each split's backbone
 (``backbone/model.pt``, checked against its SHA-256) and measures its mean residual on the TRAINING part: an offset
 the same there as on the calibration and test parts is the network's own intercept at its kept epoch, not a shift
-of the test data. For each method whose point is that backbone's prediction (checked on the test part: SA at both
-operating points, MC Dropout where the backbone's own rates won) it prints the W1 and PIT-mean z of the samples with
-their split's training-part offset added (``bias_sources(shift=...)``): what removing that offset, learned from
-training data alone, would give.
+of the test data. Beside it the mean of 20 passes with the backbone's dropout on (seeded by ``--seed``): where that
+mean is unbiased and the eval-mode point is not, the offset is dropout's train/eval shift. For each method whose
+point is that backbone's prediction (checked on the test part: SA at both operating points, MC Dropout where the
+backbone's own rates won) it prints the W1 and PIT-mean z of the samples with their split's training-part offset
+added (``bias_sources(shift=...)``): what removing that offset, learned from training data alone, would give.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
+from stochattn.baselines.mc_dropout import dropout_modules, mc_dropout_samples
 from stochattn.experiments.uci import load_backbone, load_prepared
 from stochattn.io import load_json, load_npz
 from stochattn.metrics import bias_sources, point_residual
@@ -58,18 +60,23 @@ def pooled(run_dirs: list[Path], part: str) -> dict[str, np.ndarray]:
     }
 
 
-def backbone_training_offset(split_dir: Path) -> dict | None:
+def backbone_training_offset(split_dir: Path, seed: int, dropout_passes: int = 20) -> dict | None:
     """The split's backbone on its training part: ``point_residual`` of y - point (σ_y units: the prepared targets are
-    standardised by the training part's σ_y), and its test-part prediction in the original units (which methods'
-    point it is). None where the split has no backbone."""
+    standardised by the training part's σ_y); the same for the mean of ``dropout_passes`` passes with its dropout on
+    (the network as trained: an offset of the eval-mode point alone is dropout's train/eval shift; None without
+    dropout); its test-part prediction in the original units (which methods' point it is). None without a backbone."""
     model = split_dir / "backbone" / "model.pt"
     if not model.exists():
         return None
     prep = load_prepared(split_dir / "prepared.npz")
     net = load_backbone(prep, model)
     residual = point_residual(predict(net, prep["x_train"]).numpy().ravel(), prep["y_train"])
+    dropout_on = None
+    if dropout_modules(net):
+        passes = mc_dropout_samples(net, prep["x_train"], dropout_passes, seed, batch_size=8192)
+        dropout_on = point_residual(passes.numpy().mean(axis=0), prep["y_train"])
     test_point = predict(net, prep["x_test"]).numpy().ravel() * float(prep["y_std"]) + float(prep["y_mean"])
-    return {"residual": residual, "test_point": test_point, "sigma_y": float(prep["y_std"])}
+    return {"residual": residual, "dropout_on": dropout_on, "test_point": test_point, "sigma_y": float(prep["y_std"])}
 
 
 def is_backbone_point(run_dir: Path, backbone: dict | None) -> bool:
@@ -129,13 +136,15 @@ def main() -> None:
             )
         report[ds] = {"splits": info, "methods": {}}
         print(f"\n== {ds}: {len(splits)} splits; calibration rows per split {[i['n_cal'] for i in info]}")
-        offsets = {sp.name: backbone_training_offset(sp) for sp in splits} if args.training_offset else {}
+        offsets = {sp.name: backbone_training_offset(sp, args.seed) for sp in splits} if args.training_offset else {}
         for name, off in offsets.items():
             if off is not None:
-                r = off["residual"]
-                rows = f"{r['n']:.0f} rows"
-                print(f"backbone {name}, training part ({rows}): y - point {r['mean']:+.4f} σ_y (z {r['z']:+.1f})")
-                report[ds]["splits"][[i["split"] for i in info].index(name)]["backbone_training_residual"] = r
+                r, d = off["residual"], off["dropout_on"]
+                on = "" if d is None else f"; dropout on (mean of 20 passes) {d['mean']:+.4f} (z {d['z']:+.1f})"
+                print(f"backbone {name}, training part ({r['n']:.0f} rows): y - point {r['mean']:+.4f} σ_y "
+                      f"(z {r['z']:+.1f}){on}")  # fmt: skip
+                entry = report[ds]["splits"][[i["split"] for i in info].index(name)]
+                entry["backbone_training_residual"], entry["backbone_training_residual_dropout_on"] = r, d
         print(
             f"{'method':<11} {'part':<5} {'pt res':>7} {'z':>6} {'ens-pt':>7} {'med-pt':>7} {'z':>6} {'sd':>6} "
             f"{'PIT z':>6} {'PIT z rc':>8} {'W1':>6} {'W1 rc':>6}"

@@ -602,6 +602,8 @@ def test_uci_bias_measures_the_backbones_training_offset(tiny_run, tmp_path):
     report = json.loads(out.read_text())["yacht"]
     measured = report["splits"][0]["backbone_training_residual"]
     assert measured["mean"] == pytest.approx(expected, rel=1e-6, abs=1e-9) and measured["n"] == len(prep["y_train"])
+    dropout_on = report["splits"][0]["backbone_training_residual_dropout_on"]  # the network as trained, dropout on
+    assert dropout_on["n"] == measured["n"] and dropout_on["mean"] != measured["mean"]
     assert "backbone split0, training part" in res.stdout and "swag        (its point is not" in res.stdout
     for method in ("sa", "sa_match"):
         assert {"w1_shifted", "pit_mean_z_shifted"} <= set(report["methods"][method]["test"]["all"])
