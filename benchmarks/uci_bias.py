@@ -19,13 +19,14 @@ Prints one block per data set and writes everything to ``--out`` (JSON). Also th
 nu per split (from meta.json).
 
 ``--training-offset`` (a labelled extra, not the paper's method) also loads each split's backbone
-(``backbone/model.pt``, checked against its SHA-256) and measures its mean residual on the TRAINING part: an offset
-the same there as on the calibration and test parts is the network's own intercept at its kept epoch, not a shift
-of the test data. Beside it the mean of 20 passes with the backbone's dropout on (seeded by ``--seed``): where that
-mean is unbiased and the eval-mode point is not, the offset is dropout's train/eval shift. For each method whose
-point is that backbone's prediction (checked on the test part: SA at both operating points, MC Dropout where the
-backbone's own rates won) it prints the W1 and PIT-mean z of the samples with their split's training-part offset
-added (``bias_sources(shift=...)``): what removing that offset, learned from training data alone, would give.
+(``backbone/model.pt``) and, where SWAG ran, its SWA mean (``swag/posterior.pt``), each checked against its
+SHA-256, and measures each one's mean residual on the TRAINING part: an offset the same there as on the calibration
+and test parts is the network's own intercept at its kept epoch, not a shift of the test data. Beside it the mean of
+20 passes with the backbone's dropout on (seeded by ``--seed``): where that mean is unbiased and the eval-mode point
+is not, the offset is dropout's train/eval shift. For each method whose point is one of those (checked on the test
+part: SA at both operating points and MC Dropout where the backbone's own rates won have the backbone's, SWAG the
+SWA mean's) it prints the W1 and PIT-mean z of the samples with their split's training-part offset added
+(``bias_sources(shift=...)``): what removing that offset, learned from training data alone, would give.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from pathlib import Path
 import numpy as np
 
 from stochattn.baselines.mc_dropout import dropout_modules, mc_dropout_samples
+from stochattn.experiments.methods import swa_point
+from stochattn.experiments.uci import _load_component as load_swag_component  # SWAG's posterior.pt: a component file
 from stochattn.experiments.uci import load_backbone, load_prepared
 from stochattn.io import load_json, load_npz
 from stochattn.metrics import bias_sources, point_residual
@@ -60,40 +63,54 @@ def pooled(run_dirs: list[Path], part: str) -> dict[str, np.ndarray]:
     }
 
 
-def backbone_training_offset(split_dir: Path, seed: int, dropout_passes: int = 20) -> dict | None:
-    """The split's backbone on its training part: ``point_residual`` of y - point (σ_y units: the prepared targets are
-    standardised by the training part's σ_y); the same for the mean of ``dropout_passes`` passes with its dropout on
-    (the network as trained: an offset of the eval-mode point alone is dropout's train/eval shift; None without
-    dropout); its test-part prediction in the original units (which methods' point it is). None without a backbone."""
-    model = split_dir / "backbone" / "model.pt"
-    if not model.exists():
-        return None
+def _training_part(predict_std, prep) -> dict:
+    """``point_residual`` of a point model on the training part (σ_y units: the prepared targets are standardised by
+    the training part's σ_y) and its test-part prediction in the original units (which methods' point it is).
+    ``predict_std(x) -> (n,)`` in standardised units."""
+    return {
+        "residual": point_residual(predict_std(prep["x_train"]), prep["y_train"]),
+        "test_point": predict_std(prep["x_test"]) * float(prep["y_std"]) + float(prep["y_mean"]),
+        "sigma_y": float(prep["y_std"]),
+    }
+
+
+def training_offsets(split_dir: Path, seed: int, dropout_passes: int = 20) -> dict[str, dict]:
+    """The split's point models on its training part (:func:`_training_part`): ``backbone`` (``backbone/model.pt``;
+    also ``dropout_on``: the mean of ``dropout_passes`` passes with its dropout on, the network as trained, where an
+    offset of the eval-mode point alone would be dropout's train/eval shift) and ``swa_mean`` (SWAG's SWA mean,
+    ``swag/posterior.pt``), each where its file exists (checked against its SHA-256)."""
     prep = load_prepared(split_dir / "prepared.npz")
-    net = load_backbone(prep, model)
-    residual = point_residual(predict(net, prep["x_train"]).numpy().ravel(), prep["y_train"])
-    dropout_on = None
-    if dropout_modules(net):
-        passes = mc_dropout_samples(net, prep["x_train"], dropout_passes, seed, batch_size=8192)
-        dropout_on = point_residual(passes.numpy().mean(axis=0), prep["y_train"])
-    test_point = predict(net, prep["x_test"]).numpy().ravel() * float(prep["y_std"]) + float(prep["y_mean"])
-    return {"residual": residual, "dropout_on": dropout_on, "test_point": test_point, "sigma_y": float(prep["y_std"])}
+    models = {}
+    if (split_dir / "backbone" / "model.pt").exists():
+        net = load_backbone(prep, split_dir / "backbone" / "model.pt")
+        models["backbone"] = _training_part(lambda x: predict(net, x).numpy().ravel(), prep)
+        if dropout_modules(net):
+            passes = mc_dropout_samples(net, prep["x_train"], dropout_passes, seed, batch_size=8192)
+            models["backbone"]["dropout_on"] = point_residual(passes.numpy().mean(axis=0), prep["y_train"])
+    if (split_dir / "swag" / "posterior.pt").exists():
+        member, swag, _ = load_swag_component(prep, split_dir / "swag" / "posterior.pt")
+        models["swa_mean"] = _training_part(lambda x: swa_point(member, swag, x).numpy().ravel(), prep)
+    return models
 
 
-def is_backbone_point(run_dir: Path, backbone: dict | None) -> bool:
-    """Whether the run's test-part point is the backbone's prediction (to float32 rounding)."""
-    if backbone is None:
-        return False
+def point_model(run_dir: Path, models: dict[str, dict]) -> str | None:
+    """Which of the split's point models (:func:`training_offsets`) gives the run's test-part point (to float32
+    rounding); None if none does."""
     point = load_npz(run_dir / "samples.npz")["point"].ravel()
-    tol = 1e-5 * backbone["sigma_y"]
-    return point.shape == backbone["test_point"].shape and bool(np.allclose(point, backbone["test_point"], atol=tol))
+    for name, m in models.items():
+        if point.shape == m["test_point"].shape and np.allclose(point, m["test_point"], atol=1e-5 * m["sigma_y"]):
+            return name
+    return None
 
 
-def training_shift(runs: list[Path], offsets: dict[str, dict], part: str) -> np.ndarray:
-    """Per input of :func:`pooled`'s ``part`` (same order), its split's training-part offset (σ_y units)."""
+def training_shift(runs: list[Path], offsets: dict[str, dict], models: list[str], part: str) -> np.ndarray:
+    """Per input of :func:`pooled`'s ``part`` (same order), the training-part offset (σ_y units) of its split's point
+    model (``models``: one name per run)."""
     key = "y" if part == "test" else "cal_y"
-    return np.concatenate(
-        [np.full(load_npz(r / "samples.npz")[key].size, offsets[r.parent.name]["residual"]["mean"]) for r in runs]
-    )
+    return np.concatenate([
+        np.full(load_npz(r / "samples.npz")[key].size, offsets[r.parent.name][name]["residual"]["mean"])
+        for r, name in zip(runs, models)
+    ])  # fmt: skip
 
 
 def by_thirds(arrays: dict[str, np.ndarray], seed: int) -> list[dict[str, float]]:
@@ -136,15 +153,16 @@ def main() -> None:
             )
         report[ds] = {"splits": info, "methods": {}}
         print(f"\n== {ds}: {len(splits)} splits; calibration rows per split {[i['n_cal'] for i in info]}")
-        offsets = {sp.name: backbone_training_offset(sp, args.seed) for sp in splits} if args.training_offset else {}
-        for name, off in offsets.items():
-            if off is not None:
-                r, d = off["residual"], off["dropout_on"]
+        offsets = {sp.name: training_offsets(sp, args.seed) for sp in splits} if args.training_offset else {}
+        for split_info in info:
+            for name, off in offsets.get(split_info["split"], {}).items():
+                r, d = off["residual"], off.get("dropout_on")
                 on = "" if d is None else f"; dropout on (mean of 20 passes) {d['mean']:+.4f} (z {d['z']:+.1f})"
-                print(f"backbone {name}, training part ({r['n']:.0f} rows): y - point {r['mean']:+.4f} σ_y "
-                      f"(z {r['z']:+.1f}){on}")  # fmt: skip
-                entry = report[ds]["splits"][[i["split"] for i in info].index(name)]
-                entry["backbone_training_residual"], entry["backbone_training_residual_dropout_on"] = r, d
+                print(f"{name} {split_info['split']}, training part ({r['n']:.0f} rows): y - point {r['mean']:+.4f} "
+                      f"σ_y (z {r['z']:+.1f}){on}")  # fmt: skip
+                split_info.setdefault("training_residual", {})[name] = r
+                if d is not None:
+                    split_info["training_residual"][f"{name}_dropout_on"] = d
         print(
             f"{'method':<11} {'part':<5} {'pt res':>7} {'z':>6} {'ens-pt':>7} {'med-pt':>7} {'z':>6} {'sd':>6} "
             f"{'PIT z':>6} {'PIT z rc':>8} {'W1':>6} {'W1 rc':>6}"
@@ -154,12 +172,15 @@ def main() -> None:
             if not runs:
                 continue
             entry = {}
-            shifts = offsets and all(is_backbone_point(r, offsets[r.parent.name]) for r in runs)
-            if offsets and not shifts:
-                print(f"{m:<11} (its point is not the backbone's on every split: no training-part shift)")
+            models = [point_model(r, offsets[r.parent.name]) for r in runs] if offsets else []
+            shifts = bool(models) and None not in models
+            if offsets:
+                entry["point_model"] = models
+                if not shifts:
+                    print(f"{m:<11} (its point is neither the backbone's nor the SWA mean's on every split: no shift)")
             for part in ("test", "cal"):
                 arrays = pooled(runs, part)
-                shift = training_shift(runs, offsets, part) if shifts else None
+                shift = training_shift(runs, offsets, models, part) if shifts else None
                 b = bias_sources(arrays["samples"], arrays["point"], arrays["y"], args.seed, shift=shift)
                 entry[part] = {"all": b, "thirds_of_point": by_thirds(arrays, args.seed)}
                 print(

@@ -583,31 +583,36 @@ def test_uci_paper_slice_report_is_remade_from_its_kept_records(tiny_run, tmp_pa
 
 
 @pytest.mark.slow
-def test_uci_bias_measures_the_backbones_training_offset(tiny_run, tmp_path):
+def test_uci_bias_measures_the_training_offset_of_each_point(tiny_run, tmp_path):
     """benchmarks/uci_bias.py --training-offset: each split's backbone residual on its training part (the same number
-    as recomputed here from the prepared split and the saved backbone), and W1 with that offset removed for the
-    methods whose point is the backbone's (SA at both points), not for SWAG (its point is the SWA mean)."""
+    as recomputed here from the prepared split and the saved backbone) and the SWA mean's, and W1 with that offset
+    removed for the methods whose point is one of them (SA at both points: the backbone's; SWAG: the SWA mean's),
+    not for MultiSWAG (its point is the mixture's mean)."""
     from stochattn.experiments.uci import load_backbone, load_prepared
     from stochattn.training import predict
 
     out = tmp_path / "bias.json"
     res = subprocess.run([sys.executable, str(REPO / "benchmarks" / "uci_bias.py"), str(tiny_run["work"]), "--datasets",
-                          "yacht", "--methods", "sa", "sa_match", "swag", "--training-offset", "--out", str(out)],
-                         capture_output=True, text=True)  # fmt: skip
+                          "yacht", "--methods", "sa", "sa_match", "swag", "multiswag", "--training-offset", "--out",
+                          str(out)], capture_output=True, text=True)  # fmt: skip
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     split = tiny_run["work"] / "results" / "uci" / "yacht" / "split0"
     prep = load_prepared(split / "prepared.npz")
     net = load_backbone(prep, split / "backbone" / "model.pt")
     expected = float(np.mean(prep["y_train"] - predict(net, prep["x_train"]).numpy().ravel()))
     report = json.loads(out.read_text())["yacht"]
-    measured = report["splits"][0]["backbone_training_residual"]
-    assert measured["mean"] == pytest.approx(expected, rel=1e-6, abs=1e-9) and measured["n"] == len(prep["y_train"])
-    dropout_on = report["splits"][0]["backbone_training_residual_dropout_on"]  # the network as trained, dropout on
-    assert dropout_on["n"] == measured["n"] and dropout_on["mean"] != measured["mean"]
-    assert "backbone split0, training part" in res.stdout and "swag        (its point is not" in res.stdout
-    for method in ("sa", "sa_match"):
-        assert {"w1_shifted", "pit_mean_z_shifted"} <= set(report["methods"][method]["test"]["all"])
-    assert "w1_shifted" not in report["methods"]["swag"]["test"]["all"]
+    measured = report["splits"][0]["training_residual"]
+    assert measured["backbone"]["mean"] == pytest.approx(expected, rel=1e-6, abs=1e-9)
+    assert measured["backbone"]["n"] == measured["swa_mean"]["n"] == len(prep["y_train"])
+    assert measured["backbone_dropout_on"]["mean"] != measured["backbone"]["mean"]  # the network as trained
+    assert measured["swa_mean"]["mean"] != measured["backbone"]["mean"]
+    assert "backbone split0, training part" in res.stdout and "swa_mean split0, training part" in res.stdout
+    methods = report["methods"]
+    assert methods["sa"]["point_model"] == methods["sa_match"]["point_model"] == ["backbone"]
+    assert methods["swag"]["point_model"] == ["swa_mean"] and methods["multiswag"]["point_model"] == [None]
+    for method in ("sa", "sa_match", "swag"):
+        assert {"w1_shifted", "pit_mean_z_shifted"} <= set(methods[method]["test"]["all"])
+    assert "w1_shifted" not in methods["multiswag"]["test"]["all"] and "multiswag   (its point is neither" in res.stdout
 
 
 @pytest.mark.slow
