@@ -147,23 +147,50 @@ def beyond(table: pd.DataFrame) -> str:
     return "\n".join(lines) + "\n"
 
 
+def split_comparisons(work: Path, dataset: str, cells: pd.DataFrame) -> tuple[list[int], dict, dict]:
+    """``(splits, single, without)``: the splits of ``dataset`` whose metrics.json files ``work`` holds, and
+    :func:`uci_slice_comparison` tables per split (``single[s]``: split s alone; ``without[s]``: every split but s),
+    through the workflow's own tables. No splits where there are fewer than 2."""
+    files = sorted((results_dir(work) / "uci" / dataset).glob("split*/*/metrics.json"))
+    loaded = load_runs(files, progress=False) if files else None
+    splits = [] if loaded is None else sorted(int(s) for s in loaded["split"].unique())
+    if len(splits) < 2:
+        return [], {}, {}
+
+    def comparison(keep):
+        return uci_slice_comparison(uci_master_table(loaded[loaded["split"].isin(keep)]), cells)
+
+    return splits, {s: comparison({s}) for s in splits}, {s: comparison(set(splits) - {s}) for s in splits}
+
+
+def within_only_pooled(table: pd.DataFrame, homes: dict, cells: pd.DataFrame) -> str:
+    """The cells within 2x (or 1.5x the floor) pooled while most of their splits, each read alone against the paper,
+    are beyond: errors of opposite sign that the pooled PIT cancels (a reader checking number for number should
+    know). Empty where there are none."""
+    lines = []
+    for _, r in table[table["within"].fillna(False).astype(bool)].iterrows():
+        splits, single, _ = split_comparisons(homes[r["dataset"]], r["dataset"], cells)
+        alone = [single[s][single[s]["method"] == r["method"]] for s in splits]
+        alone = [a.iloc[0] for a in alone if not a.empty and pd.notna(a["within"].iloc[0])]
+        beyond_alone = [a for a in alone if not bool(a["within"])]
+        if len(alone) >= 2 and 2 * len(beyond_alone) > len(alone):
+            lines.append(f"- {r['dataset']} {method_label(r['method'])}: pooled {fmt(r['w1'])} "
+                         f"({fmt(r['ratio'], '.2f')}x), but {len(beyond_alone)} of {len(alone)} splits beyond on their "
+                         f"own (W1 {' / '.join(fmt(a['w1']) for a in alone)})")  # fmt: skip
+    if not lines:
+        return ""
+    head = "\n**Within only pooled** (most splits, each read alone against the paper, beyond 2x either way):\n"
+    return head + "\n".join(lines) + "\n"
+
+
 def by_split(work: Path, datasets: Sequence[str], cells: pd.DataFrame) -> str:
     """Per data set, one row per method: each split's native test W1 / PI-95 coverage, then the pooled W1 (ratio to
     the paper's) over every split but one; from the metrics.json files present, through the workflow's own tables."""
     out = []
-    runs = results_dir(work) / "uci"
     for ds in datasets:
-        files = sorted((runs / ds).glob("split*/*/metrics.json"))
-        loaded = load_runs(files, progress=False) if files else None
-        splits = [] if loaded is None else sorted(int(s) for s in loaded["split"].unique())
-        if len(splits) < 2:
+        splits, single, without = split_comparisons(work, ds, cells)
+        if not splits:
             continue
-
-        def comparison(keep, runs=loaded):
-            return uci_slice_comparison(uci_master_table(runs[runs["split"].isin(keep)]), cells)
-
-        single = {s: comparison({s}) for s in splits}
-        without = {s: comparison(set(splits) - {s}) for s in splits}
         out.append(f"\n**{ds}** by split: native W1 / PI-95 of each split; pooled W1 (paper ratio) without one\n")
         out.append("| method | " + " | ".join(f"split {s}" for s in splits) + " | "
                    + " | ".join(f"without {s}" for s in splits) + " |")  # fmt: skip
@@ -240,7 +267,7 @@ def build(
     cells = paper_cells(paper_results)
     table = uci_slice_comparison(pd.concat(masters, ignore_index=True), cells)
     nus = {key: v for work in set(homes.values()) for key, v in sa_nus(work, table).items() if homes[key[0]] == work}
-    text = markdown(table, hours, nus) + beyond(table)
+    text = markdown(table, hours, nus) + beyond(table) + within_only_pooled(table, homes, cells)
     if splits_by_split:
         text += "".join(by_split(homes[ds], [ds], cells) for ds in dict.fromkeys(table["dataset"]))
     return SliceReport(text, table, homes)
