@@ -130,7 +130,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--training-offset", action="store_true",
-                    help="also each backbone's mean residual on its training part, and W1 with it removed")  # fmt: skip
+                    help="also each backbone's and SWA mean's training-part mean residual; W1 without it")  # fmt: skip
     args = ap.parse_args()
     report: dict = {}
     for ds in args.datasets:

@@ -165,8 +165,8 @@ def split_comparisons(work: Path, dataset: str, cells: pd.DataFrame) -> tuple[li
 
 def within_only_pooled(table: pd.DataFrame, homes: dict, cells: pd.DataFrame) -> str:
     """The cells within 2x (or 1.5x the floor) pooled while most of their splits, each read alone against the paper,
-    are beyond: errors of opposite sign that the pooled PIT cancels (a reader checking number for number should
-    know). Empty where there are none."""
+    are beyond: errors of opposite sign or unequal size that the pooled PIT averages out (a reader checking number
+    for number should know). Empty where there are none."""
     lines = []
     for _, r in table[table["within"].fillna(False).astype(bool)].iterrows():
         splits, single, _ = split_comparisons(homes[r["dataset"]], r["dataset"], cells)
