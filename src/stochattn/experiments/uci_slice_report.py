@@ -133,8 +133,9 @@ def beyond(table: pd.DataFrame) -> str:
     cannot be reached by a calibrated method on as many test rows), and the count of cells within."""
     known = table["within"].notna()
     out_mask = known & ~table["within"].fillna(True).astype(bool)
+    # the header's blank line makes the lines below a Markdown list (the documentation's records page)
     lines = [f"\n**Against the paper**: {int((known & ~out_mask).sum())} of {int(known.sum())} cells within 2x of the "
-             "paper's W1 or 1.5x our floor; beyond:"]  # fmt: skip
+             "paper's W1 or 1.5x our floor; beyond:\n"]  # fmt: skip
     for _, r in table[out_mask].iterrows():
         side = "worse" if r["w1"] > r["paper_w1"] else "better"
         lines.append(f"- {r['dataset']} {method_label(r['method'])} ({side}): {fmt(r['w1'])} against "
@@ -179,7 +180,7 @@ def within_only_pooled(table: pd.DataFrame, homes: dict, cells: pd.DataFrame) ->
                          f"own (W1 {' / '.join(fmt(a['w1']) for a in alone)})")  # fmt: skip
     if not lines:
         return ""
-    head = "\n**Within only pooled** (most splits, each read alone against the paper, beyond 2x either way):\n"
+    head = "\n**Within only pooled** (most splits, each read alone against the paper, beyond 2x either way):\n\n"
     return head + "\n".join(lines) + "\n"
 
 
