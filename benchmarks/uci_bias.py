@@ -32,7 +32,6 @@ SWA mean's) it prints the W1 and PIT-mean z of the samples with their split's tr
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +40,7 @@ from stochattn.baselines.mc_dropout import dropout_modules, mc_dropout_samples
 from stochattn.experiments.methods import swa_point
 from stochattn.experiments.uci import _load_component as load_swag_component  # SWAG's posterior.pt: a component file
 from stochattn.experiments.uci import load_backbone, load_prepared
-from stochattn.io import load_json, load_npz
+from stochattn.io import load_json, load_npz, save_json
 from stochattn.metrics import bias_sources, point_residual
 from stochattn.training import predict
 
@@ -199,7 +198,7 @@ def main() -> None:
                 )
             report[ds]["methods"][m] = entry
     if args.out is not None:
-        args.out.write_text(json.dumps(report, indent=1))
+        save_json(args.out, report)
 
 
 if __name__ == "__main__":

@@ -788,8 +788,8 @@ def test_saves_at_epoch_ends_take_a_bounded_share_of_the_time(tmp_path, monkeypa
     fit(Timed(), ckpt, **settings)
     seconds = now[0] - t0
     ends = saves[:-1]  # the last save: the completed state
+    # not every epoch (a save of 30 ms after each 35-ms epoch), about a tenth of the time
     assert 1 < len(ends) < 15 and len(ends) * 0.03 <= 0.1 * seconds + 0.03, (saves, seconds)
-    assert len(ends) < 30 // 2  # not every epoch, as a save of 30 ms after each 35-ms epoch would be
     ckpt.unlink()
     saves.clear()
     with pytest.raises(Killed):

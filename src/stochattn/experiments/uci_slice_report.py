@@ -168,9 +168,11 @@ def within_only_pooled(table: pd.DataFrame, homes: dict, cells: pd.DataFrame) ->
     """The cells within 2x (or 1.5x the floor) pooled while most of their splits, each read alone against the paper,
     are beyond: errors of opposite sign or unequal size that the pooled PIT averages out (a reader checking number
     for number should know). Empty where there are none."""
-    lines = []
+    lines, by_dataset = [], {}
     for _, r in table[table["within"].fillna(False).astype(bool)].iterrows():
-        splits, single, _ = split_comparisons(homes[r["dataset"]], r["dataset"], cells)
+        if r["dataset"] not in by_dataset:  # each data set's per-split tables once, for all its cells
+            by_dataset[r["dataset"]] = split_comparisons(homes[r["dataset"]], r["dataset"], cells)
+        splits, single, _ = by_dataset[r["dataset"]]
         alone = [single[s][single[s]["method"] == r["method"]] for s in splits]
         alone = [a.iloc[0] for a in alone if not a.empty and pd.notna(a["within"].iloc[0])]
         beyond_alone = [a for a in alone if not bool(a["within"])]
