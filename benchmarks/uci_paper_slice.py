@@ -72,7 +72,9 @@ def slice_config(args: argparse.Namespace) -> dict:
         "data": {"mirrors": [str(Path(args.mirror).resolve())]},
         "require_gpu": False,
         "cluster": {"gpus_per_job": 0, "gpu_threads": 1},
-        "progress": False,
+        # each job's log gets a line per 10 % of its epochs or passes, at least every 30 s (stochattn.progress): a
+        # network of naval or protein trains for hours, and its log says how far it is (epoch, validation RMSE)
+        "progress": True,
         "ett": {"enabled": False},
         "era5": {"enabled": False},
         "dataset_overrides": {d: {"splits": int(k)} for d, k in fewer.items() if d in args.datasets},

@@ -3,6 +3,7 @@ and the comparison with our tables."""
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
 import subprocess
@@ -290,3 +291,13 @@ def test_the_report_of_kept_records_goes_to_the_ignored_out_folder_not_into_them
     assert script.default_out(records) == ignored and script.default_out(records[:1]) == ignored
     res = subprocess.run(["git", "check-ignore", "-q", str(ignored)], cwd=REPO)
     assert res.returncode == 0, "benchmarks/out/ is not ignored by git"
+
+
+def test_the_slice_runs_its_jobs_with_progress_lines_in_their_logs(load_script):
+    """The slice's config keeps the workflow's progress lines (epoch, validation RMSE) in every job's log: its
+    trainings run for hours on naval and protein."""
+    script = load_script(REPO / "benchmarks" / "uci_paper_slice.py")
+    args = argparse.Namespace(datasets=["naval"], methods=["sa"], splits=3, fewer=["naval=1"], mirror="data")
+    cfg = script.slice_config(args)
+    assert cfg["progress"] is True
+    assert cfg["dataset_overrides"] == {"naval": {"splits": 1}}
