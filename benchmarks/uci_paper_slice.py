@@ -19,9 +19,12 @@ tab:uci_crps (the paper's own statistic for it, 20 splits), and the data set's C
 jobs (every job runs one thread; on a shared machine wall time exceeds CPU time) and Snakemake's ``cpu_time`` of them
 (results/benchmarks/), of the splits reported only. Each data set's lowest split not yet evaluated goes first
 (Snakemake's ``--prioritize``, fixed when the run starts: the splits after it share the rest), so a stopped run holds
-that split whole. ``--report-only`` skips the run and reads WORKDIR as it is; ``--partial`` reports from the
-metrics.json files present (the runs evaluated so far) without running anything; with either, several workdirs (each
-data set in one) make one report. A figure beside the report (``<out>_w1.png`` / ``.pdf``) puts every method's W1
+that split whole (its jobs in no order among themselves: SA's calibration may wait behind a baseline's training). A
+split is evaluated once every listed method has run on it; to score SA first, stop the run (SIGTERM the jobs' processes,
+not Snakemake: each saves its state), run again with ``--methods sa`` (it evaluates SA alone), then with the full list,
+which resumes the saved trainings. ``--report-only`` skips the run and reads WORKDIR as it is; ``--partial`` reports
+from the metrics.json files present (the runs evaluated so far) without running anything; with either, several workdirs
+(each data set in one) make one report. A figure beside the report (``<out>_w1.png`` / ``.pdf``) puts every method's W1
 against the paper's (``uci_figures.paper_w1_figure``). ``--out`` defaults to ``WORKDIR/uci_paper_slice.md`` for one
 workdir outside the repository, else to ``benchmarks/out/uci_paper_slice.md`` (ignored by git: the kept records stay as
 they were kept). ``--by-split`` adds, per data set, each split's native W1 and PI-95 coverage and the pooled W1 without
