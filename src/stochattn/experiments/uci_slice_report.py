@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import shutil
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -164,15 +164,13 @@ def split_comparisons(work: Path, dataset: str, cells: pd.DataFrame) -> tuple[li
     return splits, {s: comparison({s}) for s in splits}, {s: comparison(set(splits) - {s}) for s in splits}
 
 
-def within_only_pooled(table: pd.DataFrame, homes: dict, cells: pd.DataFrame) -> str:
+def within_only_pooled(table: pd.DataFrame, comparisons: Mapping[str, tuple]) -> str:
     """The cells within 2x (or 1.5x the floor) pooled while most of their splits, each read alone against the paper,
     are beyond: errors of opposite sign or unequal size that the pooled PIT averages out (a reader checking number
-    for number should know). Empty where there are none."""
-    lines, by_dataset = [], {}
+    for number should know); ``comparisons``: each data set's :func:`split_comparisons`. Empty where there are none."""
+    lines = []
     for _, r in table[table["within"].fillna(False).astype(bool)].iterrows():
-        if r["dataset"] not in by_dataset:  # each data set's per-split tables once, for all its cells
-            by_dataset[r["dataset"]] = split_comparisons(homes[r["dataset"]], r["dataset"], cells)
-        splits, single, _ = by_dataset[r["dataset"]]
+        splits, single, _ = comparisons[r["dataset"]]
         alone = [single[s][single[s]["method"] == r["method"]] for s in splits]
         alone = [a.iloc[0] for a in alone if not a.empty and pd.notna(a["within"].iloc[0])]
         beyond_alone = [a for a in alone if not bool(a["within"])]
@@ -186,12 +184,15 @@ def within_only_pooled(table: pd.DataFrame, homes: dict, cells: pd.DataFrame) ->
     return head + "\n".join(lines) + "\n"
 
 
-def by_split(work: Path, datasets: Sequence[str], cells: pd.DataFrame) -> str:
+def by_split(
+    work: Path, datasets: Sequence[str], cells: pd.DataFrame, comparisons: Mapping[str, tuple] | None = None
+) -> str:
     """Per data set, one row per method: each split's native test W1 / PI-95 coverage, then the pooled W1 (ratio to
-    the paper's) over every split but one; from the metrics.json files present, through the workflow's own tables."""
+    the paper's) over every split but one; from the metrics.json files present, through the workflow's own tables
+    (or ``comparisons``, each data set's :func:`split_comparisons` made already)."""
     out = []
     for ds in datasets:
-        splits, single, without = split_comparisons(work, ds, cells)
+        splits, single, without = (comparisons or {}).get(ds) or split_comparisons(work, ds, cells)
         if not splits:
             continue
         out.append(f"\n**{ds}** by split: native W1 / PI-95 of each split; pooled W1 (paper ratio) without one\n")
@@ -270,9 +271,11 @@ def build(
     cells = paper_cells(paper_results)
     table = uci_slice_comparison(pd.concat(masters, ignore_index=True), cells)
     nus = {key: v for work in set(homes.values()) for key, v in sa_nus(work, table).items() if homes[key[0]] == work}
-    text = markdown(table, hours, nus) + beyond(table) + within_only_pooled(table, homes, cells)
+    # each data set's per-split tables once, for the within-only-pooled list and --by-split
+    comparisons = {ds: split_comparisons(homes[ds], ds, cells) for ds in dict.fromkeys(table["dataset"])}
+    text = markdown(table, hours, nus) + beyond(table) + within_only_pooled(table, comparisons)
     if splits_by_split:
-        text += "".join(by_split(homes[ds], [ds], cells) for ds in dict.fromkeys(table["dataset"]))
+        text += "".join(by_split(homes[ds], [ds], cells, comparisons) for ds in comparisons)
     return SliceReport(text, table, homes)
 
 
