@@ -175,6 +175,57 @@ def test_write_comparison_is_atomic_with_provenance(tmp_path):
     assert not list(tmp_path.glob(".*tmp"))
 
 
+def test_two_reports_give_the_cells_that_moved_and_the_verdict_transitions(tmp_path, load_script):
+    """benchmarks/compare_reports.py: two runs' reports cell by cell. The transition table counts the default rows
+    only (SA at the loss arg-min); a moved value without a verdict change is listed after the verdict changes; a cell
+    one run lacks is "not run" there; an unmoved cell is not listed."""
+    reference = {"w1": {"source": "Table tab:uci_master, Panel A", "table": "uci_master", "metric": "w1_native_pooled",
+                        "methods": ["sa", "swag", "hsa"],
+                        "rows": {"yacht": [0.02, 0.04, 0.1], "wine": [0.2, 0.2, 0.2]}}}  # fmt: skip
+    cells = P.paper_cells(reference)
+
+    def report(values):
+        rows = [mean_row(r, m, "w1_native_pooled", [v]) for (r, m), v in values.items()]
+        return P.compare(cells, {"uci_master": tidy_frame(rows)}, {"uci": "paper configuration"})
+
+    before = {("yacht", "sa"): 0.021, ("yacht", "sa_match"): 0.03, ("yacht", "swag"): 0.041, ("yacht", "hsa"): 0.105,
+              ("wine", "sa"): 0.3, ("wine", "swag"): 0.21}  # fmt: skip
+    after = {**before, ("yacht", "sa"): 0.03, ("yacht", "sa_match"): 0.05, ("wine", "swag"): 0.215,
+             ("wine", "hsa"): 0.5}  # fmt: skip
+    changes = P.report_changes(report(before), report(after))
+    t = changes["transitions"]
+    assert int(t.to_numpy().sum()) == 6  # six default cells; the scale-matching row is not counted
+    assert t.loc["within 10%", "within 2x"] == 1  # yacht SA 1.05 -> 1.5
+    assert t.loc["not run", "differs > 2x"] == 1  # wine HSA ran only after
+    assert t.loc["within 10%", "within 10%"] == 3 and t.loc["within 2x", "within 2x"] == 1
+    moved = changes["changed"]
+    keys = list(zip(moved["row"], moved["method"]))
+    # verdict changes first (in the after report's order), then the values that moved within their verdict
+    assert keys == [("yacht", "sa"), ("yacht", "sa_match"), ("wine", "hsa"), ("wine", "swag")]
+    assert list(moved["verdict_changed"]) == [True, True, True, False]
+    assert moved.loc[0, "ours_before"] == pytest.approx(0.021) and moved.loc[0, "ratio_after"] == pytest.approx(1.5)
+    assert math.isnan(moved.loc[2, "ours_before"]) and moved.loc[2, "verdict_before"] == "not run"
+    # eight cells: six default ones and SA's scale-matching row of each data set (wine's not run in either)
+    assert len(changes["cells"]) == 8 and P.report_changes(report(before), report(before))["changed"].empty
+    with pytest.raises(ValueError, match="lacks the columns"):
+        P.report_changes(report(before).drop(columns="verdict"), report(after))
+    with pytest.raises(ValueError, match="names a cell twice"):
+        P.report_changes(pd.concat([report(before)] * 2), report(after))
+    # the script, as a user runs it on two paper_comparison.csv files
+    report(before).to_csv(tmp_path / "a.csv", index=False)
+    report(after).to_csv(tmp_path / "b.csv", index=False)
+    script = load_script(REPO / "benchmarks" / "compare_reports.py")
+    out = tmp_path / "changes.md"
+    md = script.main([str(tmp_path / "a.csv"), str(tmp_path / "b.csv"), "--labels", "a73a0fd", "773b32d",
+                      "--out", str(out)])  # fmt: skip
+    assert out.read_text() == md
+    assert "a73a0fd within 10%: 4, within 2x: 1, differs > 2x: 0, not run: 1" in md
+    assert "773b32d within 10%: 3, within 2x: 2, differs > 2x: 1, not run: 0" in md
+    assert "4 of 8 cells moved (3 changed verdict" in md
+    assert "| yacht | SA | w1_native_pooled | 0.02 | 0.021 | 0.03 | 1.05 | 1.5 | **within 10% -> within 2x** |" in md
+    assert "| wine | SWAG | w1_native_pooled | 0.2 | 0.21 | 0.215 | 1.05 | 1.075 | within 10% |" in md
+
+
 def test_uci_slice_comparison_puts_each_method_beside_the_paper():
     """benchmarks/uci_paper_slice.py's table: per (data set, method) the run's native W1 with its floor, PI-95
     coverage and PIT-mean z beside the paper's W1; SA's row also RMSE/sigma_y beside the paper's; the scale-matching

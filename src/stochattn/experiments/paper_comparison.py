@@ -4,6 +4,8 @@
     compare            paper cells x our tidy tables -> the comparison (paper, ours, ratio, verdict, run; every SA
                        cell at both operating points with the nearer one; the W1 floor; the PIT-mean bias flag)
     write_comparison   results/tables/paper_comparison.{csv,md} (atomic) with a provenance record beside each
+    report_changes     two runs' comparisons -> the verdict transitions and the cells that moved (before -> after)
+    changes_markdown   that, as markdown (benchmarks/compare_reports.py)
 
 The paper's values live only in the reference file, each block with its source label; our values are read from the
 tidy CSVs of the run's own tables (``results/tables/<table>.csv``), the same statistic under the same name. Rows of a
@@ -30,7 +32,8 @@ with requires("workflow"):
     import yaml
 
 __all__ = ["COLUMNS", "VERDICTS", "OPERATING_POINTS", "OPERATING_POINT_NOTE", "paper_cells", "slice_of", "compare",
-           "operating_point_summary", "to_markdown", "write_comparison", "load_tables"]
+           "operating_point_summary", "to_markdown", "write_comparison", "load_tables", "report_changes",
+           "changes_markdown"]
 
 COLUMNS = ("source", "table", "row", "method", "metric", "paper", "ours", "ratio", "verdict", "run", "nearer",
            "floor", "flag")  # fmt: skip
@@ -253,3 +256,76 @@ def write_comparison(comparison: pd.DataFrame, basename: str | os.PathLike, head
 def load_tables(paths: Sequence[str | os.PathLike]) -> dict[str, pd.DataFrame]:
     """``{table name (file stem): tidy frame}`` of our tables' CSVs."""
     return {Path(p).stem: pd.read_csv(p) for p in paths}
+
+
+_KEY = ["source", "table", "row", "method", "metric"]
+
+
+def report_changes(before: pd.DataFrame, after: pd.DataFrame, rtol: float = 1e-9) -> dict[str, pd.DataFrame]:
+    """Two runs' comparisons (:data:`COLUMNS`, e.g. two ``paper_comparison.csv``) cell by cell, keyed by (source,
+    table, row, method, metric); a cell one run lacks counts as "not run" there.
+
+    Returns ``transitions`` (verdict before x verdict after, counts over the default rows: SA at Algorithm 2's loss
+    arg-min, as the report's verdict line counts them), ``changed`` (the cells, both operating points, whose value
+    moved by more than ``rtol`` relative or whose verdict changed: paper, ours before and after, both ratios and
+    verdicts; the verdict changes first, each group in the after report's order) and ``cells`` (every cell, the same
+    columns)."""
+    for name, frame in (("before", before), ("after", after)):
+        missing = [c for c in (*_KEY, "paper", "ours", "ratio", "verdict") if c not in frame.columns]
+        if missing:
+            raise ValueError(f"the {name} report lacks the columns {missing} (a paper_comparison.csv has them)")
+        if frame.duplicated(_KEY).any():
+            twice = frame[frame.duplicated(_KEY)][_KEY].iloc[0].tolist()
+            raise ValueError(f"the {name} report names a cell twice: {twice}")
+    cols = [*_KEY, "paper", "ours", "ratio", "verdict"]
+    cells = after[cols].merge(before[cols], on=_KEY, how="outer", suffixes=("_after", "_before"), indicator=True)
+    order = {k: i for i, k in enumerate(map(tuple, after[_KEY].to_numpy()))}
+    order.update({k: len(order) + i for i, k in enumerate(map(tuple, before[_KEY].to_numpy())) if k not in order})
+    cells["_order"] = [order[k] for k in map(tuple, cells[_KEY].to_numpy())]
+    cells["paper"] = cells["paper_after"].fillna(cells["paper_before"])
+    for side in ("before", "after"):
+        cells[f"verdict_{side}"] = cells[f"verdict_{side}"].fillna("not run")
+    ob, oa = cells["ours_before"].astype(float), cells["ours_after"].astype(float)
+    same = (ob.isna() & oa.isna()) | ((ob - oa).abs() <= rtol * pd.concat([ob.abs(), oa.abs()], axis=1).max(axis=1))
+    cells["verdict_changed"] = cells["verdict_before"] != cells["verdict_after"]
+    cells["moved"] = ~same | cells["verdict_changed"]
+    cells = cells.sort_values("_order", kind="stable").reset_index(drop=True)
+    out_cols = [*_KEY, "paper", "ours_before", "ours_after", "ratio_before", "ratio_after", "verdict_before",
+                "verdict_after", "verdict_changed"]  # fmt: skip
+    default = cells[~cells["method"].isin(OPERATING_POINTS.values())]
+    transitions = pd.crosstab(
+        pd.Categorical(default["verdict_before"], VERDICTS), pd.Categorical(default["verdict_after"], VERDICTS),
+        rownames=["before"], colnames=["after"], dropna=False)  # fmt: skip
+    changed = cells[cells["moved"]].sort_values("verdict_changed", ascending=False, kind="stable")
+    return {"transitions": transitions, "changed": changed[out_cols].reset_index(drop=True), "cells": cells[out_cols]}
+
+
+def changes_markdown(changes: Mapping[str, pd.DataFrame], before_label: str = "before",
+                     after_label: str = "after") -> str:  # fmt: skip
+    """:func:`report_changes` as markdown: each run's verdict counts (default rows), the transition table and the
+    cells that moved."""
+    t = changes["transitions"]
+
+    def count(totals: pd.Series) -> str:
+        return ", ".join(f"{v}: {int(n)}" for v, n in totals.items())
+
+    lines = ["# Two reproduction reports, cell by cell", "",
+             f"Verdicts (SA at Algorithm 2's loss arg-min): {before_label} {count(t.sum(axis=1))}; "
+             f"{after_label} {count(t.sum(axis=0))}.", "",
+             f"| {before_label} (rows) / {after_label} (columns) | " + " | ".join(VERDICTS) + " |",
+             "|:---|" + "---:|" * len(VERDICTS)]  # fmt: skip
+    lines += [f"| {v} | " + " | ".join(str(int(n)) for n in t.loc[v]) + " |" for v in VERDICTS]
+    moved = changes["changed"]
+    n_verdict = int(moved["verdict_changed"].sum())
+    lines += ["", f"{len(moved)} of {len(changes['cells'])} cells moved ({n_verdict} changed verdict; both operating "
+              "points listed).", ""]  # fmt: skip
+    if len(moved):
+        lines += [f"| Source | Row | Method | Metric | Paper | {before_label} | {after_label} | Ratio before | "
+                  "Ratio after | Verdict before -> after |",
+                  "|:---|:---|:---|:---|---:|---:|---:|---:|---:|:---|"]  # fmt: skip
+        for r in moved.itertuples(index=False):
+            verdict = f"**{r.verdict_before} -> {r.verdict_after}**" if r.verdict_changed else r.verdict_after
+            lines.append(f"| {r.source} | {r.row} | {method_label(r.method)} | {r.metric} | {_num(r.paper)} | "
+                         f"{_num(r.ours_before)} | {_num(r.ours_after)} | {_num(r.ratio_before)} | "
+                         f"{_num(r.ratio_after)} | {verdict} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
