@@ -83,7 +83,7 @@ def test_nan_equals_nan_and_only_runs_in_both_are_compared(rerun, tmp_path):
 
 def test_the_cpu_column_names_a_change_of_torch_cpu_kernels_and_leaves_the_verdict_to_the_values(rerun, tmp_path):
     """Records kept before the provenance named the CPU kernels say "-"; kept AVX2 against a rerun's AVX512 is named
-    (the reason bits may differ), and an identical run stays identical."""
+    (the reason bits may differ), as is another processor on the same kernels, and an identical run stays identical."""
     assert set(compare_records(rerun, RECORDS, ["yacht"])["cpu"]) == {"-"}
     records = tmp_path / "records"
     shutil.copytree(RECORDS / "yacht", records / "yacht")
@@ -95,3 +95,8 @@ def test_the_cpu_column_names_a_change_of_torch_cpu_kernels_and_leaves_the_verdi
     assert frame.loc[(0, "sa"), "cpu"] == "AVX2 -> AVX512" and frame.loc[(0, "sa"), "verdict"] == "identical"
     assert frame.loc[(0, "swag"), "cpu"] == "same" and frame.loc[(0, "ivon"), "cpu"] == "-"
     assert "| cpu |" in compare_markdown(frame.reset_index())
+    for folder, name in ((kept, "AMD EPYC"), (run, "Intel(R) Xeon(R) Processor")):  # the same kernels, another vendor
+        edit(folder / "swag" / "meta.json", lambda d, name=name: d["provenance"].update(cpu=name))
+    frame = compare_records(rerun, records, ["yacht"]).set_index(["split", "method"])
+    assert frame.loc[(0, "swag"), "cpu"] == "AMD EPYC -> Intel(R) Xeon(R) Processor (AVX2)"
+    assert frame.loc[(0, "sa"), "cpu"] == "AVX2 -> AVX512"  # a change of kernels is named first

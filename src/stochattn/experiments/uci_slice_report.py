@@ -338,8 +338,9 @@ def compare_records(work: Path, records: Path, datasets: Sequence[str]) -> pd.Da
 
     Columns: ``outputs`` ("identical", "differ: samples.npz", "-" where the run records no digest): the SHA-256 of
     the files the job wrote (meta.json's ``sha256``: samples, model); ``code``: "same" or "differs" (the rule's code
-    hash); ``cpu``: "same", "kept -> rerun" (e.g. "AVX2 -> AVX512": torch's CPU kernels differ, so the bits may) or
-    "-" where a record does not say (:func:`stochattn.provenance.cpu_info`; records kept before 2026-12-02);
+    hash); ``cpu``: "same", "kept -> rerun" (e.g. "AVX2 -> AVX512": torch's CPU kernels differ, so the bits may; or
+    another processor on the same kernels, :func:`_cpu_change`) or "-" where a record does not say
+    (:func:`stochattn.provenance.cpu_info`; records kept before 2026-12-02);
     ``values``: how many of the leaves of meta.json and metrics.json (without run times, provenance, package
     versions and device: :data:`_CONTEXT_KEYS`) present in both are compared and how many differ; ``largest``: the
     differing number with the largest relative difference, as "key: kept -> rerun"; ``verdict``: "identical" (the
@@ -363,8 +364,7 @@ def compare_records(work: Path, records: Path, datasets: Sequence[str]) -> pd.Da
             outputs = "-" if not files else "identical" if not changed else "differ: " + ", ".join(changed)
             code_a, code_b = (((m.get("provenance") or {}).get("code") or {}).get("sha256") for m in (a_meta, b_meta))
             code = "-" if not (code_a and code_b) else "same" if code_a == code_b else "differs"
-            cpu_a, cpu_b = ((m.get("provenance") or {}).get("cpu_capability") for m in (a_meta, b_meta))
-            cpu = "-" if not (cpu_a and cpu_b) else "same" if cpu_a == cpu_b else f"{cpu_a} -> {cpu_b}"
+            cpu = _cpu_change(a_meta.get("provenance") or {}, b_meta.get("provenance") or {})
             verdict = "identical" if not changed else "same values"
             if differ:
                 near = all(_relative_difference(a_vals[k], b_vals[k]) <= LAST_DIGITS for k in differ)
@@ -376,6 +376,21 @@ def compare_records(work: Path, records: Path, datasets: Sequence[str]) -> pd.Da
     if not rows:
         raise ValueError(f"no run of {', '.join(datasets)} is both in {work} and in {records}")
     return pd.DataFrame(rows)
+
+
+def _cpu_change(kept: dict, rerun: dict) -> str:
+    """Two runs' processors from their provenance: "-" where either does not name its kernels' instruction set,
+    "same" for the same processor and kernels, else what changed: "AVX2 -> AVX512", or "AMD EPYC -> Intel(R) Xeon(R)
+    Processor (AVX512)" (the same kernels on another vendor's processor: the math libraries may take other code paths
+    there: protein's split-0 backbone, trained on an AMD EPYC and on an Intel Xeon, both AVX512, had its best epoch at
+    95 and at 82, docs/measurements.md#uci-paper-protein)."""
+    cap_a, cap_b = kept.get("cpu_capability"), rerun.get("cpu_capability")
+    if not (cap_a and cap_b):
+        return "-"
+    if cap_a != cap_b:
+        return f"{cap_a} -> {cap_b}"
+    name_a, name_b = kept.get("cpu"), rerun.get("cpu")
+    return "same" if not (name_a and name_b) or name_a == name_b else f"{name_a} -> {name_b} ({cap_b})"
 
 
 LAST_DIGITS = 1e-12  # relative difference of a value recomputed with its sums in another order
