@@ -450,6 +450,38 @@ def test_labels_of_points_close_together_do_not_overlap():
     assert not any(t.overlaps(m) for i, t in enumerate(boxes) for j, m in enumerate(markers) if i != j)
 
 
+def test_paper_w1_figures_labels_cover_no_other_point_as_saved(tmp_path, monkeypatch):
+    """SA's and MultiSWAG's panels of the kept report of 2026-12-04: labelled before the constrained layout and the
+    equal aspect had set the panels' boxes, protein's label covered yacht's MultiSWAG point and kin8nm's ran into
+    protein's on SA's panel. As saved, no label's text overlaps another label or another point's marker."""
+    import pandas as pd
+    from matplotlib.text import Text
+
+    rows = [("concrete", "sa", 0.075, 0.051, 3), ("concrete", "multiswag", 0.056, 0.115, 3),
+            ("energy", "sa", 0.077, 0.03, 3), ("energy", "multiswag", 0.029, 0.042, 3),
+            ("kin8nm", "sa", 0.073, 0.07, 3), ("kin8nm", "multiswag", 0.132, 0.087, 3),
+            ("naval", "sa", 0.089, 0.022, 3),
+            ("power", "sa", 0.116, 0.093, 3), ("power", "multiswag", 0.142, 0.169, 3),
+            ("protein", "sa", 0.131, 0.163, 1), ("protein", "multiswag", 0.113, 0.14, 1),
+            ("wine", "sa", 0.158, 0.189, 3), ("wine", "multiswag", 0.164, 0.177, 3),
+            ("yacht", "sa", 0.057, 0.021, 3), ("yacht", "multiswag", 0.093, 0.07, 3)]  # fmt: skip
+    table = pd.DataFrame(rows, columns=["dataset", "method", "w1", "paper_w1", "n"]).assign(w1_floor=0.005, within=True)
+    drawn = {}
+    save = UF.save_figure
+    monkeypatch.setattr(UF, "save_figure", lambda fig, out: drawn.setdefault("fig", fig) and save(fig, out))
+    UF.paper_w1_figure(table, tmp_path / "w1")
+    fig = drawn["fig"]
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        for t in ax.texts:
+            t.update_positions(renderer)
+        texts = [Text.get_window_extent(t, renderer) for t in ax.texts]  # the text alone, without a leader line
+        markers = [line.get_window_extent(renderer) for line in ax.lines if line.get_marker() == "o"]
+        assert len(texts) == len(markers) == (8 if ax.get_title().startswith("SA") else 7)
+        assert not any(a.overlaps(b) for i, a in enumerate(texts) for b in texts[i + 1 :]), ax.get_title()
+        assert not any(t.overlaps(m) for i, t in enumerate(texts) for j, m in enumerate(markers) if i != j)
+
+
 def test_loss_minimum_figure_marks_the_losss_minimum_and_the_scale_matching_point(tmp_path, monkeypatch):
     """One panel per backbone; the vertical lines at kappa * rho and 1; candidates beyond twice s0 counted, not drawn;
     the closed-form curve passes through the loss it describes; a result without rows is a clear error."""

@@ -445,25 +445,36 @@ def cost_figure(
 # --------------------------------------------------------------------------------------------------------------
 def _label_points(ax, points: list[tuple[str, float, float]], size: float = 6.5, marker: float = 6.0) -> None:
     """Annotate each (label, x, y) beside its point, in the first of four corners (right above, right below, left
-    above, left below), then the same a line further out (with a thin leader line to its point), where its text
-    (estimated at 0.6 x ``size`` points per character, 1.15 x ``size`` high) overlaps no label placed before and no
-    other point's marker (``marker`` points wide, its edge included); where every corner overlaps, the first with
-    the fewest labels overlapped, then the fewest markers."""
+    above, left below), then the same one and two lines further out (with a thin leader line to its point), where its
+    text (as wide as the figure's renderer draws it, 1.15 x ``size`` high) overlaps no label placed before and no
+    other point's marker (``marker`` points wide) and stays inside the panel; where none does, the one with the
+    fewest overlaps, then inside the panel, then the least overlapped area. Offsets are in points from the panel's
+    data, so the panel's box must be final: draw a constrained-layout figure first."""
+    from matplotlib.font_manager import FontProperties
 
-    def overlaps(a, b):  # boxes (x0, y0, width, height) in points
-        return a[0] < b[0] + b[2] and b[0] < a[0] + a[2] and a[1] < b[1] + b[3] and b[1] < a[1] + a[3]
+    def overlap(a, b):  # the area two boxes (x0, y0, width, height) share
+        dx = min(a[0] + a[2], b[0] + b[2]) - max(a[0], b[0])
+        dy = min(a[1] + a[3], b[1] + b[3]) - max(a[1], b[1])
+        return dx * dy if dx > 0 and dy > 0 else 0.0
 
-    to_points = ax.transData + ax.figure.dpi_scale_trans.inverted()
+    def cost(box, others):  # overlaps, then whether it leaves the panel, then the area overlapped
+        areas = [overlap(box, b) for b in others]
+        return sum(a > 0 for a in areas), overlap(box, panel) < box[2] * box[3], sum(areas)
+
+    renderer, font, inches = ax.figure.canvas.get_renderer(), FontProperties(size=size), ax.figure.dpi_scale_trans
+    to_points = ax.transData + inches.inverted()
+    panel = tuple(v * 72 for v in ax.get_window_extent(renderer).transformed(inches.inverted()).bounds)
     centres = [tuple(v * 72 for v in to_points.transform((x, y))) for _, x, y in points]
     markers = [(px - marker / 2, py - marker / 2, marker, marker) for px, py in centres]
     placed = []
-    for (label, x, y), (px, py) in zip(points, centres):
-        w, h = 0.6 * size * len(label), 1.15 * size  # as drawn, descenders included (va="bottom")
+    for i, ((label, x, y), (px, py)) in enumerate(zip(points, centres)):
+        w = renderer.get_text_width_height_descent(label, font, ismath=False)[0] * 72 / ax.figure.dpi
+        h = 1.15 * size  # as drawn, descenders included (va="bottom")
+        others = placed + markers[:i] + markers[i + 1 :]
         corners = [(dx, dy, ha, (px + dx - (w if ha == "right" else 0), py + dy, w, h), lift)
-                   for lift in (0, h) for dx, dy, ha in ((3, 2 + lift, "left"), (3, -2 - h - lift, "left"),
-                                                         (-3, 2 + lift, "right"), (-3, -2 - h - lift, "right"))]
-        dx, dy, ha, box, lift = min(corners, key=lambda c: (sum(overlaps(c[3], b) for b in placed),
-                                                            sum(overlaps(c[3], b) for b in markers)))  # fmt: skip
+                   for lift in (0, h, 2 * h) for dx, dy, ha in ((3, 2 + lift, "left"), (3, -2 - h - lift, "left"),
+                                                                (-3, 2 + lift, "right"), (-3, -2 - h - lift, "right"))]
+        dx, dy, ha, box, lift = min(corners, key=lambda c: cost(c[3], others))  # fmt: skip
         placed.append(box)
         leader = dict(arrowstyle="-", lw=0.4, color="0.55", shrinkA=0, shrinkB=2.5) if lift else None
         ax.annotate(label, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=size, ha=ha, va="bottom",
@@ -504,6 +515,7 @@ def paper_w1_figure(comparison: pd.DataFrame | PathLike, out_base: PathLike, *, 
                  "splits, where fewer than the most", fontsize=8)  # fmt: skip
     most = int(df["n"].max()) if "n" in df else 0
     grid = np.linspace(lo, hi, 2)
+    panels = []
     for k, method in enumerate(methods):
         ax = fig.add_subplot(rows, cols, k + 1)
         ax.set(xscale="log", yscale="log", xlim=(lo, hi), ylim=(lo, hi), aspect="equal")
@@ -518,7 +530,7 @@ def paper_w1_figure(comparison: pd.DataFrame | PathLike, out_base: PathLike, *, 
             ax.plot(r.paper_w1, r.w1, "o", color=color, ms=5)
             n = int(getattr(r, "n", most))
             points.append((dataset_label(r.dataset) + (f" ({n})" if n < most else ""), r.paper_w1, r.w1))
-        _label_points(ax, points)
+        panels.append((ax, points))
         inside = int(d["within"].astype(bool).sum())
         ax.set_title(f"{method_label(method)}: {inside} of {len(d)} within", fontsize=8.5)
         ax.tick_params(labelsize=7)
@@ -527,6 +539,12 @@ def paper_w1_figure(comparison: pd.DataFrame | PathLike, out_base: PathLike, *, 
         if k >= (rows - 1) * cols or k + cols >= len(methods):
             ax.set_xlabel("native W1, paper", fontsize=8)
     draw_marker(fig, marker)
+    # The labels' offsets are measured in points from each panel's data, so the panels' boxes must be final first:
+    # the constrained layout and the equal aspect set them when the figure is drawn, then the layout is frozen.
+    fig.canvas.draw()
+    fig.set_layout_engine("none")
+    for ax, points in panels:
+        _label_points(ax, points)
     return save_figure(fig, out_base)
 
 
