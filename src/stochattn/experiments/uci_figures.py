@@ -53,6 +53,7 @@ from stochattn.scaling import apply_scale
 
 with requires("workflow"):
     import pandas as pd
+    from matplotlib.font_manager import FontProperties
 
 __all__ = [
     "pit_histograms",
@@ -450,7 +451,6 @@ def _label_points(ax, points: list[tuple[str, float, float]], size: float = 6.5,
     other point's marker (``marker`` points wide) and stays inside the panel; where none does, the one with the
     fewest overlaps, then inside the panel, then the least overlapped area. Offsets are in points from the panel's
     data, so the panel's box must be final: draw a constrained-layout figure first."""
-    from matplotlib.font_manager import FontProperties
 
     def overlap(a, b):  # the area two boxes (x0, y0, width, height) share
         dx = min(a[0] + a[2], b[0] + b[2]) - max(a[0], b[0])
