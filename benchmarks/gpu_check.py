@@ -30,6 +30,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -93,13 +94,17 @@ def _climax(device: torch.device, small: bool):
     return name, model, lambda: model(x)
 
 
-def _default_sampler(sampler: str) -> None:
-    """The fused kernel's sampler on the SDPA path (stochattn.triton_sa.DEFAULT_SAMPLER), where triton imports."""
+def _default_sampler(sampler: Optional[str]) -> Optional[str]:
+    """The fused kernel's sampler on the SDPA path (stochattn.triton_sa.DEFAULT_SAMPLER) before this call, set to
+    ``sampler`` unless None; None where triton does not import."""
     try:
         from stochattn import triton_sa
     except ImportError:
-        return
-    triton_sa.DEFAULT_SAMPLER = sampler
+        return None
+    previous = triton_sa.DEFAULT_SAMPLER
+    if sampler is not None:
+        triton_sa.DEFAULT_SAMPLER = sampler
+    return previous
 
 
 def sa_rows(device: torch.device, repeats: int, small: bool) -> list[dict]:
@@ -121,9 +126,10 @@ def sa_rows(device: torch.device, repeats: int, small: bool) -> list[dict]:
                          "value": "exact" if exact else f"max |diff| {float((reference - off).abs().max()):.3g}"})
             for nu in NUS:
                 cells, ok, det = [], True, float("nan")
-                # the explicit path, then (CUDA) the fused kernel that the adapters' SDPA path takes by default, and
-                # at nu <= 16 the kernel's one-pass race sampler (triton_sa.DEFAULT_SAMPLER "auto")
-                paths = (("explicit", False, "cdf"), ("fused", None, "cdf"), ("race", None, "auto"))
+                # the explicit path, then (CUDA) the fused kernel of the adapters' SDPA path with its two-pass
+                # sampler, and at nu <= 16 with its one-pass race ("auto" takes the race where it was timed faster)
+                paths = (("explicit", False, "cdf"), ("fused", None, "cdf"), ("race", None, "race"))
+                library_sampler = _default_sampler(None)
                 for label, fused, sampler in paths[: 3 if device.type == "cuda" else 1]:
                     if label == "race" and nu > 16:
                         continue
@@ -143,7 +149,7 @@ def sa_rows(device: torch.device, repeats: int, small: bool) -> list[dict]:
                         sa.remove()
                         cells.append(f"{label} failed: {type(err).__name__}: {str(err).splitlines()[0][:120]}")
                         ok = False
-                _default_sampler("cdf")
+                _default_sampler(library_sampler)
                 paper = PAPER_CLIMAX.get(nu, "-") if "ClimaX" in name else "-"
                 rows.append({"check": f"{name}: nu={nu} time / deterministic", "ok": ok,
                              "value": f"{', '.join(cells)} (det {1e3 * det:.1f} ms; paper V100 {paper})"})

@@ -119,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"profile_sa on {torch.cuda.get_device_name(device)} (torch {torch.__version__}), nu {args.nu}", flush=True)
     builds = {"timesfm": (_timesfm, lambda nu: nu), "climax": (_climax, climax_sa_nu)}
     samplers = ["explicit"] if args.explicit else [s for s in args.samplers if s == "cdf" or args.nu <= 16]
+    default_sampler = triton_sa.DEFAULT_SAMPLER
     for key in args.models:
         build, template = builds[key]
         name, model, call = build(device, False)
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n== {name}: deterministic {det_wall:.1f} ms wall, {det_dev:.1f} ms device", flush=True)
             print(f"-- deterministic, {det_table}", flush=True)
             for sampler in samplers:
-                triton_sa.DEFAULT_SAMPLER = "auto" if sampler == "race" else "cdf"  # auto: the race for an int nu
+                triton_sa.DEFAULT_SAMPLER = "race" if sampler == "race" else "cdf"
                 sa = StochasticAttention(model, nu=template(args.nu), generator=torch.Generator().manual_seed(0),
                                          fused=False if sampler == "explicit" else None)  # fmt: skip
                 call(), call()  # compile and autotune
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{sa_dev:.1f} ms device ({sa_dev / det_dev:.2f}x); host time in SA's {clock.calls} attention "
                       f"calls {1e3 * clock.seconds:.1f} ms", flush=True)  # fmt: skip
                 print(f"-- SA ({sampler}), {sa_table}\n{python_table}", flush=True)
-        triton_sa.DEFAULT_SAMPLER = "cdf"
+        triton_sa.DEFAULT_SAMPLER = default_sampler
         del model
         torch.cuda.empty_cache()
     return 0

@@ -193,10 +193,10 @@ def test_race_weights_follow_the_multinomial_law(nu):
         assert_law(w[i * n:(i + 1) * n], pi[i], nu)
 
 
-def test_race_masks_causal_rows_seeds_and_limits():
+def test_race_masks_causal_rows_seeds_and_limits(monkeypatch):
     """The race: an additive mask's law, -inf keys never drawn and a fully masked row zero; causal rows draw only
     past keys (row 0 always key 0); per-head nu; the same seed reproduces, another differs; nu above RACE_MAX_NU or
-    a deterministic head is refused."""
+    a deterministic head is refused; "auto" takes it only where it was timed faster (nu <= 4, nu S <= 16384)."""
     q, k = _qk(L0=3, seed=22)
     g = torch.Generator().manual_seed(23)
     keep = torch.rand(3, S, generator=g) > 0.4
@@ -227,8 +227,15 @@ def test_race_masks_causal_rows_seeds_and_limits():
     with pytest.raises(ValueError, match="sampler must be"):
         triton_sa.sa_attention_fused(q, k, _eye(1), 4, seed=1, sampler="gumbel")
     assert torch.equal(a, triton_sa.sa_attention_fused(q, k, _eye(1), 4, seed=1, sampler="auto"))  # the race
-    assert torch.equal(triton_sa.sa_attention_fused(q, k, _eye(1), 17, seed=1, sampler="auto"),
-                       triton_sa.sa_attention_fused(q, k, _eye(1), 17, seed=1))  # fmt: skip
+    for nu in (5, 16):  # auto: the two-pass kernel, where the race was timed slower
+        assert torch.equal(triton_sa.sa_attention_fused(q, k, _eye(1), nu, seed=1, sampler="auto"),
+                           triton_sa.sa_attention_fused(q, k, _eye(1), nu, seed=1, sampler="cdf"))  # fmt: skip
+    assert not torch.equal(triton_sa.sa_attention_fused(q, k, _eye(1), 5, seed=1, sampler="cdf"),
+                           triton_sa.sa_attention_fused(q, k, _eye(1), 5, seed=1, sampler="race"))  # fmt: skip
+    two_pass = triton_sa.sa_attention_fused(q, k, _eye(1), 4, seed=1, sampler="cdf")
+    assert not torch.equal(a, two_pass)
+    monkeypatch.setattr(triton_sa, "AUTO_RACE_MAX_DRAWS", 4 * S - 1)  # nu * S above the limit: the two-pass kernel
+    assert torch.equal(triton_sa.sa_attention_fused(q, k, _eye(1), 4, seed=1, sampler="auto"), two_pass)
 
 
 def test_seed_and_offset_reproduce_and_separate_draws():

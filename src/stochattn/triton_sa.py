@@ -159,8 +159,15 @@ ONE_PASS_CONFIGS = ((16, None, 16, 4, False), (32, None, 16, 8, False), (32, Non
 _MAX_PLACE_TILE = 32768
 #: The race sampler (``sampler="race"``) draws nu exponentials per key: for small nu only.
 RACE_MAX_NU = 16
-#: The sampler of calls that name none (the SDPA path's): "cdf" until the race is timed on a GPU (docs/gpu.md);
-#: benchmarks set "auto" to time the race in whole models.
+#: ``sampler="auto"`` takes the race where an H200 timed it faster than the two-pass kernel (docs/gpu.md, 2026-12-04;
+#: bf16, autotuned, race time / two-pass time): an int nu <= AUTO_RACE_MAX_NU drawing nu * S <= AUTO_RACE_MAX_DRAWS
+#: per row. nu 1: 0.28-0.56x at 1k-16k keys; nu 4: 0.79-0.92x at 1k-4k keys but 1.21-1.27x at 16k; nu 16: 3.1-3.8x.
+AUTO_RACE_MAX_NU = 4
+AUTO_RACE_MAX_DRAWS = 16384
+#: The sampler of calls that name none (the SDPA path's). "auto" was faster in whole models on that H200 at nu 1 / 4
+#: (ClimaX 1.16x -> 1.03x / 1.16x -> 1.09x the deterministic pass; TimesFM 2.5 1.20x -> 1.19x / 1.21x -> 1.20x), but
+#: the race's law under additive masks and causal rows has run in the interpreter only: "cdf" stays the default until
+#: tests/test_triton_sa_cuda.py's race cases have all passed on a device.
 DEFAULT_SAMPLER = "cdf"
 #: (BLOCK_M, BLOCK_N, warps) the autotuner times for the race, pruned to at most 32 elements of the (BLOCK_M, NU_BLOCK,
 #: BLOCK_N) tile per thread (sm_90, bf16, head dim 80, 32 x 32 tiles in 8 warps: 117 registers and no spill at nu
@@ -324,8 +331,9 @@ def sa_attention_fused(
     ``sampler``: ``"cdf"`` (the row's sorted uniforms placed in its cumulative sums, two passes; any nu),
     ``"race"`` (one pass, an exponential race per draw, no normaliser: O(nu S) random numbers per row; nu at most
     :data:`RACE_MAX_NU` and >= 1 in every head; the Philox counter ``offset + (r nu_max + d) ceil(S / 4) + g``
-    serves draw d at keys 4 g .. 4 g + 3), ``"auto"`` (the race for an int nu up to RACE_MAX_NU, else cdf) or None
-    (:data:`DEFAULT_SAMPLER`, what the SDPA path takes). The same law; different draws for the same seed."""
+    serves draw d at keys 4 g .. 4 g + 3), ``"auto"`` (the race for an int nu <= :data:`AUTO_RACE_MAX_NU` with
+    nu S <= :data:`AUTO_RACE_MAX_DRAWS`, where it was timed faster; else cdf) or None (:data:`DEFAULT_SAMPLER`, what
+    the SDPA path takes). The same law; different draws for the same seed."""
     ok, why = available(q.device)
     if not ok:
         raise FusedUnavailableError(why)
@@ -347,7 +355,8 @@ def sa_attention_fused(
     if sampler not in ("cdf", "race", "auto"):
         raise ValueError(f"sampler must be 'cdf', 'race' or 'auto', got {sampler!r}")
     if sampler == "auto":
-        sampler = "race" if isinstance(nu, int) and 1 <= nu <= RACE_MAX_NU else "cdf"
+        race = isinstance(nu, int) and 1 <= nu <= AUTO_RACE_MAX_NU and nu * S <= AUTO_RACE_MAX_DRAWS
+        sampler = "race" if race else "cdf"
     scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
     nu_h, nu_max, nu_min = _nu_per_head(nu, H, q.device)
     kind, mask, sm = _mask_operand(attn_mask, (B, H, L, S), q)
