@@ -7,6 +7,9 @@
 # WARM compiles every variant in parallel processes beside the law tests (Triton's cache), so the timed parts do not
 # compile.
 #   bash benchmarks/gpu_kernel_check.sh [OUTDIR]      (python: $PYTHON, default python3; every core of the node)
+# WHEELS=DIR installs the wheels in DIR for this run only (OUTDIR/site, after the repository's src on PYTHONPATH), for
+# a node whose environment lacks a package the model rows need (timesfm: `pip download --no-deps --only-binary=:all:
+# --python-version 3.12 -d DIR "timesfm>=3.0.2,<3.1"` where the index can be reached).
 set -u
 mkdir -p "${1:-gpu-kernel-check}"
 out=$(cd "${1:-gpu-kernel-check}" && pwd)  # absolute: the law tests write law_z.jsonl there from another directory
@@ -14,6 +17,9 @@ py=${PYTHON:-python3}
 workers=$(( $(nproc) > 12 ? 12 : $(nproc) ))
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 SA_LAW_LOG="$out/law_z.jsonl"
 rm -f "$SA_LAW_LOG"
+if [ -n "${WHEELS:-}" ]; then
+  $py -m pip install -q --no-deps --no-index --target "$out/site" "$WHEELS"/*.whl && export PYTHONPATH="$PYTHONPATH:$out/site"
+fi
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   $py -c "import torch, triton; print('torch', torch.__version__, '(CUDA', torch.version.cuda + ') triton', triton.__version__)"
