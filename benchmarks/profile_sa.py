@@ -1,71 +1,118 @@
 """Where SA's whole-model overhead goes on a CUDA device: host or device, and which kernels.
 
-    python benchmarks/profile_sa.py [--nu 16] [--repeats 5] [--models timesfm climax]
+    python benchmarks/profile_sa.py [--nu 16] [--repeats 20] [--models timesfm climax] [--device cpu --small]
 
 For the full-size TimesFM 2.5 200M and ClimaX modules of gpu_check.py (random weights), the deterministic pass and
 the SA pass (fused kernel, the adapters' default on CUDA, with each of ``--samplers`` cdf / race; ``--explicit`` for
-the explicit path): wall milliseconds
-per forward (median, device synchronised), the device's busy time per forward (the sum of CUDA kernel times under
-torch.profiler), the host time spent in SA's attention calls, and the top operators by device and host time. A
-forward whose wall time is far above its device time is bound by the host (Python, launches): there, SA's
-overhead is host work per attention call, not the kernel.
+the explicit path):
+- wall: the median of per-repeat SA / deterministic ratios, each repeat timing the two passes back to back with the
+  device synchronised (gpu_check.paired_ratios). Two medians taken minutes apart are not compared: on a host-bound
+  forward the host's speed drifts by more than SA's cost (TimesFM's deterministic pass took 33-59 ms in one hour);
+- the device's busy time per forward (the sum of CUDA kernel times under torch.profiler) and the top operators by
+  device and host time;
+- the host time spent in SA's attention calls, and where the rest of the host's extra time goes: one forward each
+  under cProfile, the functions whose own time grew most from the deterministic pass to SA;
+- the synchronising CUDA calls per forward (``torch.cuda.set_sync_debug_mode``), deterministic and SA: a call that
+  waits for the device stops the host from queueing work ahead of it.
+A forward whose wall time is far above its device time is bound by the host (Python, launches): there, SA's
+overhead is host work per attention call, not the kernel. ``--device cpu --small`` runs the reduced modules on the
+CPU (the explicit path; no device time or synchronisations to count): how this script itself is tested.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
+import cProfile
+import io
+import pstats
 import sys
 import time
+import warnings
 
 import torch
 
-from gpu_check import _climax, _timesfm  # benchmarks/ is this script's folder, on sys.path
+from gpu_check import _climax, _timesfm, paired_ratios  # benchmarks/ is this script's folder, on sys.path
 
 
-def _wall_ms(call, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        call()
-        torch.cuda.synchronize()
-        times.append(1e3 * (time.perf_counter() - start))
-    return statistics.median(times)
-
-
-def _profile(call, repeats: int, top: int) -> tuple[float, str]:
-    """(device busy ms per forward, top operators table)."""
+def _profile(call, device: torch.device, repeats: int, top: int) -> tuple[float, str]:
+    """(device busy ms per forward, nan on the CPU; top operators table)."""
     from torch.profiler import ProfilerActivity, profile
 
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    _sync(device)
+    with profile(activities=activities) as prof:
         for _ in range(repeats):
             call()
-        torch.cuda.synchronize()
+        _sync(device)
     events = prof.key_averages()
     kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]  # the kernels themselves
-    device_us = sum(e.self_device_time_total for e in (kernels or events))  # else: each operator's own kernels
-    by_device = events.table(sort_by="self_device_time_total", row_limit=top, max_name_column_width=60)
+    device_us = sum(e.self_device_time_total for e in (kernels or events)) if cuda else float("nan")
     by_host = events.table(sort_by="self_cpu_time_total", row_limit=top, max_name_column_width=60)
+    if not cuda:
+        return device_us, f"by host time:\n{by_host}"
+    by_device = events.table(sort_by="self_device_time_total", row_limit=top, max_name_column_width=60)
     return device_us / 1e3 / repeats, f"by device time:\n{by_device}\nby host time:\n{by_host}"
 
 
-def _python_profile(call, top: int) -> str:
-    """cProfile of one forward: the functions of largest cumulative host time (Python and launches)."""
-    import cProfile
-    import io
-    import pstats
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
+
+def _host_profile(call, device: torch.device) -> pstats.Stats:
+    """cProfile of one forward (Python functions and the C calls they make)."""
     profiler = cProfile.Profile()
-    torch.cuda.synchronize()
+    _sync(device)
     profiler.enable()
     call()
-    torch.cuda.synchronize()
+    _sync(device)
     profiler.disable()
-    text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(top)
-    return f"host (cProfile, one SA forward):\n{text.getvalue()}"
+    return pstats.Stats(profiler, stream=io.StringIO())
+
+
+def host_growth(det: pstats.Stats, sa: pstats.Stats, top: int) -> str:
+    """The ``top`` functions whose own (exclusive) host time grew most from ``det`` to ``sa``, with call counts,
+    and the two forwards' totals: where SA's extra host time is spent, function by function."""
+
+    def own(stats: pstats.Stats) -> dict:
+        return {key: (calls, seconds) for key, (_, calls, seconds, _, _) in stats.stats.items()}
+
+    before, after = own(det), own(sa)
+    rows = []
+    for key in before.keys() | after.keys():
+        (n0, t0), (n1, t1) = before.get(key, (0, 0.0)), after.get(key, (0, 0.0))
+        rows.append((t1 - t0, n0, n1, t1, pstats.func_std_string(key)))
+    rows.sort(reverse=True)
+    lines = [f"host time under cProfile, one forward: deterministic {1e3 * det.total_tt:.1f} ms, SA "
+             f"{1e3 * sa.total_tt:.1f} ms ({1e3 * (sa.total_tt - det.total_tt):+.1f} ms); own time grown most:",
+             f"{'+ms':>7} {'calls det':>9} {'calls SA':>9} {'SA ms':>7}  function"]  # fmt: skip
+    lines += [f"{1e3 * d:7.2f} {n0:9d} {n1:9d} {1e3 * t1:7.2f}  {name}" for d, n0, n1, t1, name in rows[:top]]
+    return "\n".join(lines)
+
+
+def sync_count(call, device: torch.device) -> int:
+    """Synchronising CUDA calls in one forward (``torch.cuda.set_sync_debug_mode("warn")``); -1 on the CPU."""
+    if device.type != "cuda":
+        return -1
+    _sync(device)
+    previous = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            call()
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+    _sync(device)
+    return sum("synchroniz" in str(w.message) for w in caught)
+
+
+def _device_text(device_ms: float, syncs: int, det_ms: float | None = None) -> str:
+    if syncs < 0:
+        return "no device time or synchronisations on the CPU"
+    ratio = "" if det_ms is None else f" ({device_ms / det_ms:.2f}x)"
+    return f"{device_ms:.1f} ms device{ratio}, {syncs} synchronising calls"
 
 
 class _HostClock:
@@ -99,54 +146,66 @@ class _HostClock:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nu", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=20, help="paired wall repeats (profiler: a quarter, >= 1)")
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--explicit", action="store_true", help="the explicit path instead of the fused kernel")
     parser.add_argument("--samplers", nargs="+", default=["cdf", "race"], choices=["cdf", "race"],
                         help="the fused kernel's samplers to profile (race: nu <= 16)")  # fmt: skip
     parser.add_argument("--models", nargs="*", default=["timesfm", "climax"], choices=["timesfm", "climax"])
     parser.add_argument("--python-profile", type=int, default=25, metavar="N",
-                        help="cProfile one SA forward: the N functions of most cumulative host time")  # fmt: skip
+                        help="the N functions whose host time grew most under SA (cProfile of each pass)")  # fmt: skip
+    parser.add_argument("--device", default="cuda", help="cuda, or cpu for the self-test (the explicit path)")
+    parser.add_argument("--small", action="store_true", help="the reduced modules (the CPU self-test)")
     args = parser.parse_args(argv)
-    if not torch.cuda.is_available():
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
         print(f"profile_sa: no CUDA device here (torch {torch.__version__}); nothing to profile.")
         return 0
     from stochattn import triton_sa
     from stochattn.backbones.climax import climax_sa_nu
     from stochattn.patch import StochasticAttention
 
-    device = torch.device("cuda")
-    print(f"profile_sa on {torch.cuda.get_device_name(device)} (torch {torch.__version__}), nu {args.nu}", flush=True)
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else "the CPU"
+    print(f"profile_sa on {where} (torch {torch.__version__}), nu {args.nu}", flush=True)
     builds = {"timesfm": (_timesfm, lambda nu: nu), "climax": (_climax, climax_sa_nu)}
-    samplers = ["explicit"] if args.explicit else [s for s in args.samplers if s == "cdf" or args.nu <= 16]
+    explicit = args.explicit or device.type != "cuda"
+    samplers = ["explicit"] if explicit else [s for s in args.samplers if s == "cdf" or args.nu <= 16]
+    profiled = max(1, args.repeats // 4)
     default_sampler = triton_sa.DEFAULT_SAMPLER
     for key in args.models:
         build, template = builds[key]
-        name, model, call = build(device, False)
+        name, model, call = build(device, args.small)
         with torch.no_grad():
             call(), call()
-            det_wall = _wall_ms(call, args.repeats)
-            det_dev, det_table = _profile(call, args.repeats, args.top)
-            print(f"\n== {name}: deterministic {det_wall:.1f} ms wall, {det_dev:.1f} ms device", flush=True)
+            det_dev, det_table = _profile(call, device, profiled, args.top)
+            det_syncs = sync_count(call, device)
+            det_host = _host_profile(call, device)
+            print(f"\n== {name}: deterministic {_device_text(det_dev, det_syncs)}", flush=True)
             print(f"-- deterministic, {det_table}", flush=True)
             for sampler in samplers:
                 triton_sa.DEFAULT_SAMPLER = "race" if sampler == "race" else "cdf"
                 sa = StochasticAttention(model, nu=template(args.nu), generator=torch.Generator().manual_seed(0),
                                          fused=False if sampler == "explicit" else None)  # fmt: skip
                 call(), call()  # compile and autotune
-                sa_wall = _wall_ms(call, args.repeats)
+                sa.remove()
+                det_wall, ratio = paired_ratios(call, sa, device, args.repeats)
+                sa.apply()
                 with _HostClock() as clock:
                     call()
-                sa_dev, sa_table = _profile(call, args.repeats, args.top)
-                python_table = _python_profile(call, args.python_profile) if args.python_profile else ""
+                sa_dev, sa_table = _profile(call, device, profiled, args.top)
+                sa_syncs = sync_count(call, device)
+                growth = host_growth(det_host, _host_profile(call, device), args.python_profile)
                 sa.remove()
-                print(f"== {name}: SA ({sampler}, nu {args.nu}) {sa_wall:.1f} ms wall ({sa_wall / det_wall:.2f}x), "
-                      f"{sa_dev:.1f} ms device ({sa_dev / det_dev:.2f}x); host time in SA's {clock.calls} attention "
-                      f"calls {1e3 * clock.seconds:.1f} ms", flush=True)  # fmt: skip
-                print(f"-- SA ({sampler}), {sa_table}\n{python_table}", flush=True)
+                print(f"== {name}: SA ({sampler}, nu {args.nu}) wall {ratio:.2f}x the deterministic pass (median "
+                      f"of {args.repeats} paired repeats; deterministic {1e3 * det_wall:.1f} ms), "
+                      f"{_device_text(sa_dev, sa_syncs, det_dev)}; host time in SA's "
+                      f"{clock.calls} attention calls {1e3 * clock.seconds:.1f} ms "
+                      f"({clock.seconds / det_wall:.2f} of the deterministic pass)", flush=True)  # fmt: skip
+                print(f"-- SA ({sampler}), {sa_table}\n{growth if args.python_profile else ''}", flush=True)
         triton_sa.DEFAULT_SAMPLER = default_sampler
         del model
-        torch.cuda.empty_cache()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
     return 0
 
 
