@@ -1,10 +1,11 @@
 """Where SA's whole-model overhead goes on a CUDA device: host or device, and which kernels.
 
-    python benchmarks/profile_sa.py [--nu 16] [--repeats 20] [--models timesfm climax] [--device cpu --small]
+    python benchmarks/profile_sa.py [--nu 16] [--repeats 20] [--models timesfm climax] [--fp32-scores tf32x3 ieee]
+    python benchmarks/profile_sa.py --device cpu --small      # the self-test
 
 For the full-size TimesFM 2.5 200M and ClimaX modules of gpu_check.py (random weights), the deterministic pass and
 the SA pass (fused kernel, the adapters' default on CUDA, with each of ``--samplers`` cdf / race; ``--explicit`` for
-the explicit path):
+the explicit path; ``--fp32-scores tf32x3 ieee`` times the fused kernel's fp32 q k^T both ways):
 - wall: the median of per-repeat SA / deterministic ratios, each repeat timing the two passes back to back with the
   device synchronised (gpu_check.paired_ratios). Two medians taken minutes apart are not compared: on a host-bound
   forward the host's speed drifts by more than SA's cost (TimesFM's deterministic pass took 33-59 ms in one hour);
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import itertools
 import pstats
 import sys
 import time
@@ -151,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--explicit", action="store_true", help="the explicit path instead of the fused kernel")
     parser.add_argument("--samplers", nargs="+", default=["cdf", "race"], choices=["cdf", "race"],
                         help="the fused kernel's samplers to profile (race: nu <= 16)")  # fmt: skip
+    parser.add_argument("--fp32-scores", nargs="+", choices=["tf32x3", "ieee"],
+                        help="the fused kernel's fp32 q k^T on GPUs with TF32 (triton_sa.FP32_SCORES_PRECISION); "
+                             "default: the library's")  # fmt: skip
     parser.add_argument("--models", nargs="*", default=["timesfm", "climax"], choices=["timesfm", "climax"])
     parser.add_argument("--python-profile", type=int, default=25, metavar="N",
                         help="the N functions whose host time grew most under SA (cProfile of each pass)")  # fmt: skip
@@ -170,8 +175,9 @@ def main(argv: list[str] | None = None) -> int:
     builds = {"timesfm": (_timesfm, lambda nu: nu), "climax": (_climax, climax_sa_nu)}
     explicit = args.explicit or device.type != "cuda"
     samplers = ["explicit"] if explicit else [s for s in args.samplers if s == "cdf" or args.nu <= 16]
+    precisions = ["-"] if explicit else args.fp32_scores or [triton_sa.FP32_SCORES_PRECISION]
     profiled = max(1, args.repeats // 4)
-    default_sampler = triton_sa.DEFAULT_SAMPLER
+    default_sampler, default_scores = triton_sa.DEFAULT_SAMPLER, triton_sa.FP32_SCORES_PRECISION
     for key in args.models:
         build, template = builds[key]
         name, model, call = build(device, args.small)
@@ -182,8 +188,10 @@ def main(argv: list[str] | None = None) -> int:
             det_host = _host_profile(call, device)
             print(f"\n== {name}: deterministic {_device_text(det_dev, det_syncs)}", flush=True)
             print(f"-- deterministic, {det_table}", flush=True)
-            for sampler in samplers:
+            for sampler, scores in itertools.product(samplers, precisions):
+                label = sampler if sampler == "explicit" else f"{sampler}, fp32 scores {scores}"
                 triton_sa.DEFAULT_SAMPLER = "race" if sampler == "race" else "cdf"
+                triton_sa.FP32_SCORES_PRECISION = scores
                 sa = StochasticAttention(model, nu=template(args.nu), generator=torch.Generator().manual_seed(0),
                                          fused=False if sampler == "explicit" else None)  # fmt: skip
                 call(), call()  # compile and autotune
@@ -196,12 +204,13 @@ def main(argv: list[str] | None = None) -> int:
                 sa_syncs = sync_count(call, device)
                 growth = host_growth(det_host, _host_profile(call, device), args.python_profile)
                 sa.remove()
-                print(f"== {name}: SA ({sampler}, nu {args.nu}) wall {ratio:.2f}x the deterministic pass (median "
+                print(f"== {name}: SA ({label}, nu {args.nu}) wall {ratio:.2f}x the deterministic pass (median "
                       f"of {args.repeats} paired repeats; deterministic {1e3 * det_wall:.1f} ms), "
                       f"{_device_text(sa_dev, sa_syncs, det_dev)}; host time in SA's "
                       f"{clock.calls} attention calls {1e3 * clock.seconds:.1f} ms "
                       f"({clock.seconds / det_wall:.2f} of the deterministic pass)", flush=True)  # fmt: skip
-                print(f"-- SA ({sampler}), {sa_table}\n{growth if args.python_profile else ''}", flush=True)
+                print(f"-- SA ({label}), {sa_table}\n{growth if args.python_profile else ''}", flush=True)
+        triton_sa.FP32_SCORES_PRECISION = default_scores
         triton_sa.DEFAULT_SAMPLER = default_sampler
         del model
         if device.type == "cuda":

@@ -21,7 +21,10 @@ import subprocess
 import sys
 import tempfile
 
+import torch
+
 DTYPES = {"fp32": "fp32", "bf16": "bf16", "fp16": "fp16"}
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 VARIANTS = (
     ("none", 0, False),
     ("bool", 1, False),
@@ -96,7 +99,7 @@ def compile_rows(archs=(90,), dtypes=("fp32", "bf16"), variants=VARIANTS, head_d
     from triton.compiler import ASTSource
 
     from stochattn import triton_sa_kernels as kernels
-    from stochattn.triton_sa import LEGACY_TILES, RACE_MAX_NU, _next_power_of_2, draw_tile
+    from stochattn.triton_sa import LEGACY_TILES, RACE_MAX_NU, _next_power_of_2, draw_tile, scores_precision
 
     tiles = {**LEGACY_TILES, **tile_overrides}
     tiles["NU_BLOCK"] = draw_tile(tiles["NU_BLOCK"], nu_max)
@@ -106,7 +109,7 @@ def compile_rows(archs=(90,), dtypes=("fp32", "bf16"), variants=VARIANTS, head_d
         one_pass = variant.endswith("one pass")
         meta = {"MASK_KIND": mask_kind, "IS_CAUSAL": causal, "BLOCK_M": tiles["BLOCK_M"],
                 "BLOCK_N": 64 if one_pass else tiles["BLOCK_N"], "BLOCK_E": block_e,
-                "PRECISION": "ieee" if dtype == "fp32" else "tf32", "UPCAST": False}  # fmt: skip
+                "PRECISION": scores_precision(TORCH_DTYPES[dtype], divmod(arch, 10)), "UPCAST": False}  # fmt: skip
         sample = {"BLOCK_EV": block_e, "NU_BLOCK": tiles["NU_BLOCK"], "WEIGHTS_IN_V_DTYPE": dtype != "fp32",
                   "ONE_PASS": one_pass, "SEARCH": tiles["search"]}  # fmt: skip
         kernels_here = [(kernels._sample_kernel, {**meta, **sample}, "sample")]

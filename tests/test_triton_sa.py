@@ -436,6 +436,50 @@ def test_kernels_compile_for_a_cuda_gpu_without_one(tmp_path):
     assert len(rows) == 14 and all("  ok  " in ln and "registers" in ln for ln in rows), run.stdout  # 4 x 3 + 2
 
 
+_MMA_COUNT = r"""
+import re, sys
+sys.path.insert(0, sys.argv[1])
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton_compile_check import _signature
+from stochattn import triton_sa_kernels as kernels
+for precision in sys.argv[2:]:
+    meta = {"MASK_KIND": 0, "IS_CAUSAL": False, "BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_E": 64, "PRECISION": precision,
+            "UPCAST": False}
+    fn = kernels._stats_kernel
+    constexprs = {(fn.arg_names.index(k),): v for k, v in meta.items()}
+    src = ASTSource(fn, _signature(fn, "fp32", 0, meta), constexprs=constexprs)
+    ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4}).asm["ptx"]
+    print(precision, len(re.findall(r"\bmma\.", ptx)), len(re.findall(r"cvt\.rna\.tf32", ptx)))
+"""
+
+
+def test_fp32_scores_run_on_the_tensor_cores_where_tf32_exists(tmp_path):
+    """fp32 q k^T: 3xTF32 where the GPU has TF32 (compute capability >= 8.0, as torch's memory-efficient SDPA), FFMA
+    before (V100) and off CUDA; 16-bit operands as they are. Compiled for sm_90 (no GPU), the fp32 stats kernel then
+    issues tensor-core mma instructions on split operands (cvt.rna.tf32); with "ieee" it issues none."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    assert triton_sa.scores_precision(torch.float32, (9, 0)) == triton_sa.FP32_SCORES_PRECISION == "tf32x3"
+    assert triton_sa.scores_precision(torch.float32, (8, 0)) == "tf32x3"
+    assert triton_sa.scores_precision(torch.float32, (7, 0)) == "ieee"
+    assert triton_sa.scores_precision(torch.float32, None) == "ieee"
+    assert triton_sa.scores_precision(torch.bfloat16, (9, 0)) == "tf32"
+    assert triton_sa._capability(torch.device("cpu")) is None
+    repo = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path)
+    run = subprocess.run([sys.executable, "-c", _MMA_COUNT, str(repo / "benchmarks"), "tf32x3", "ieee"],
+                         capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    counts = {line.split()[0]: [int(x) for x in line.split()[1:]] for line in run.stdout.splitlines()}
+    assert counts["tf32x3"][0] > 0 and counts["tf32x3"][1] > 0, counts
+    assert counts["ieee"] == [0, 0], counts
+
+
 def test_the_draw_tile_never_leaves_a_scan_shorter_than_a_thread_holds():
     """nu = 1 on the first H200 run (Triton 3.6.0, 2026-11-29) stopped in ScanOpToLLVM.cpp: NU_BLOCK was capped at
     nu's next power of two (1), and the draws' cumulative spacings were scanned over a (32, 1) tile whose layout holds

@@ -269,6 +269,29 @@ def _tune_key(L: int, S: int, nu_max: int) -> int:
     return (_log2_bucket(L) * 64 + _log2_bucket(S)) * 64 + nu_bucket
 
 
+#: The fp32 scores' product (q k^T) where the GPU has TF32 tensor cores (CUDA, compute capability >= 8.0):
+#: "tf32x3", three TF32 products on the tensor cores (each operand split into a TF32 head and a TF32 remainder, the
+#: remainders' product dropped: ~2^-22 relative error, fp32's own rounding is 2^-24), the arithmetic torch's
+#: memory-efficient SDPA uses for fp32 there (CUTLASS's OpMultiplyAddFastF32). "ieee" (FFMA on the CUDA cores)
+#: elsewhere, and always for the weights' product with V, so fp32 counts stay exact (nu = 1: rows of V).
+FP32_SCORES_PRECISION = "tf32x3"
+
+
+def scores_precision(dtype: torch.dtype, capability: Optional[tuple[int, int]]) -> str:
+    """``tl.dot``'s input precision for the scores of ``dtype`` operands on a CUDA GPU of compute ``capability``
+    (None: not a CUDA GPU, e.g. ROCm or the interpreter). 16-bit operands take the tensor cores as they are."""
+    if dtype != torch.float32:
+        return "tf32"  # not used for bf16 / fp16 operands
+    return FP32_SCORES_PRECISION if capability is not None and capability >= (8, 0) else "ieee"
+
+
+def _capability(device: torch.device) -> Optional[tuple[int, int]]:
+    """The CUDA compute capability of ``device`` (cached by torch: no synchronisation); None for CPU and ROCm."""
+    if device.type != "cuda" or torch.version.hip:
+        return None
+    return torch.cuda.get_device_capability(device)
+
+
 def _next_power_of_2(n: int) -> int:
     """Smallest power of two >= n (1 for n <= 1): Triton tile sizes."""
     return 1 << max(0, (int(n) - 1).bit_length())
@@ -286,7 +309,7 @@ def _race(kernels, q, k, v, nu, nu_h, nu_max, nu_min, kind, mask, sm, is_causal,
             scale, *q.stride(), *k.stride(), *v.stride(), *sm, *out.stride())  # fmt: skip
     meta = {"MASK_KIND": kind, "IS_CAUSAL": bool(is_causal), "BLOCK_E": max(16, _next_power_of_2(E)),
             "BLOCK_EV": max(16, _next_power_of_2(Ev)), "NU_BLOCK": _next_power_of_2(nu_max),
-            "PRECISION": "ieee" if q.dtype == torch.float32 else "tf32", "UPCAST": interpreting}  # fmt: skip
+            "PRECISION": scores_precision(q.dtype, _capability(q.device)), "UPCAST": interpreting}  # fmt: skip
     if tiles is None and not interpreting:
         race = _tuned(kernels)[3]
         race[lambda launch: (-(-L // launch["BLOCK_M"]), B * H)](*args, **meta)
@@ -367,7 +390,7 @@ def sa_attention_fused(
     fixed = _blocks(interpreting, nu_max, S, tiles)
     one_pass = fixed["one_pass"] if fixed is not None else S <= ONE_PASS_MAX_KEYS
     meta = {"MASK_KIND": kind, "IS_CAUSAL": bool(is_causal), "BLOCK_E": max(16, _next_power_of_2(E)),
-            "PRECISION": "ieee" if q.dtype == torch.float32 else "tf32", "UPCAST": interpreting}  # fmt: skip
+            "PRECISION": scores_precision(q.dtype, _capability(q.device)), "UPCAST": interpreting}  # fmt: skip
     sample_meta = {"BLOCK_EV": max(16, _next_power_of_2(Ev)), "ONE_PASS": one_pass,
                    "WEIGHTS_IN_V_DTYPE": v.dtype != torch.float32 and nu_max <= _EXACT_COUNT[v.dtype]
                    and not interpreting}  # fmt: skip
