@@ -150,10 +150,16 @@ ONE_PASS_MAX_KEYS = 64
 #: pass 1, (BLOCK_M, BLOCK_N, NU_BLOCK, warps, search) for pass 2 (BLOCK_N None: the one-pass kernel, whose key tile
 #: is the row). With the compare tile (search False) BLOCK_M x NU_BLOCK x BLOCK_N is kept <= 32k elements (each
 #: configuration's registers and spills for sm_90: benchmarks/triton_compile_check.py --configs, docs/gpu.md).
+#: The 2-warp configurations (since 2026-12-04, not yet timed): on the H200 pass 2 ran faster with fewer warps (bf16,
+#: E 64, nu 1, 1,024 keys: the 32 x 32 compare tile 3.17 ms with 4 warps, 5.89 with 8), and pass 2 is the whole cost
+#: there (its best, 1.31 ms; pass 1 0.047 ms, SDPA 0.047 ms); the race's times were flat in warps (0.38-0.42 ms at 4
+#: and 8), its 2-warp tiles are timed too. Of those compiled for sm_90, the ones with little or no spill at bf16 E 80
+#: and fp32 E 64 are kept (0-88 B, triton_compile_check.py); left out: both one-pass tiles (the 16-row compare tile
+#: 3,760 B at bf16, the 32-row search tile 1,240 B at fp32, TimesFM 2.5's dtype) and a 32 x 32 search tile (1,248 B).
 STATS_CONFIGS = ((32, 32, 4, 2), (64, 64, 4, 2), (128, 64, 4, 2), (128, 64, 8, 3))
 SAMPLE_CONFIGS = ((16, 32, 16, 4, False), (16, 64, 16, 4, False), (32, 32, 16, 4, False), (32, 32, 16, 8, False),
                   (64, 32, 16, 8, False), (32, 32, 32, 4, True), (64, 32, 32, 8, True), (32, 64, 32, 4, True),
-                  (64, 64, 64, 8, True))  # fmt: skip
+                  (64, 64, 64, 8, True), (16, 32, 16, 2, False), (16, 32, 32, 2, True))  # fmt: skip
 ONE_PASS_CONFIGS = ((16, None, 16, 4, False), (32, None, 16, 8, False), (32, None, 32, 4, True),
                     (64, None, 32, 8, True))  # fmt: skip
 _MAX_PLACE_TILE = 32768
@@ -173,7 +179,7 @@ DEFAULT_SAMPLER = "cdf"
 #: BLOCK_N) tile per thread (sm_90, bf16, head dim 80, 32 x 32 tiles in 8 warps: 117 registers and no spill at nu
 #: 1, 175 at nu 4; at nu 16 that tile spills 416 B).
 RACE_CONFIGS = ((16, 16, 4), (16, 32, 4), (32, 16, 4), (32, 32, 4), (32, 64, 4), (64, 32, 8), (64, 64, 8),
-                (128, 32, 8))  # fmt: skip
+                (128, 32, 8), (16, 32, 2), (32, 16, 2))  # fmt: skip
 
 
 def draw_tile(nu_block: int, nu_max: int) -> int:
