@@ -4,8 +4,8 @@
 # of gpu_check.py (explicit path vs fused kernel), then the kernel against fused SDPA before and after tuning
 # (benchmarks/bench_triton_sa.py --kernel-table, every autotuned configuration's time in kernel.json) and peak memory,
 # then benchmarks/profile_sa.py at nu 16 with the fp32 scores in 3xTF32 and in FFMA (profile.txt).
-# Each part has its own timeout (LAW_TIMEOUT, WARM_TIMEOUT, MODEL_TIMEOUT, KERNEL_TIMEOUT, PROFILE_TIMEOUT seconds) and
-# writes as it goes;
+# Each part has its own timeout (LAW_TIMEOUT, WARM_TIMEOUT, MODEL_TIMEOUT, KERNEL_TIMEOUT, PROFILE_TIMEOUT seconds;
+# PROFILE_TIMEOUT=0 leaves the profile out) and writes as it goes;
 # WARM compiles every variant in parallel processes beside the law tests (Triton's cache), so the timed parts do not
 # compile.
 #   bash benchmarks/gpu_kernel_check.sh [OUTDIR]      (python: $PYTHON, default python3; every core of the node)
@@ -49,10 +49,12 @@ start=$SECONDS
 timeout "${KERNEL_TIMEOUT:-300}" $py benchmarks/bench_triton_sa.py --kernel-table --skip-explicit \
   --json "$out/kernel.json" --repeats 10 >"$out/kernel.txt" 2>&1
 echo "memory and kernel table ($((SECONDS - start)) s):"; grep -E "peak memory|kernel / SDPA|Error" "$out/kernel.txt" | tail -50
-start=$SECONDS  # where the whole-model overhead goes: paired wall ratios, device time, host growth, synchronisations
-timeout "${PROFILE_TIMEOUT:-240}" $py benchmarks/profile_sa.py --nu 16 --fp32-scores tf32x3 ieee --top 8 \
-  >"$out/profile.txt" 2>&1
-echo "profile ($((SECONDS - start)) s):"; grep -E "^== |Error" "$out/profile.txt"
+if [ "${PROFILE_TIMEOUT:-240}" != 0 ]; then  # PROFILE_TIMEOUT=0 leaves it out (e.g. for a separate call)
+  start=$SECONDS  # where the whole-model overhead goes: paired wall ratios, device time, host growth, synchronisations
+  timeout "${PROFILE_TIMEOUT:-240}" $py benchmarks/profile_sa.py --nu 16 --fp32-scores tf32x3 ieee --top 8 \
+    >"$out/profile.txt" 2>&1
+  echo "profile ($((SECONDS - start)) s):"; grep -E "^== |Error" "$out/profile.txt"
+fi
 if [ -n "${OLD_SRC:-}" ]; then  # the same model rows with another checkout's src/ (e.g. the commit before tuning)
   start=$SECONDS
   PYTHONPATH="$PWD/$OLD_SRC:${PYTHONPATH#"$PWD/src:"}" timeout "${OLD_TIMEOUT:-240}" $py benchmarks/gpu_check.py --skip-dag \
