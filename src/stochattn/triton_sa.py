@@ -346,9 +346,10 @@ def sa_attention_fused(
 ) -> Tensor:
     """Stochastic attention output (B, H, L, Ev) in ``v``'s dtype, exact in law, streamed over key blocks.
 
-    q (B, H, L, E), k (B, H, S, E), v (B, H, S, Ev): fp32, bf16 or fp16 (accumulation in fp32), CUDA tensors (CPU
-    tensors under TRITON_INTERPRET=1). nu: a positive int, or an integer tensor of H values (per head; 0 keeps that
-    head deterministic). attn_mask: boolean (True = attend) or additive float, broadcastable to (B, H, L, S);
+    q (B, H, L, E), k (B, H, S, E), v (B, H, S, Ev): fp32, bf16 or fp16 (accumulation in fp32; fp32 scores in 3xTF32
+    where the GPU has TF32, :data:`FP32_SCORES_PRECISION`), CUDA tensors (CPU tensors under TRITON_INTERPRET=1).
+    nu: a positive int, or an integer tensor of H values (per head; 0 keeps that head deterministic). attn_mask:
+    boolean (True = attend) or additive float, broadcastable to (B, H, L, S);
     is_causal: top-left aligned lower-triangular mask (not with attn_mask), as ``F.scaled_dot_product_attention``.
     A row with no attendable key returns zeros. seed (0 <= seed < 2^63) and offset (>= 0): row r = (b H + h) L + i
     uses the Philox counters ``offset + r * (max(nu) + 1) + t``, t = 0..nu, so the same (seed, offset) reproduces the
