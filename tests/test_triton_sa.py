@@ -455,7 +455,7 @@ for precision in sys.argv[2:]:
 """
 
 
-def test_fp32_scores_run_on_the_tensor_cores_where_tf32_exists(tmp_path):
+def test_fp32_scores_run_on_the_tensor_cores_where_tf32_exists(tmp_path, monkeypatch):
     """fp32 q k^T: 3xTF32 where the GPU has TF32 (compute capability >= 8.0, as torch's memory-efficient SDPA), FFMA
     before (V100) and off CUDA; 16-bit operands as they are. Compiled for sm_90 (no GPU), the fp32 stats kernel then
     issues tensor-core mma instructions on split operands (cvt.rna.tf32); with "ieee" it issues none."""
@@ -469,6 +469,15 @@ def test_fp32_scores_run_on_the_tensor_cores_where_tf32_exists(tmp_path):
     assert triton_sa.scores_precision(torch.float32, None) == "ieee"
     assert triton_sa.scores_precision(torch.bfloat16, (9, 0)) == "tf32"
     assert triton_sa._capability(torch.device("cpu")) is None
+    asked = []  # a CUDA device's capability is read once, then cached (no query per attention call)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index: asked.append(index) or (9, 0))
+    monkeypatch.setattr(torch.version, "hip", None)
+    triton_sa._capability_of.cache_clear()
+    try:
+        assert [triton_sa._capability(torch.device("cuda", 1)) for _ in range(3)] == [(9, 0)] * 3
+    finally:
+        triton_sa._capability_of.cache_clear()
+    assert asked == [1]
     repo = Path(__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path)

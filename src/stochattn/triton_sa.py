@@ -33,6 +33,7 @@ With ``TRITON_INTERPRET=1`` set before this module's first call, the kernels run
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from typing import Optional, Union
@@ -292,10 +293,15 @@ def scores_precision(dtype: torch.dtype, capability: Optional[tuple[int, int]]) 
 
 
 def _capability(device: torch.device) -> Optional[tuple[int, int]]:
-    """The CUDA compute capability of ``device`` (cached by torch: no synchronisation); None for CPU and ROCm."""
+    """The CUDA compute capability of ``device`` (no synchronisation; read once per GPU); None for CPU and ROCm."""
     if device.type != "cuda" or torch.version.hip:
         return None
-    return torch.cuda.get_device_capability(device)
+    return _capability_of(torch.cuda.current_device() if device.index is None else device.index)
+
+
+@functools.cache
+def _capability_of(index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(index)
 
 
 def _next_power_of_2(n: int) -> int:
