@@ -33,7 +33,7 @@ import warnings
 
 import torch
 
-from gpu_check import _climax, _timesfm, paired_ratios  # benchmarks/ is this script's folder, on sys.path
+from gpu_check import _climax, _sync, _timesfm, paired_ratios  # benchmarks/ is this script's folder, on sys.path
 
 
 def _profile(call, device: torch.device, repeats: int, top: int) -> tuple[float, str]:
@@ -55,11 +55,6 @@ def _profile(call, device: torch.device, repeats: int, top: int) -> tuple[float,
         return device_us, f"by host time:\n{by_host}"
     by_device = events.table(sort_by="self_device_time_total", row_limit=top, max_name_column_width=60)
     return device_us / 1e3 / repeats, f"by device time:\n{by_device}\nby host time:\n{by_host}"
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _host_profile(call, device: torch.device) -> pstats.Stats:
