@@ -40,6 +40,7 @@ def test_unknown_dataset_is_a_parse_time_error(tmp_path):
     assert res.returncode != 0 and "Error validating config file" in res.stdout, res.stdout[-3000:]
 
 
+@needs_mirror  # the custom set's checksums are the mirror's SHA256SUMS
 def test_custom_dataset_dag(tmp_path):
     """Dry run: the custom data set gets fetch / prepare / train / method / evaluate jobs and its own figures."""
     cfg = boston_config(tmp_path / "c.yaml", datasets=["yacht", "bostonHousing"], splits=2)

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import yaml
 from conftest import TINY_TARGETS, tiny_config
-from test_workflow import REPO, SNAKEFILE, _snakemake_cmd
+from test_workflow import REPO, SNAKEFILE, _snakemake_cmd, needs_mirror
 
 pytestmark = pytest.mark.slow
 SLURM_SH = REPO / "ci" / "slurm.sh"
@@ -315,6 +315,7 @@ def _snapshots(path: Path, done: threading.Event, out: list[str]) -> None:
             out.append(text)
 
 
+@needs_mirror  # fetches yacht offline
 def test_swag_phase_signalled_before_its_time_limit_resumes_on_slurm(slurm, tmp_path):
     """The profile's early signal (slurm/config.yaml's ``--signal=USR1@<s>``, here 5 s before the limit of a
     1-minute job) in a SWAG phase: Snakemake ignores it (Snakefile), the phase saves its state (weights, optimizer,
