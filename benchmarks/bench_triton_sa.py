@@ -192,10 +192,11 @@ def kernel_rows(device: torch.device, timings: list | None = None, json_path: st
             q, k, v = _kernel_inputs(E, B, H, n, device)
             cache[(E, n)] = (q, k, v, _ms(lambda: F.scaled_dot_product_attention(q, k, v)))
         q, k, v, sdpa_ms = cache[(E, n)]
-        before = _ms(lambda: triton_sa.sa_attention_fused(q, k, v, nu, seed=1, tiles=triton_sa.LEGACY_TILES))
+        before = _ms(lambda: triton_sa.sa_attention_fused(q, k, v, nu, seed=1, tiles=triton_sa.LEGACY_TILES,
+                                                         sampler="cdf"))  # fmt: skip
         tuned = {t: len(t.cache) for t in (stats, sample, race_tuner)}
-        triton_sa.sa_attention_fused(q, k, v, nu, seed=1)  # the autotuner times its configurations here
-        after = _ms(lambda: triton_sa.sa_attention_fused(q, k, v, nu, seed=1))
+        triton_sa.sa_attention_fused(q, k, v, nu, seed=1, sampler="cdf")  # the autotuner times its configurations here
+        after = _ms(lambda: triton_sa.sa_attention_fused(q, k, v, nu, seed=1, sampler="cdf"))
         chosen = f"pass 1: {_describe(stats.best_config)}; pass 2: {_describe(sample.best_config)}"
         race = None
         if nu <= triton_sa.RACE_MAX_NU:  # the one-pass race sampler, autotuned
@@ -238,7 +239,7 @@ def warm_cache(part: int, parts: int) -> None:
             q, k, v, causal = _inputs(SHAPES[cell[0]], torch.float32, device)
             nu = cell[1]
         for tiles in (triton_sa.LEGACY_TILES, None):
-            triton_sa.sa_attention_fused(q, k, v, nu, is_causal=causal, seed=1, tiles=tiles)
+            triton_sa.sa_attention_fused(q, k, v, nu, is_causal=causal, seed=1, tiles=tiles, sampler="cdf")
         if nu <= triton_sa.RACE_MAX_NU:
             triton_sa.sa_attention_fused(q, k, v, nu, is_causal=causal, seed=1, sampler="race")
     torch.cuda.synchronize()

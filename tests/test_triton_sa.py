@@ -20,6 +20,14 @@ if not triton_sa.available("cpu")[0]:
     pytest.skip(f"kernels built without the interpreter: {triton_sa.available('cpu')[1]}", allow_module_level=True)
 
 S = 40  # three key blocks of 16 in the interpreter: the carried cumulative sum is exercised
+LIBRARY_SAMPLER = triton_sa.DEFAULT_SAMPLER  # what calls naming no sampler take ("auto"), before the fixture below
+
+
+@pytest.fixture(autouse=True)
+def two_pass_by_default(monkeypatch):
+    """Calls that name no sampler take the two-pass kernel here, whose tiles, masks and law most tests are about;
+    the race's tests name it, and test_auto_sampler_takes_the_race_where_it_was_timed_faster the default."""
+    monkeypatch.setattr(triton_sa, "DEFAULT_SAMPLER", "cdf")
 
 
 def _qk(L0=2, H=1, S=S, E=8, seed=0):
@@ -236,6 +244,27 @@ def test_race_masks_causal_rows_seeds_and_limits(monkeypatch):
     assert not torch.equal(a, two_pass)
     monkeypatch.setattr(triton_sa, "AUTO_RACE_MAX_DRAWS", 4 * S - 1)  # nu * S above the limit: the two-pass kernel
     assert torch.equal(triton_sa.sa_attention_fused(q, k, _eye(1), 4, seed=1, sampler="auto"), two_pass)
+
+
+def test_auto_sampler_takes_the_race_where_it_was_timed_faster(monkeypatch):
+    """The library's default sampler is "auto": the race at nu = 1 whatever the length (timed faster up to 16k
+    keys), at nu <= 4 only up to AUTO_RACE_MAX_DRAWS draws per row, the two-pass kernel otherwise and for per-head
+    nu."""
+    assert LIBRARY_SAMPLER == "auto"
+    monkeypatch.setattr(triton_sa, "DEFAULT_SAMPLER", LIBRARY_SAMPLER)
+    monkeypatch.setattr(triton_sa, "AUTO_RACE_MAX_DRAWS", 2)  # below every nu * S here
+    q, k = _qk(L0=16, seed=5)  # 16 rows: the two samplers' draws differ in some row
+    v = torch.randn(1, 1, S, 3, generator=torch.Generator().manual_seed(6))
+
+    def same(nu, sampler):
+        return torch.equal(triton_sa.sa_attention_fused(q, k, v, nu, seed=3),
+                           triton_sa.sa_attention_fused(q, k, v, nu, seed=3, sampler=sampler))  # fmt: skip
+
+    assert same(1, "race") and not same(1, "cdf")
+    assert same(2, "cdf") and not same(2, "race")
+    assert same(torch.tensor([1]), "cdf")
+    monkeypatch.setattr(triton_sa, "AUTO_RACE_MAX_DRAWS", 4 * S)
+    assert same(4, "race") and same(5, "cdf")
 
 
 def test_seed_and_offset_reproduce_and_separate_draws():
@@ -551,3 +580,55 @@ def test_every_launch_keyword_is_a_kernel_parameter_or_a_launch_option(monkeypat
     triton_sa.sa_attention_fused(q, k, k, torch.tensor([3, 0]), attn_mask=torch.ones(4, S, dtype=torch.bool), seed=1)
     triton_sa.sa_attention_fused(q, k, k, 3, attn_mask=torch.ones(4, S, dtype=torch.bool), seed=1, sampler="race")
     assert seen == {"_stats_kernel": set(), "_sample_kernel": set(), "_race_kernel": set()}, seen
+
+
+def test_output_is_laid_out_as_fused_sdpa_lays_out_its_own():
+    """(B, H, L, Ev) in (B, L, H, Ev) memory, as torch's fused SDPA: ``out.transpose(1, 2).reshape(B, L, H * Ev)``
+    is a view (no copy per attention call), for both samplers; with V the identity every head's rows are still
+    that head's weight rows W / nu (counts summing to nu), so the kernels write through the strides."""
+    q, k = _qk(L0=5, H=3, seed=40)
+    for sampler in ("cdf", "race"):
+        out = triton_sa.sa_attention_fused(q, k, _eye(3), torch.tensor([2, 3, 4]), seed=7, sampler=sampler)
+        assert out.shape == (1, 3, 5, S) and out.transpose(1, 2).is_contiguous()
+        assert out.transpose(1, 2).reshape(1, 5, 3 * S).data_ptr() == out.data_ptr()
+        for h, nu in enumerate((2, 3, 4)):
+            assert_counts(out[0, h], nu, torch.ones(S, dtype=torch.bool))
+
+
+def test_launcher_tunes_once_per_key_then_launches_the_chosen_configuration():
+    """triton_sa._Launcher: the first call of a key goes through the autotuner (which times and launches); later
+    calls of that key launch its JIT function with the chosen configuration's keywords, and keep ``best_config``
+    as the autotuner's own launch would; another key is tuned anew."""
+    launches = []
+
+    class Config:
+        def __init__(self, warps):
+            self.warps = warps
+
+        def all_kwargs(self):
+            return {"BLOCK_M": 16, "num_warps": self.warps}
+
+    class Jit:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: launches.append(("jit", grid, args, kwargs))
+
+    class Tuner:
+        fn, best_config, configs = Jit(), None, {"a": Config(2), "b": Config(8)}
+
+        def __getitem__(self, grid):
+            def run(*args, **kwargs):
+                self.best_config = self.configs[kwargs["which"]]
+                launches.append(("tuner", grid, args, kwargs))
+
+            return run
+
+    tuner = Tuner()
+    launcher = triton_sa._Launcher(tuner)
+    launcher(("a",), "grid", (1, 2), {"which": "a"})
+    launcher(("a",), "grid", (3, 4), {"which": "a"})
+    tuner.best_config = None
+    launcher(("a",), "grid", (5, 6), {"which": "a"})
+    launcher(("b",), "grid", (7,), {"which": "b"})
+    assert [x[0] for x in launches] == ["tuner", "jit", "jit", "tuner"]
+    assert launches[1] == ("jit", "grid", (3, 4), {"which": "a", "BLOCK_M": 16, "num_warps": 2})
+    assert tuner.best_config is tuner.configs["b"] and launcher.chosen[("a",)] is tuner.configs["a"]

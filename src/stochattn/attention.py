@@ -186,11 +186,6 @@ def _work_dtype(t: Tensor) -> torch.dtype:
     return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
-def _kernel_seed(generator: Optional[torch.Generator]) -> int:
-    """One 63-bit seed for a kernel call, drawn from ``generator`` (torch's default generator when None)."""
-    return int(torch.randint(0, 2**63 - 1, (), generator=generator, dtype=torch.int64))
-
-
 def _nu_rows(nu: Union[int, Tensor], row_shape: torch.Size) -> np.ndarray:
     """nu as an int64 array of one value, or one value per row (rows = prod(row_shape))."""
     if isinstance(nu, int):
@@ -349,11 +344,21 @@ def _kernel_seed(generator: Optional[torch.Generator]) -> int:
     return int(torch.randint(0, 2**62, (1,), generator=generator, device=device).item())
 
 
+def _call_kernel_seed(call_seed: int, device: torch.device) -> int:
+    """:func:`_kernel_seed` of a stream call's generator ``torch.Generator(device).manual_seed(call_seed)``
+    (:func:`call_generator`), without making it on CUDA: a fresh CUDA generator's offset is 0, so its seed is
+    ``_mix(call_seed, 0)``. (Making a CUDA generator cost ~30 us of host time per attention call, docs/gpu.md.)"""
+    if device.type == "cuda":
+        return _mix(call_seed, 0)
+    return _kernel_seed(torch.Generator(device=device).manual_seed(call_seed))
+
+
 def _fused(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor], dropout_p: float, is_causal: bool,
            scale: Optional[float], nu: Union[int, Tensor], generator: Optional[torch.Generator],
-           force: bool) -> Optional[Tensor]:  # fmt: skip
+           force: bool, call_seed: Optional[int] = None) -> Optional[Tensor]:  # fmt: skip
     """SA through :func:`stochattn.triton_sa.sa_attention_fused` where it can run; None where it cannot (raises
-    instead with ``force``). A per-head ``nu`` of shape (H, 1) or (H,) becomes the kernel's (H,). Without
+    instead with ``force``). The kernel's seed comes from ``generator``, or from a stream's ``call_seed``
+    (:func:`_call_kernel_seed`). A per-head ``nu`` of shape (H, 1) or (H,) becomes the kernel's (H,). Without
     ``force``, a kernel that fails to compile or launch (Triton's compilation or resource errors, a RuntimeError of
     the backend) is reported once in a RuntimeWarning and not tried again in this process."""
     global _fused_failure
@@ -379,7 +384,7 @@ def _fused(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor
         if force:
             raise triton_sa.FusedUnavailableError(why)
         return None
-    seed = _kernel_seed(generator)
+    seed = _kernel_seed(generator) if call_seed is None else _call_kernel_seed(call_seed, query.device)
     try:
         return triton_sa.sa_attention_fused(query, key, value, nu, attn_mask=attn_mask, is_causal=is_causal,
                                             scale=scale, seed=seed)  # fmt: skip
@@ -421,6 +426,17 @@ def scaled_dot_product_attention(
     ``True`` forces it (raising :class:`stochattn.triton_sa.FusedUnavailableError` where it cannot run), ``False``
     forces the explicit path.
     """
+    return _sa_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, nu=nu,
+                    generator=generator, method=method, fused=fused)  # fmt: skip
+
+
+def _sa_sdpa(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor], dropout_p: float,
+             is_causal: bool, scale: Optional[float], enable_gqa: bool, *, nu: Nu,
+             generator: Optional[torch.Generator], method: Method, fused: Optional[bool],
+             call_seed: Optional[int] = None) -> Tensor:  # fmt: skip
+    """:func:`scaled_dot_product_attention`; with ``call_seed`` (a stream's call, :func:`_call_seed`) instead of
+    ``generator``, the draws of ``generator = call_generator(...)`` for that call, the generator made only where
+    the explicit path needs it."""
     nu = check_nu(nu)
     if nu is None:
         return F.scaled_dot_product_attention(
@@ -432,9 +448,12 @@ def scaled_dot_product_attention(
         key = key.repeat_interleave(groups, dim=-3)
         value = value.repeat_interleave(groups, dim=-3)
     if fused is not False and (fused or query.is_cuda):
-        out = _fused(query, key, value, attn_mask, dropout_p, is_causal, scale, nu, generator, force=bool(fused))
+        out = _fused(query, key, value, attn_mask, dropout_p, is_causal, scale, nu, generator, force=bool(fused),
+                     call_seed=call_seed)  # fmt: skip
         if out is not None:
             return out
+    if call_seed is not None:
+        generator = torch.Generator(device=query.device).manual_seed(call_seed)
     probs = masked_attention_probs(query, key, attn_mask, is_causal, scale)
     if dropout_p > 0.0:
         weights = stochastic_weights(probs, nu, generator=generator, method=method, validate=False)
@@ -470,9 +489,14 @@ def call_generator(rng: Tensor, device: Union[str, torch.device]) -> torch.Gener
     advances the offset in place, so every call gets a fresh generator and a stream reproduces its calls in order.
     (Each call's generator is seeded with ``_mix(seed, offset)``: distinct calls use distinct seeds of torch's
     generator, whose streams are taken as independent, as for any two seeds.)"""
+    return torch.Generator(device=device).manual_seed(_call_seed(rng))
+
+
+def _call_seed(rng: Tensor) -> int:
+    """The generator seed of the stream ``rng``'s next call (:func:`call_generator`); advances its offset."""
     seed, offset = (int(x) for x in rng.tolist())
     rng[1] += 1
-    return torch.Generator(device=device).manual_seed(_mix(seed, offset))
+    return _mix(seed, offset)
 
 
 def _nu_arg(nu: int, nu_rows: Optional[Tensor]) -> Union[int, Tensor]:
@@ -497,10 +521,8 @@ def sdpa_op(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tenso
     come from the stream ``rng`` (:func:`call_generator`, whose offset it advances), an input of the graph, so a
     compiled graph draws fresh weights on every call and the stream's seed reproduces a run. Opaque to
     ``torch.compile`` (no graph break: a fake implementation gives the output's shape)."""
-    generator = call_generator(rng, query.device)
-    return scaled_dot_product_attention(query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa,
-                                        nu=_nu_arg(nu, nu_rows), generator=generator, method=method,
-                                        fused=_FUSED_FLAG[fused])  # fmt: skip
+    return _sa_sdpa(query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa, nu=_nu_arg(nu, nu_rows),
+                    generator=None, method=method, fused=_FUSED_FLAG[fused], call_seed=_call_seed(rng))  # fmt: skip
 
 
 @sdpa_op.register_fake

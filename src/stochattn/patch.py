@@ -52,10 +52,11 @@ from torch import Tensor, nn
 from .attention import (
     _FUSED_CODE,
     Method,
+    _call_seed,
+    _sa_sdpa,
     call_generator,
     check_nu,
     new_stream,
-    scaled_dot_product_attention,
     stochastic_attention,
     stochastic_weights,
 )
@@ -165,11 +166,8 @@ class SAState:
             return torch.ops.stochattn.sdpa(query, key, value, attn_mask, is_causal, scale, enable_gqa,
                                             *self._nu_args(nu), self._stream(), self.method,
                                             _FUSED_CODE[self.fused])  # fmt: skip
-        gen = call_generator(self._stream(), query.device)
-        return scaled_dot_product_attention(
-            query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa, nu=nu, generator=gen, method=self.method,
-            fused=self.fused,
-        )
+        return _sa_sdpa(query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa, nu=nu, generator=None,
+                        method=self.method, fused=self.fused, call_seed=_call_seed(self._stream()))  # fmt: skip
 
 
 @dataclass(frozen=True)

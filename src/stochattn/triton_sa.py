@@ -65,6 +65,8 @@ def is_kernel_failure(err: BaseException) -> bool:
         err, (FusedUnavailableError, torch.OutOfMemoryError))
 
 
+# The checks of every call (the kernels' import, the interpreter, CUDA) are answered once per process: TimesFM 2.5's
+# forward is bound by the host, where each attention call's host time adds to the model's wall time (docs/gpu.md).
 def _kernels():
     """The kernel module, or the reason it cannot be imported."""
     try:
@@ -76,6 +78,11 @@ def _kernels():
 
 def _interpreting(kernels) -> bool:
     """Whether the kernels were built for Triton's CPU interpreter (TRITON_INTERPRET=1 when first imported)."""
+    return _built_for_interpreter(kernels)
+
+
+@functools.cache
+def _built_for_interpreter(kernels) -> bool:
     with requires("triton"):
         from triton.runtime.interpreter import InterpretedFunction
 
@@ -96,9 +103,14 @@ def available(device: Union[str, torch.device] = "cuda") -> tuple[bool, str]:
         late = os.environ.get("TRITON_INTERPRET") == "1"
         hint = " (TRITON_INTERPRET=1 was set after the kernels' first import)" if late else ""
         return False, f"the compiled triton kernel runs on CUDA tensors, got {device}{hint}"
-    if not torch.cuda.is_available():
+    if not _cuda_available():
         return False, "no CUDA device"
     return True, ""
+
+
+@functools.cache
+def _cuda_available() -> bool:
+    return torch.cuda.is_available()
 
 
 def _nu_per_head(nu: Union[int, Tensor], H: int, device: torch.device) -> tuple[Tensor, int, int]:
@@ -115,7 +127,14 @@ def _nu_per_head(nu: Union[int, Tensor], H: int, device: torch.device) -> tuple[
         return nu.to(device=device, dtype=torch.int32).contiguous(), max(1, high), low
     if isinstance(nu, bool) or not isinstance(nu, int) or nu < 1:
         raise ValueError(f"nu must be a positive int or a per-head integer tensor, got {nu!r}")
-    return torch.full((H,), nu, dtype=torch.int32, device=device), nu, nu
+    return _filled(nu, H, device), nu, nu
+
+
+@functools.lru_cache(maxsize=256)
+def _filled(nu: int, H: int, device: torch.device) -> Tensor:
+    """(H,) int32 ``nu`` on ``device``, made once per (nu, H, device): the kernels only read it, and filling it at
+    every call cost a launch and ~25 us of host time."""
+    return torch.full((H,), nu, dtype=torch.int32, device=device)
 
 
 def _mask_operand(attn_mask: Optional[Tensor], shape: tuple, like: Tensor) -> tuple[int, Tensor, tuple]:
@@ -166,16 +185,17 @@ ONE_PASS_CONFIGS = ((16, None, 16, 4, False), (32, None, 16, 8, False), (32, Non
 _MAX_PLACE_TILE = 32768
 #: The race sampler (``sampler="race"``) draws nu exponentials per key: for small nu only.
 RACE_MAX_NU = 16
-#: ``sampler="auto"`` takes the race where an H200 timed it faster than the two-pass kernel (docs/gpu.md, 2026-12-04;
-#: bf16, autotuned, race time / two-pass time): an int nu <= AUTO_RACE_MAX_NU drawing nu * S <= AUTO_RACE_MAX_DRAWS
-#: per row. nu 1: 0.28-0.56x at 1k-16k keys; nu 4: 0.79-0.92x at 1k-4k keys but 1.21-1.27x at 16k; nu 16: 3.1-3.8x.
+#: ``sampler="auto"`` takes the race where an H200 timed it faster than the two-pass kernel with its 2-warp tiles
+#: (docs/gpu.md, the second 2026-12-04 run; bf16, head dim 64 and 80, autotuned, race time / two-pass time): an int
+#: nu = 1 at any length (0.34-0.58x at 1k-16k keys), or nu <= AUTO_RACE_MAX_NU drawing nu * S <= AUTO_RACE_MAX_DRAWS
+#: per row (nu 4: 0.82-0.86x at 1k keys, 1.11-1.18x at 4k, 1.44-1.59x at 16k; nu 16: 3.1-4.9x). nu 2-3 were not
+#: timed: they take the race up to 2k and 1.3k keys, between the two timed nu.
 AUTO_RACE_MAX_NU = 4
-AUTO_RACE_MAX_DRAWS = 16384
-#: The sampler of calls that name none (the SDPA path's). "auto" was faster in whole models on that H200 at nu 1 / 4
-#: (ClimaX 1.16x -> 1.03x / 1.16x -> 1.09x the deterministic pass; TimesFM 2.5 1.20x -> 1.19x / 1.21x -> 1.20x), but
-#: the race's law under additive masks and causal rows has run in the interpreter only: "cdf" stays the default until
-#: tests/test_triton_sa_cuda.py's race cases have all passed on a device.
-DEFAULT_SAMPLER = "cdf"
+AUTO_RACE_MAX_DRAWS = 4096
+#: The sampler of calls that name none (the SDPA path's): "auto". Since the second 2026-12-04 H200 run every law case
+#: of the race in tests/test_triton_sa_cuda.py has passed on the device (fp32, bf16, fp16; boolean, additive,
+#: one-pass and causal masks), as the two-pass kernel's had.
+DEFAULT_SAMPLER = "auto"
 #: (BLOCK_M, BLOCK_N, warps) the autotuner times for the race, pruned to at most 32 elements of the (BLOCK_M, NU_BLOCK,
 #: BLOCK_N) tile per thread (sm_90, bf16, head dim 80, 32 x 32 tiles in 8 warps: 117 registers and no spill at nu
 #: 1, 175 at nu 4; at nu 16 that tile spills 416 B).
@@ -265,6 +285,36 @@ def _tuned(kernels):
 _TUNED = None
 
 
+class _Launcher:
+    """An autotuned kernel launched straight through its JIT function once the autotuner has chosen a configuration
+    for ``key`` (a tuple at least as fine as the autotuner's own key: its key arguments and the tensors' dtypes).
+    Triton's ``Autotuner.run`` rebuilds its key from every argument at each call, ~70 us of host time per call on
+    the H200's host (cProfile, docs/gpu.md): a fifth of SA's host time per attention call in TimesFM 2.5."""
+
+    def __init__(self, tuner):
+        self.tuner, self.chosen = tuner, {}
+
+    def __call__(self, key: tuple, grid, args: tuple, kwargs: dict) -> None:
+        config = self.chosen.get(key)
+        if config is None:  # the autotuner times its configurations (or finds them timed) and launches
+            self.tuner[grid](*args, **kwargs)
+            self.chosen[key] = self.tuner.best_config
+            return
+        self.tuner.best_config = config  # as the autotuner's own launch would (benchmarks read it)
+        self.tuner.fn[grid](*args, **kwargs, **config.all_kwargs())
+
+
+def _launchers(kernels) -> tuple[_Launcher, ...]:
+    """:class:`_Launcher` around each of :func:`_tuned`'s autotuners (pass 1, pass 2, one-pass pass 2, race)."""
+    global _LAUNCHERS
+    if _LAUNCHERS is None or _LAUNCHERS[0].tuner is not _tuned(kernels)[0]:
+        _LAUNCHERS = tuple(_Launcher(t) for t in _tuned(kernels))
+    return _LAUNCHERS
+
+
+_LAUNCHERS = None
+
+
 def _log2_bucket(n: int) -> int:
     return max(0, (int(n) - 1).bit_length())
 
@@ -281,15 +331,25 @@ def _tune_key(L: int, S: int, nu_max: int) -> int:
 #: remainders' product dropped: ~2^-22 relative error, fp32's own rounding is 2^-24), the arithmetic torch's
 #: memory-efficient SDPA uses for fp32 there (CUTLASS's OpMultiplyAddFastF32). "ieee" (FFMA on the CUDA cores)
 #: elsewhere, and always for the weights' product with V, so fp32 counts stay exact (nu = 1: rows of V).
+#: On an H200 (2026-12-04, ClimaX, fp32, head dim 64, 1,024 keys, nu 16) it cut pass 1 from 138 to < 90 us and pass 2
+#: from 324 to 253 us per call (the model's device time 1.18x -> 1.07x the deterministic pass).
 FP32_SCORES_PRECISION = "tf32x3"
+#: The race sampler's fp32 scores: "ieee". The same run timed its kernel at 1,028 us per call with "tf32x3" against
+#: 722 us with "ieee" (ClimaX's model 1.52x against 1.34x the deterministic device time; its autotuned tiles are
+#: small, 16-32 rows x 16 keys, and the exponentials' work, not the scores', bounds it).
+RACE_FP32_SCORES_PRECISION = "ieee"
 
 
-def scores_precision(dtype: torch.dtype, capability: Optional[tuple[int, int]]) -> str:
+def scores_precision(dtype: torch.dtype, capability: Optional[tuple[int, int]],
+                     fp32: Optional[str] = None) -> str:  # fmt: skip
     """``tl.dot``'s input precision for the scores of ``dtype`` operands on a CUDA GPU of compute ``capability``
-    (None: not a CUDA GPU, e.g. ROCm or the interpreter). 16-bit operands take the tensor cores as they are."""
+    (None: not a CUDA GPU, e.g. ROCm or the interpreter): for fp32, ``fp32`` (default
+    :data:`FP32_SCORES_PRECISION`) where TF32 exists, else "ieee". 16-bit operands take the tensor cores as they
+    are."""
     if dtype != torch.float32:
         return "tf32"  # not used for bf16 / fp16 operands
-    return FP32_SCORES_PRECISION if capability is not None and capability >= (8, 0) else "ieee"
+    wanted = FP32_SCORES_PRECISION if fp32 is None else fp32
+    return wanted if capability is not None and capability >= (8, 0) else "ieee"
 
 
 def _capability(device: torch.device) -> Optional[tuple[int, int]]:
@@ -316,15 +376,17 @@ def _race(kernels, q, k, v, nu, nu_h, nu_max, nu_min, kind, mask, sm, is_causal,
         raise ValueError(f"the race sampler takes 1 <= nu <= {RACE_MAX_NU} in every head, got nu={nu!r}")
     B, H, L, E = q.shape
     S, Ev = k.shape[2], v.shape[3]
-    out = torch.empty(B, H, L, Ev, dtype=v.dtype, device=q.device)
-    args = (q, k, v, mask, nu_h, out, int(seed), int(offset), nu_max, _tune_key(L, S, nu_max), H, L, S, E, Ev,
+    out = _output(B, H, L, Ev, v)
+    tune_key = _tune_key(L, S, nu_max)
+    args = (q, k, v, mask, nu_h, out, int(seed), int(offset), nu_max, tune_key, H, L, S, E, Ev,
             scale, *q.stride(), *k.stride(), *v.stride(), *sm, *out.stride())  # fmt: skip
     meta = {"MASK_KIND": kind, "IS_CAUSAL": bool(is_causal), "BLOCK_E": max(16, _next_power_of_2(E)),
             "BLOCK_EV": max(16, _next_power_of_2(Ev)), "NU_BLOCK": _next_power_of_2(nu_max),
-            "PRECISION": scores_precision(q.dtype, _capability(q.device)), "UPCAST": interpreting}  # fmt: skip
+            "PRECISION": scores_precision(q.dtype, _capability(q.device), RACE_FP32_SCORES_PRECISION),
+            "UPCAST": interpreting}  # fmt: skip
     if tiles is None and not interpreting:
-        race = _tuned(kernels)[3]
-        race[lambda launch: (-(-L // launch["BLOCK_M"]), B * H)](*args, **meta)
+        key = (E, Ev, kind, bool(is_causal), tune_key, q.dtype, mask.dtype)
+        _launchers(kernels)[3](key, lambda launch: (-(-L // launch["BLOCK_M"]), B * H), args, meta)
         return out
     fixed = {"BLOCK_M": 128, "BLOCK_N": 16, "sample_warps": 4} if tiles is None else {**LEGACY_TILES, **tiles}
     unknown = set(fixed) - set(LEGACY_TILES)
@@ -391,7 +453,7 @@ def sa_attention_fused(
     if sampler not in ("cdf", "race", "auto"):
         raise ValueError(f"sampler must be 'cdf', 'race' or 'auto', got {sampler!r}")
     if sampler == "auto":
-        race = isinstance(nu, int) and 1 <= nu <= AUTO_RACE_MAX_NU and nu * S <= AUTO_RACE_MAX_DRAWS
+        race = isinstance(nu, int) and (nu == 1 or 1 <= nu <= AUTO_RACE_MAX_NU and nu * S <= AUTO_RACE_MAX_DRAWS)
         sampler = "race" if race else "cdf"
     scale = 1.0 / math.sqrt(E) if scale is None else float(scale)
     nu_h, nu_max, nu_min = _nu_per_head(nu, H, q.device)
@@ -410,9 +472,10 @@ def sa_attention_fused(
     row_m = row_z = torch.empty(0 if one_pass else B * H * L, dtype=torch.float32, device=q.device)
     if not one_pass:
         row_z = torch.empty_like(row_m)
-    out = torch.empty(B, H, L, Ev, dtype=v.dtype, device=q.device)
-    stats_args = (q, k, mask, row_m, row_z, _tune_key(L, S, 1), H, L, S, E, scale, *q.stride(), *k.stride(), *sm)
-    sample_args = (q, k, v, mask, row_m, row_z, nu_h, out, int(seed), int(offset), nu_max, _tune_key(L, S, nu_max),
+    out = _output(B, H, L, Ev, v)
+    stats_key, tune_key = _tune_key(L, S, 1), _tune_key(L, S, nu_max)
+    stats_args = (q, k, mask, row_m, row_z, stats_key, H, L, S, E, scale, *q.stride(), *k.stride(), *sm)
+    sample_args = (q, k, v, mask, row_m, row_z, nu_h, out, int(seed), int(offset), nu_max, tune_key,
                    H, L, S, E, Ev, scale, *q.stride(), *k.stride(), *v.stride(), *sm, *out.stride())  # fmt: skip
     if fixed is not None:
         grid = (-(-L // fixed["BLOCK_M"]), B * H)
@@ -426,10 +489,18 @@ def sa_attention_fused(
     def grid(launch):
         return (-(-L // launch["BLOCK_M"]), B * H)
 
-    stats, sample, single, _ = _tuned(kernels)
+    stats, sample, single, _ = _launchers(kernels)
+    key = (E, Ev, kind, bool(is_causal), tune_key, q.dtype, mask.dtype)
     if one_pass:
-        single[grid](*sample_args, **meta, **sample_meta, BLOCK_N=max(16, _next_power_of_2(S)))
+        single(key, grid, sample_args, {**meta, **sample_meta, "BLOCK_N": max(16, _next_power_of_2(S))})
     else:
-        stats[grid](*stats_args, **meta)
-        sample[grid](*sample_args, **meta, **sample_meta)
+        stats((E, Ev, kind, bool(is_causal), stats_key, q.dtype, mask.dtype), grid, stats_args, meta)
+        sample(key, grid, sample_args, {**meta, **sample_meta})
     return out
+
+
+def _output(B: int, H: int, L: int, Ev: int, v: Tensor) -> Tensor:
+    """The output (B, H, L, Ev), laid out as (B, L, H, Ev) in memory, as torch's fused SDPA lays out its own: the
+    caller's usual ``out.transpose(1, 2).reshape(B, L, H * Ev)`` is then a view, not a copy (one kernel and ~25 us
+    of host time per call in TimesFM 2.5, docs/gpu.md). The kernels write through its strides."""
+    return torch.empty(B, L, H, Ev, dtype=v.dtype, device=v.device).transpose(1, 2)
