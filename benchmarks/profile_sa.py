@@ -149,8 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samplers", nargs="+", default=["cdf", "race"], choices=["cdf", "race"],
                         help="the fused kernel's samplers to profile (race: nu <= 16)")  # fmt: skip
     parser.add_argument("--fp32-scores", nargs="+", choices=["tf32x3", "ieee"],
-                        help="the fused kernel's fp32 q k^T on GPUs with TF32 (triton_sa.FP32_SCORES_PRECISION); "
-                             "default: the library's")  # fmt: skip
+                        help="the fused kernel's fp32 q k^T on GPUs with TF32 (triton_sa.FP32_SCORES_PRECISION, "
+                             "RACE_FP32_SCORES_PRECISION); default: the library's per sampler")  # fmt: skip
     parser.add_argument("--models", nargs="*", default=["timesfm", "climax"], choices=["timesfm", "climax"])
     parser.add_argument("--python-profile", type=int, default=25, metavar="N",
                         help="the N functions whose host time grew most under SA (cProfile of each pass)")  # fmt: skip
@@ -170,9 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     builds = {"timesfm": (_timesfm, lambda nu: nu), "climax": (_climax, climax_sa_nu)}
     explicit = args.explicit or device.type != "cuda"
     samplers = ["explicit"] if explicit else [s for s in args.samplers if s == "cdf" or args.nu <= 16]
-    precisions = ["-"] if explicit else args.fp32_scores or [triton_sa.FP32_SCORES_PRECISION]
+    precisions = args.fp32_scores or [None]  # None: each sampler's library default
+    library_scores = {"cdf": triton_sa.FP32_SCORES_PRECISION, "race": triton_sa.RACE_FP32_SCORES_PRECISION}
     profiled = max(1, args.repeats // 4)
-    default_sampler, default_scores = triton_sa.DEFAULT_SAMPLER, triton_sa.FP32_SCORES_PRECISION
+    default_sampler = triton_sa.DEFAULT_SAMPLER
     for key in args.models:
         build, template = builds[key]
         name, model, call = build(device, args.small)
@@ -184,9 +185,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n== {name}: deterministic {_device_text(det_dev, det_syncs)}", flush=True)
             print(f"-- deterministic, {det_table}", flush=True)
             for sampler, scores in itertools.product(samplers, precisions):
+                scores = scores or library_scores.get(sampler)
                 label = sampler if sampler == "explicit" else f"{sampler}, fp32 scores {scores}"
                 triton_sa.DEFAULT_SAMPLER = "race" if sampler == "race" else "cdf"
-                triton_sa.FP32_SCORES_PRECISION = scores
+                triton_sa.FP32_SCORES_PRECISION = scores if sampler == "cdf" else library_scores["cdf"]
+                triton_sa.RACE_FP32_SCORES_PRECISION = scores if sampler == "race" else library_scores["race"]
                 sa = StochasticAttention(model, nu=template(args.nu), generator=torch.Generator().manual_seed(0),
                                          fused=False if sampler == "explicit" else None)  # fmt: skip
                 call(), call()  # compile and autotune
@@ -205,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{clock.calls} attention calls {1e3 * clock.seconds:.1f} ms "
                       f"({clock.seconds / det_wall:.2f} of the deterministic pass)", flush=True)  # fmt: skip
                 print(f"-- SA ({label}), {sa_table}\n{growth if args.python_profile else ''}", flush=True)
-        triton_sa.FP32_SCORES_PRECISION = default_scores
+        triton_sa.FP32_SCORES_PRECISION, triton_sa.RACE_FP32_SCORES_PRECISION = library_scores.values()
         triton_sa.DEFAULT_SAMPLER = default_sampler
         del model
         if device.type == "cuda":
