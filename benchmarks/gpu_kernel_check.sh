@@ -30,10 +30,13 @@ start=$SECONDS  # compile and autotune every variant of the model rows and the k
 # beside the law tests (both mostly compile on the CPU cores)
 timeout "${WARM_TIMEOUT:-240}" $py benchmarks/bench_triton_sa.py --warm "$workers" --warm-only >"$out/warm.txt" 2>&1 &
 warm_pid=$!
-timeout "${LAW_TIMEOUT:-240}" $py -m pytest -q -p no:cacheprovider -n "$workers" tests/test_triton_sa_cuda.py \
+# -v -rfE: a line per test as it ends, so a time limit that stops the file before pytest's summary still shows which
+# test failed (2026-12-04: one "F" and no name), and the failures' reasons in the summary
+timeout "${LAW_TIMEOUT:-240}" $py -m pytest -v -rfE -p no:cacheprovider -n "$workers" tests/test_triton_sa_cuda.py \
   >"$out/law.txt" 2>&1
 echo "law tests (finished at $((SECONDS - start)) s): $(tail -1 "$out/law.txt")"
-grep -E "^(FAILED|ERROR)|Error" "$out/law.txt" | head -20
+echo "  $(grep -c " PASSED " "$out/law.txt") passed"
+grep -E " (FAILED|ERROR) |^(FAILED|ERROR)|Error|crashed" "$out/law.txt" | head -20
 $py - "$SA_LAW_LOG" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])] if __import__("os").path.exists(sys.argv[1]) else []

@@ -29,6 +29,8 @@ def test_cpu_self_test_pairs_the_wall_times_and_finds_sa_in_the_host_growth(caps
     out = capsys.readouterr().out
     wall = re.search(r"SA \(explicit, nu 16\) wall ([0-9.]+)x the deterministic pass \(median of 2 paired repeats", out)
     assert wall and float(wall.group(1)) > 0, out
+    calls = re.search(r"host time in SA's (\d+) attention calls ([0-9.]+) ms", out)  # the clock sees SA's calls
+    assert calls and int(calls.group(1)) > 0 and float(calls.group(2)) > 0, out
     growth = out[out.index("own time grown most:") :].splitlines()[2:8]
     # SA's attention functions run only in the SA forward: called 0 times in the deterministic one, > 0 in SA's
     ours = [ln.split() for ln in growth if re.search(r"stochattn/(attention|cpu_kernels)\.py", ln)]
