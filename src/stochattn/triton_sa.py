@@ -69,11 +69,17 @@ def is_kernel_failure(err: BaseException) -> bool:
 # forward is bound by the host, where each attention call's host time adds to the model's wall time (docs/gpu.md).
 def _kernels():
     """The kernel module, or the reason it cannot be imported."""
-    try:
-        from . import triton_sa_kernels
-    except ImportError as err:  # triton missing or broken
-        return None, f"triton is not importable ({err})"
-    return triton_sa_kernels, None
+    global _KERNELS
+    if _KERNELS is None:
+        try:
+            from . import triton_sa_kernels
+        except ImportError as err:  # triton missing or broken
+            return None, f"triton is not importable ({err})"
+        _KERNELS = triton_sa_kernels
+    return _KERNELS, None
+
+
+_KERNELS = None
 
 
 def _interpreting(kernels) -> bool:
