@@ -176,7 +176,8 @@ ONE_PASS_MAX_KEYS = 64
 #: pass 1, (BLOCK_M, BLOCK_N, NU_BLOCK, warps, search) for pass 2 (BLOCK_N None: the one-pass kernel, whose key tile
 #: is the row). With the compare tile (search False) BLOCK_M x NU_BLOCK x BLOCK_N is kept <= 32k elements (each
 #: configuration's registers and spills for sm_90: benchmarks/triton_compile_check.py --configs, docs/gpu.md).
-#: The 2-warp configurations (since 2026-12-04, not yet timed): on the H200 pass 2 ran faster with fewer warps (bf16,
+#: The 2-warp configurations (since 2026-12-04; the H200 then chose them for pass 2 in 18 of 24 kernel-table cells,
+#: 2-22 % faster at nu 1-16, docs/gpu.md): on the H200 pass 2 had run faster with fewer warps (bf16,
 #: E 64, nu 1, 1,024 keys: the 32 x 32 compare tile 3.17 ms with 4 warps, 5.89 with 8), and pass 2 is the whole cost
 #: there (its best, 1.31 ms; pass 1 0.047 ms, SDPA 0.047 ms); the race's times were flat in warps (0.38-0.42 ms at 4
 #: and 8), its 2-warp tiles are timed too. Of those compiled for sm_90, the ones with little or no spill at bf16 E 80
@@ -435,9 +436,9 @@ def sa_attention_fused(
     ``sampler``: ``"cdf"`` (the row's sorted uniforms placed in its cumulative sums, two passes; any nu),
     ``"race"`` (one pass, an exponential race per draw, no normaliser: O(nu S) random numbers per row; nu at most
     :data:`RACE_MAX_NU` and >= 1 in every head; the Philox counter ``offset + (r nu_max + d) ceil(S / 4) + g``
-    serves draw d at keys 4 g .. 4 g + 3), ``"auto"`` (the race for an int nu <= :data:`AUTO_RACE_MAX_NU` with
-    nu S <= :data:`AUTO_RACE_MAX_DRAWS`, where it was timed faster; else cdf) or None (:data:`DEFAULT_SAMPLER`, what
-    the SDPA path takes). The same law; different draws for the same seed."""
+    serves draw d at keys 4 g .. 4 g + 3), ``"auto"`` (the race for an int nu = 1, or nu <= :data:`AUTO_RACE_MAX_NU`
+    with nu S <= :data:`AUTO_RACE_MAX_DRAWS`, where it was timed faster; else cdf) or None
+    (:data:`DEFAULT_SAMPLER`, "auto", what the SDPA path takes). The same law; different draws for the same seed."""
     ok, why = available(q.device)
     if not ok:
         raise FusedUnavailableError(why)
