@@ -183,10 +183,15 @@ ONE_PASS_MAX_KEYS = 64
 #: and 8), its 2-warp tiles are timed too. Of those compiled for sm_90, the ones with little or no spill at bf16 E 80
 #: and fp32 E 64 are kept (0-88 B, triton_compile_check.py); left out: both one-pass tiles (the 16-row compare tile
 #: 3,760 B at bf16, the 32-row search tile 1,240 B at fp32, TimesFM 2.5's dtype) and a 32 x 32 search tile (1,248 B).
+#: 1-warp tiles (since the second 2026-12-04 run, not yet timed: fewer warps had been faster at each step, 8 > 4 > 2):
+#: compiled for sm_90 at nu 1, 16 and 512, kept where they spill <= 24 B at bf16 E 80 and fp32 E 64: pass 2's 16 x 16
+#: search tile (0 / 24 B), the race's 16 x 16 and 32 x 16 (0 / 0 and 0 / 16 B); left out: 16 x 32 with searches (296 /
+#: 1,848 B) or the compare tile (416 / 1,240 B), 16 x 64 with searches (1,248 / 2,544 B).
 STATS_CONFIGS = ((32, 32, 4, 2), (64, 64, 4, 2), (128, 64, 4, 2), (128, 64, 8, 3))
 SAMPLE_CONFIGS = ((16, 32, 16, 4, False), (16, 64, 16, 4, False), (32, 32, 16, 4, False), (32, 32, 16, 8, False),
                   (64, 32, 16, 8, False), (32, 32, 32, 4, True), (64, 32, 32, 8, True), (32, 64, 32, 4, True),
-                  (64, 64, 64, 8, True), (16, 32, 16, 2, False), (16, 32, 32, 2, True))  # fmt: skip
+                  (64, 64, 64, 8, True), (16, 32, 16, 2, False), (16, 32, 32, 2, True),
+                  (16, 16, 16, 1, True))  # fmt: skip
 ONE_PASS_CONFIGS = ((16, None, 16, 4, False), (32, None, 16, 8, False), (32, None, 32, 4, True),
                     (64, None, 32, 8, True))  # fmt: skip
 _MAX_PLACE_TILE = 32768
@@ -207,7 +212,7 @@ DEFAULT_SAMPLER = "auto"
 #: BLOCK_N) tile per thread (sm_90, bf16, head dim 80, 32 x 32 tiles in 8 warps: 117 registers and no spill at nu
 #: 1, 175 at nu 4; at nu 16 that tile spills 416 B).
 RACE_CONFIGS = ((16, 16, 4), (16, 32, 4), (32, 16, 4), (32, 32, 4), (32, 64, 4), (64, 32, 8), (64, 64, 8),
-                (128, 32, 8), (16, 32, 2), (32, 16, 2))  # fmt: skip
+                (128, 32, 8), (16, 32, 2), (32, 16, 2), (16, 16, 1), (32, 16, 1))  # fmt: skip
 
 
 def draw_tile(nu_block: int, nu_max: int) -> int:
