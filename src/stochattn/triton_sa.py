@@ -327,6 +327,12 @@ def _launchers(kernels) -> tuple[_Launcher, ...]:
 _LAUNCHERS = None
 
 
+def _launch_key(q: Tensor, mask: Tensor, Ev: int, kind: int, is_causal: bool, tune_key: int) -> tuple:
+    """A :class:`_Launcher` key: the autotuners' key arguments (head dims, mask kind, causal flag, size bucket) and
+    the dtypes of the tensors whose dtype varies (q, k, v and the output share q's; the mask's own)."""
+    return q.shape[-1], Ev, kind, bool(is_causal), tune_key, q.dtype, mask.dtype
+
+
 def _log2_bucket(n: int) -> int:
     return max(0, (int(n) - 1).bit_length())
 
@@ -343,7 +349,7 @@ def _tune_key(L: int, S: int, nu_max: int) -> int:
 #: remainders' product dropped: ~2^-22 relative error, fp32's own rounding is 2^-24), the arithmetic torch's
 #: memory-efficient SDPA uses for fp32 there (CUTLASS's OpMultiplyAddFastF32). "ieee" (FFMA on the CUDA cores)
 #: elsewhere, and always for the weights' product with V, so fp32 counts stay exact (nu = 1: rows of V).
-#: On an H200 (2026-12-04, ClimaX, fp32, head dim 64, 1,024 keys, nu 16) it cut pass 1 from 138 to < 90 us and pass 2
+#: On an H200 (2026-12-04, ClimaX, fp32, head dim 64, 1,024 keys, nu 16) it cut pass 1 from 138 to < 87 us and pass 2
 #: from 324 to 253 us per call (the model's device time 1.18x -> 1.07x the deterministic pass).
 FP32_SCORES_PRECISION = "tf32x3"
 #: The race sampler's fp32 scores: "ieee". The same run timed its kernel at 1,028 us per call with "tf32x3" against
@@ -397,7 +403,7 @@ def _race(kernels, q, k, v, nu, nu_h, nu_max, nu_min, kind, mask, sm, is_causal,
             "PRECISION": scores_precision(q.dtype, _capability(q.device), RACE_FP32_SCORES_PRECISION),
             "UPCAST": interpreting}  # fmt: skip
     if tiles is None and not interpreting:
-        key = (E, Ev, kind, bool(is_causal), tune_key, q.dtype, mask.dtype)
+        key = _launch_key(q, mask, Ev, kind, is_causal, tune_key)
         _launchers(kernels)[3](key, lambda launch: (-(-L // launch["BLOCK_M"]), B * H), args, meta)
         return out
     fixed = {"BLOCK_M": 128, "BLOCK_N": 16, "sample_warps": 4} if tiles is None else {**LEGACY_TILES, **tiles}
@@ -502,11 +508,11 @@ def sa_attention_fused(
         return (-(-L // launch["BLOCK_M"]), B * H)
 
     stats, sample, single, _ = _launchers(kernels)
-    key = (E, Ev, kind, bool(is_causal), tune_key, q.dtype, mask.dtype)
+    key = _launch_key(q, mask, Ev, kind, is_causal, tune_key)
     if one_pass:
         single(key, grid, sample_args, {**meta, **sample_meta, "BLOCK_N": max(16, _next_power_of_2(S))})
     else:
-        stats((E, Ev, kind, bool(is_causal), stats_key, q.dtype, mask.dtype), grid, stats_args, meta)
+        stats(_launch_key(q, mask, Ev, kind, is_causal, stats_key), grid, stats_args, meta)
         sample(key, grid, sample_args, {**meta, **sample_meta})
     return out
 
