@@ -15,7 +15,8 @@
    nu in {1, 4, 16, 64, 512, 4096}: time ratio (CUDA-event medians, ``triton.testing.do_bench``) with the first
    version's fixed tiles (``LEGACY_TILES``, "before") and with the autotuned tiles ("after"), the configuration
    the autotuner chose and every configuration's time (``--json``); at nu <= 16 also the one-pass race sampler
-   (``sampler="race"``, autotuned). ``--warm N`` first compiles every variant in N
+   (``sampler="race"``, autotuned), and at nu <= 64 the groups sampler (``sampler="groups"``, autotuned: group
+   masses in pass 1, then only the groups holding a row's points). ``--warm N`` first compiles every variant in N
    processes (Triton's compiler is single-threaded; the cache is shared), so the timed process compiles nothing.
 
 Without CUDA (or triton) it says so and exits 0. :func:`fused_rows` gives gpu_check.py-style rows.
@@ -125,7 +126,8 @@ def _memory_at(n: int, nu: int, device: torch.device) -> list[dict]:
 
     q, k, v, _ = _inputs((1, 16, n, n, 64, False), torch.bfloat16, device)
     calls = (("SDPA", lambda: F.scaled_dot_product_attention(q, k, v)),
-             ("fused kernel", lambda: sa_attention_fused(q, k, v, nu, seed=0)),
+             ("fused kernel", lambda: sa_attention_fused(q, k, v, nu, seed=0, sampler="cdf")),
+             ("groups sampler", lambda: sa_attention_fused(q, k, v, nu, seed=0, sampler="groups")),
              ("explicit path", lambda: scaled_dot_product_attention(q, k, v, nu=nu, fused=False)))  # fmt: skip
     return [{"check": f"{n} tokens: peak memory, {label} (nu={nu})", "ok": True, "value": _peak_gib(fn)}
             for label, fn in calls]  # fmt: skip
@@ -184,7 +186,7 @@ def kernel_rows(device: torch.device, timings: list | None = None, json_path: st
     from stochattn import triton_sa
 
     kernels, _ = triton_sa._kernels()
-    stats, sample, _, race_tuner = triton_sa._tuned(kernels)
+    stats, sample, _, race_tuner, mass_tuner, groups_tuner = triton_sa._tuned(kernels)
     rows, cache = [], {}
     for E, B, H, n, nu in _kernel_cells():
         if (E, n) not in cache:
@@ -194,7 +196,7 @@ def kernel_rows(device: torch.device, timings: list | None = None, json_path: st
         q, k, v, sdpa_ms = cache[(E, n)]
         before = _ms(lambda: triton_sa.sa_attention_fused(q, k, v, nu, seed=1, tiles=triton_sa.LEGACY_TILES,
                                                          sampler="cdf"))  # fmt: skip
-        tuned = {t: len(t.cache) for t in (stats, sample, race_tuner)}
+        tuned = {t: len(t.cache) for t in (stats, sample, race_tuner, mass_tuner, groups_tuner)}
         triton_sa.sa_attention_fused(q, k, v, nu, seed=1, sampler="cdf")  # the autotuner times its configurations here
         after = _ms(lambda: triton_sa.sa_attention_fused(q, k, v, nu, seed=1, sampler="cdf"))
         chosen = f"pass 1: {_describe(stats.best_config)}; pass 2: {_describe(sample.best_config)}"
@@ -203,14 +205,23 @@ def kernel_rows(device: torch.device, timings: list | None = None, json_path: st
             triton_sa.sa_attention_fused(q, k, v, nu, seed=1, sampler="race")
             race = _ms(lambda: triton_sa.sa_attention_fused(q, k, v, nu, seed=1, sampler="race"))
             chosen += f"; race: {_describe(race_tuner.best_config)}"
+        groups = None
+        if nu <= triton_sa.GROUPS_MAX_NU:  # the groups sampler, autotuned
+            triton_sa.sa_attention_fused(q, k, v, nu, seed=1, sampler="groups")
+            groups = _ms(lambda: triton_sa.sa_attention_fused(q, k, v, nu, seed=1, sampler="groups"))
+            chosen += (f"; groups: pass 1 {_describe(mass_tuner.best_config)}, pass 2 "
+                       f"{_describe(groups_tuner.best_config)}")  # fmt: skip
         if timings is not None:
             timings.append({"E": E, "BH": B * H, "L": n, "nu": nu, "sdpa_ms": sdpa_ms, "before_ms": before,
                             "after_ms": after, "race_ms": race, "pass1": _timings(stats, tuned[stats]),
                             "pass2": _timings(sample, tuned[sample]),
-                            "race": _timings(race_tuner, tuned[race_tuner])})  # fmt: skip
+                            "race": _timings(race_tuner, tuned[race_tuner]), "groups_ms": groups,
+                            "groups_pass1": _timings(mass_tuner, tuned[mass_tuner]),
+                            "groups_pass2": _timings(groups_tuner, tuned[groups_tuner])})  # fmt: skip
         rows.append({"check": f"E {E}, B*H {B * H}, L=S {n}, nu {nu}: kernel / SDPA", "ok": True,
                      "value": f"before {before / sdpa_ms:.2f}x, after {after / sdpa_ms:.2f}x"
                               + (f", race {race / sdpa_ms:.2f}x" if race is not None else "")
+                              + (f", groups {groups / sdpa_ms:.2f}x" if groups is not None else "")
                               + f" (SDPA {sdpa_ms:.3f} ms; {chosen})"})  # fmt: skip
         print(rows[-1]["check"], rows[-1]["value"], flush=True)
         if json_path:  # as it goes: a time limit keeps the cells measured
@@ -242,6 +253,8 @@ def warm_cache(part: int, parts: int) -> None:
             triton_sa.sa_attention_fused(q, k, v, nu, is_causal=causal, seed=1, tiles=tiles, sampler="cdf")
         if nu <= triton_sa.RACE_MAX_NU:
             triton_sa.sa_attention_fused(q, k, v, nu, is_causal=causal, seed=1, sampler="race")
+        if nu <= triton_sa.GROUPS_MAX_NU:
+            triton_sa.sa_attention_fused(q, k, v, nu, is_causal=causal, seed=1, sampler="groups")
     torch.cuda.synchronize()
 
 

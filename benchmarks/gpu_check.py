@@ -127,11 +127,13 @@ def sa_rows(device: torch.device, repeats: int, small: bool) -> list[dict]:
             for nu in NUS:
                 cells, ok, det = [], True, float("nan")
                 # the explicit path, then (CUDA) the fused kernel of the adapters' SDPA path with its two-pass
-                # sampler, and at nu <= 16 with its one-pass race ("auto" takes the race where it was timed faster)
-                paths = (("explicit", False, "cdf"), ("fused", None, "cdf"), ("race", None, "race"))
+                # sampler, at nu <= 16 with its one-pass race ("auto" takes the race where it was timed faster) and
+                # at nu <= 64 with its groups sampler (not yet timed on a GPU)
+                paths = (("explicit", False, "cdf"), ("fused", None, "cdf"), ("race", None, "race"),
+                         ("groups", None, "groups"))  # fmt: skip
                 library_sampler = _default_sampler(None)
-                for label, fused, sampler in paths[: 3 if device.type == "cuda" else 1]:
-                    if label == "race" and nu > 16:
+                for label, fused, sampler in paths[: len(paths) if device.type == "cuda" else 1]:
+                    if label == "race" and nu > 16 or label == "groups" and nu > 64:
                         continue
                     _default_sampler(sampler)
                     sa = StochasticAttention(model, nu=template(nu), generator=gen, fused=fused)

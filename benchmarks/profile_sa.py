@@ -4,8 +4,8 @@
     python benchmarks/profile_sa.py --device cpu --small      # the self-test
 
 For the full-size TimesFM 2.5 200M and ClimaX modules of gpu_check.py (random weights), the deterministic pass and
-the SA pass (fused kernel, the adapters' default on CUDA, with each of ``--samplers`` cdf / race; ``--explicit`` for
-the explicit path; ``--fp32-scores tf32x3 ieee`` times the fused kernel's fp32 q k^T both ways):
+the SA pass (fused kernel, the adapters' default on CUDA, with each of ``--samplers`` cdf / race / groups;
+``--explicit`` for the explicit path; ``--fp32-scores tf32x3 ieee`` times the fused kernel's fp32 q k^T both ways):
 - wall: the median of per-repeat SA / deterministic ratios, each repeat timing the two passes back to back with the
   device synchronised (gpu_check.paired_ratios). Two medians taken minutes apart are not compared: on a host-bound
   forward the host's speed drifts by more than SA's cost (TimesFM's deterministic pass took 33-59 ms in one hour);
@@ -145,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=20, help="paired wall repeats (profiler: a quarter, >= 1)")
     parser.add_argument("--top", type=int, default=12)
     parser.add_argument("--explicit", action="store_true", help="the explicit path instead of the fused kernel")
-    parser.add_argument("--samplers", nargs="+", default=["cdf", "race"], choices=["cdf", "race"],
-                        help="the fused kernel's samplers to profile (race: nu <= 16)")  # fmt: skip
+    parser.add_argument("--samplers", nargs="+", default=["cdf", "race", "groups"], choices=["cdf", "race", "groups"],
+                        help="the fused kernel's samplers to profile (race: nu <= 16; groups: nu <= 64)")  # fmt: skip
     parser.add_argument("--fp32-scores", nargs="+", choices=["tf32x3", "ieee"],
                         help="the fused kernel's fp32 q k^T on GPUs with TF32 (triton_sa.FP32_SCORES_PRECISION, "
                              "RACE_FP32_SCORES_PRECISION); default: the library's per sampler")  # fmt: skip
@@ -168,9 +168,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"profile_sa on {where} (torch {torch.__version__}), nu {args.nu}", flush=True)
     builds = {"timesfm": (_timesfm, lambda nu: nu), "climax": (_climax, climax_sa_nu)}
     explicit = args.explicit or device.type != "cuda"
-    samplers = ["explicit"] if explicit else [s for s in args.samplers if s == "cdf" or args.nu <= 16]
+    most = {"cdf": float("inf"), "race": triton_sa.RACE_MAX_NU, "groups": triton_sa.GROUPS_MAX_NU}
+    samplers = ["explicit"] if explicit else [s for s in args.samplers if args.nu <= most[s]]
     precisions = args.fp32_scores or [None]  # None: each sampler's library default
-    library_scores = {"cdf": triton_sa.FP32_SCORES_PRECISION, "race": triton_sa.RACE_FP32_SCORES_PRECISION}
+    library_scores = {"cdf": triton_sa.FP32_SCORES_PRECISION, "race": triton_sa.RACE_FP32_SCORES_PRECISION,
+                      "groups": triton_sa.FP32_SCORES_PRECISION}  # fmt: skip
     profiled = max(1, args.repeats // 4)
     default_sampler = triton_sa.DEFAULT_SAMPLER
     for key in args.models:
@@ -186,8 +188,8 @@ def main(argv: list[str] | None = None) -> int:
             for sampler, scores in itertools.product(samplers, precisions):
                 scores = scores or library_scores.get(sampler)
                 label = sampler if sampler == "explicit" else f"{sampler}, fp32 scores {scores}"
-                triton_sa.DEFAULT_SAMPLER = "race" if sampler == "race" else "cdf"
-                triton_sa.FP32_SCORES_PRECISION = scores if sampler == "cdf" else library_scores["cdf"]
+                triton_sa.DEFAULT_SAMPLER = "cdf" if sampler == "explicit" else sampler
+                triton_sa.FP32_SCORES_PRECISION = scores if sampler in ("cdf", "groups") else library_scores["cdf"]
                 triton_sa.RACE_FP32_SCORES_PRECISION = scores if sampler == "race" else library_scores["race"]
                 sa = StochasticAttention(model, nu=template(args.nu), generator=torch.Generator().manual_seed(0),
                                          fused=False if sampler == "explicit" else None)  # fmt: skip
@@ -207,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{clock.calls} attention calls {1e3 * clock.seconds:.1f} ms "
                       f"({clock.seconds / det_wall:.2f} of the deterministic pass)", flush=True)  # fmt: skip
                 print(f"-- SA ({label}), {sa_table}\n{growth if args.python_profile else ''}", flush=True)
-        triton_sa.FP32_SCORES_PRECISION, triton_sa.RACE_FP32_SCORES_PRECISION = library_scores.values()
+        triton_sa.FP32_SCORES_PRECISION = library_scores["cdf"]
+        triton_sa.RACE_FP32_SCORES_PRECISION = library_scores["race"]
         triton_sa.DEFAULT_SAMPLER = default_sampler
         del model
         if device.type == "cuda":

@@ -39,7 +39,8 @@ def _signature(fn, dtype: str, mask_kind: int, constexprs: dict) -> dict:
     """Triton's argument types of ``fn`` for tensors of ``dtype``: pointers, fp32 scalars, i64 seed / offset, i32
     sizes and strides, constexpr for the meta-parameters."""
     pointers = {"Q": dtype, "K": dtype, "V": dtype, "Out": dtype, "Mask": "i8" if mask_kind == 1 else "fp32",
-                "M_out": "fp32", "Z_out": "fp32", "M_in": "fp32", "Z_in": "fp32", "Nu": "i32"}  # fmt: skip
+                "M_out": "fp32", "Z_out": "fp32", "M_in": "fp32", "Z_in": "fp32", "Lse_out": "fp32", "Lse_in": "fp32",
+                "Nu": "i32"}  # fmt: skip
     sig = {}
     for name in fn.arg_names:
         if name in constexprs:
@@ -99,7 +100,15 @@ def compile_rows(archs=(90,), dtypes=("fp32", "bf16"), variants=VARIANTS, head_d
     from triton.compiler import ASTSource
 
     from stochattn import triton_sa_kernels as kernels
-    from stochattn.triton_sa import LEGACY_TILES, RACE_MAX_NU, _next_power_of_2, draw_tile, scores_precision
+    from stochattn.triton_sa import (
+        GROUPS_MAX_NU,
+        LEGACY_TILES,
+        MIN_NU_BLOCK,
+        RACE_MAX_NU,
+        _next_power_of_2,
+        draw_tile,
+        scores_precision,
+    )
 
     tiles = {**LEGACY_TILES, **tile_overrides}
     tiles["NU_BLOCK"] = draw_tile(tiles["NU_BLOCK"], nu_max)
@@ -117,6 +126,13 @@ def compile_rows(archs=(90,), dtypes=("fp32", "bf16"), variants=VARIANTS, head_d
             kernels_here.insert(0, (kernels._stats_kernel, meta, "stats"))
             race = {"BLOCK_EV": block_e, "NU_BLOCK": _next_power_of_2(min(nu_max, RACE_MAX_NU))}
             kernels_here.append((kernels._race_kernel, {**{k: v for k, v in meta.items()}, **race}, "sample"))
+            if nu_max <= GROUPS_MAX_NU:  # the groups sampler's two passes, at its group and chunk tiles
+                group, chunk = tiles.get("group", 32), tiles.get("chunk", 32)
+                mass = {**meta, "BLOCK_N": min(meta["BLOCK_N"], group), "GROUP": group}
+                draw = {"MASK_KIND": mask_kind, "IS_CAUSAL": causal, "BLOCK_M": tiles.get("rows", 4), "GROUP": group,
+                        "CHUNK": chunk, "BLOCK_G": tiles.get("groups", 32),
+                        "NU_BLOCK": max(MIN_NU_BLOCK, _next_power_of_2(nu_max + 1))}  # fmt: skip
+                kernels_here += [(kernels._group_mass_kernel, mass, "stats"), (kernels._groups_kernel, draw, "sample")]
         for fn, constexprs, kernel in kernels_here:
             src = ASTSource(fn, _signature(fn, DTYPES[dtype], mask_kind, constexprs),
                             constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})  # fmt: skip
@@ -128,7 +144,7 @@ def compile_rows(archs=(90,), dtypes=("fp32", "bf16"), variants=VARIANTS, head_d
                 if broken:
                     ok, value = False, f"scan over an axis shorter than a thread's elements: {'; '.join(broken)}"
             except Exception as err:  # noqa: BLE001 (a row of the table)
-                ok, value = False, f"{type(err).__name__}: {str(err).strip()[:300]}"
+                ok, value = False, f"{type(err).__name__}: {str(err).strip()[:3000]}"
             rows.append({"check": f"sm_{arch} {dtype} E={e} {variant}: {fn.__name__}", "ok": ok, "value": value})
     return rows
 
@@ -138,6 +154,9 @@ def config_rows(arch: int = 90, dtype: str = "bf16", head_dim: int = 80, nu_max:
     ONE_PASS_CONFIGS and, for nu_max <= RACE_MAX_NU, the RACE_CONFIGS its pruning keeps; no mask), with its registers
     and spills: what the autotuner times on a GPU."""
     from stochattn.triton_sa import (
+        GROUP_MASS_CONFIGS,
+        GROUPS_CONFIGS,
+        GROUPS_MAX_NU,
         ONE_PASS_CONFIGS,
         RACE_CONFIGS,
         RACE_MAX_NU,
@@ -176,6 +195,17 @@ def config_rows(arch: int = 90, dtype: str = "bf16", head_dim: int = 80, nu_max:
             row = kernel_row(compile_rows((arch,), (dtype,), VARIANTS[:1], (head_dim,), nu_max, BLOCK_M=m, BLOCK_N=n,
                                           sample_warps=w), "_race_kernel")  # fmt: skip
             rows.append({**row, "check": label("race", m, n, draws, w, None)})
+    for m, n, w, _stages in GROUP_MASS_CONFIGS if nu_max <= GROUPS_MAX_NU else ():
+        row = kernel_row(compile_rows((arch,), (dtype,), VARIANTS[:1], (head_dim,), nu_max, BLOCK_M=m, BLOCK_N=n,
+                                      stats_warps=w, group=max(n, 32)), "_group_mass_kernel")  # fmt: skip
+        rows.append({**row, "check": label("groups pass 1", m, n, None, w, None)})
+    for group, groups in ((32, 32), (128, 128)) if nu_max <= GROUPS_MAX_NU else ():  # 1k and 16k keys
+        for m, n, w in GROUPS_CONFIGS:
+            if n <= group:  # the autotuner's pruning (triton_sa._tuned)
+                tiles = {"rows": m, "chunk": n, "group": group, "groups": groups, "sample_warps": w}
+                row = kernel_row(compile_rows((arch,), (dtype,), VARIANTS[:1], (head_dim,), nu_max, **tiles),
+                                 "_groups_kernel")  # fmt: skip
+                rows.append({**row, "check": label(f"groups pass 2, group {group}", m, n, None, w, None)})
     return rows
 
 

@@ -246,6 +246,67 @@ def test_race_masks_causal_rows_seeds_and_limits(monkeypatch):
     assert torch.equal(triton_sa.sa_attention_fused(q, k, _eye(1), 4, seed=1, sampler="auto"), two_pass)
 
 
+@pytest.mark.parametrize("nu, chunk", [(1, None), (50, None), (16, 16)], ids=["nu1", "nu50", "nu16-one-sweep"])
+def test_groups_weights_follow_the_multinomial_law(nu, chunk):
+    """sampler="groups" (each row's points placed first in its groups' masses from pass 1, then within the groups
+    that received them): mean pi and covariance (diag(pi) - pi pi^T) / nu. In the interpreter a group is 16 keys
+    (three groups in S = 40) and a chunk 8 (each group swept twice: its total, then the placing); chunk 16: one
+    sweep."""
+    q, k = _qk(seed=30)
+    n = 3000
+    tiles = None if chunk is None else {"chunk": chunk}
+    w = triton_sa.sa_attention_fused(_repeat(q, n), k, _eye(1), nu, seed=31 + nu, sampler="groups", tiles=tiles)[0, 0]
+    pi = masked_attention_probs(q.double(), k.double())[0, 0]
+    assert_counts(w, nu, torch.ones(S, dtype=torch.bool))
+    for i in range(2):
+        assert_law(w[i * n:(i + 1) * n], pi[i], nu)
+
+
+def test_groups_sampler_draws_the_keys_of_the_two_pass_sampler():
+    """The groups sampler places the two-pass sampler's sorted points (the same Philox counters) by the same
+    cumulative sum taken in two stages (groups, then keys within a group): with the same seed both give every row
+    the same keys (V the identity: equal outputs), here with fp32 arithmetic in both (the GPU's tensor-core scores
+    of pass 1 may move a point at a rounding boundary). Also under boolean and additive masks with a fully masked
+    row (zeros), causal rows (L > S and L < S) and per-head nu; whatever the rows per program and keys per chunk;
+    nu above GROUPS_MAX_NU or a deterministic head is refused."""
+    g = torch.Generator().manual_seed(32)
+    q, k = torch.randn(2, 2, 50, 8, generator=g) * 1.5, torch.randn(2, 2, S, 8, generator=g)
+    v = _eye(2).expand(2, 2, S, S)  # outputs are the weight rows: counts / nu, exact in both samplers
+    keep = torch.rand(50, S, generator=g) > 0.4
+    keep[7] = False
+    additive = torch.where(keep, torch.randn(50, S, generator=g), torch.tensor(float("-inf")))
+    nu_h = torch.tensor([3, 9])
+    cases = [({}, 1), ({}, 64), ({}, nu_h), ({"attn_mask": keep}, 5), ({"attn_mask": additive}, nu_h),
+             ({"is_causal": True}, 4), ({"is_causal": True}, 1)]  # fmt: skip
+    for kwargs, nu in cases:
+        two_pass = triton_sa.sa_attention_fused(q, k, v, nu, seed=33, sampler="cdf", **kwargs)
+        for tiles in (None, {"rows": 16, "chunk": 16}):
+            groups = triton_sa.sa_attention_fused(q, k, v, nu, seed=33, sampler="groups", tiles=tiles, **kwargs)
+            assert torch.equal(groups, two_pass), (kwargs, nu, tiles)
+    assert torch.all(triton_sa.sa_attention_fused(q, k, v, 5, seed=33, sampler="groups", attn_mask=keep)[:, :, 7] == 0)
+    qs = torch.randn(1, 1, 20, 8, generator=g)  # causal with L < S
+    assert torch.equal(triton_sa.sa_attention_fused(qs, k[:1, :1], v[:1, :1], 6, is_causal=True, seed=1,
+                                                    sampler="groups"),
+                       triton_sa.sa_attention_fused(qs, k[:1, :1], v[:1, :1], 6, is_causal=True, seed=1,
+                                                    sampler="cdf"))  # fmt: skip
+    for bad in (triton_sa.GROUPS_MAX_NU + 1, torch.tensor([0, 2])):
+        with pytest.raises(ValueError, match="groups sampler"):
+            triton_sa.sa_attention_fused(q, k, v, bad, seed=1, sampler="groups")
+    with pytest.raises(ValueError, match="unknown tile settings"):
+        triton_sa.sa_attention_fused(q, k, v, 2, seed=1, sampler="groups", tiles={"ROWS": 4})
+
+
+def test_group_keys_keep_the_group_masses_linear_in_the_sequence():
+    """Pass 1 of the groups sampler stores (rows, ceil(S / group)) floats: at most GROUPS_MAX_GROUPS per row, groups of
+    at least GROUP_MIN_KEYS keys, powers of two (the kernel's binary searches)."""
+    for S_ in (1, 40, 1024, 4096, 4097, 16384, 100_000):
+        group = triton_sa.group_keys(S_)
+        assert group >= triton_sa.GROUP_MIN_KEYS and group & (group - 1) == 0
+        assert -(-S_ // group) <= triton_sa.GROUPS_MAX_GROUPS
+        assert group == triton_sa.GROUP_MIN_KEYS or -(-S_ // (group // 2)) > triton_sa.GROUPS_MAX_GROUPS
+    assert triton_sa.group_keys(40, interpreting=True) == 16
+
+
 def test_auto_sampler_takes_the_race_where_it_was_timed_faster(monkeypatch):
     """The library's default sampler is "auto": the race at nu = 1 whatever the length (timed faster up to 16k
     keys), at nu <= 4 only up to AUTO_RACE_MAX_DRAWS draws per row, the two-pass kernel otherwise and for per-head
@@ -462,7 +523,7 @@ def test_kernels_compile_for_a_cuda_gpu_without_one(tmp_path):
                          env=env, timeout=600)  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     rows = [ln for ln in run.stdout.splitlines() if ln.startswith("sm_90 bf16 E=80")]
-    assert len(rows) == 14 and all("  ok  " in ln and "registers" in ln for ln in rows), run.stdout  # 4 x 3 + 2
+    assert len(rows) == 22 and all("  ok  " in ln and "registers" in ln for ln in rows), run.stdout  # 4 x 5 + 2
 
 
 _MMA_COUNT = r"""
@@ -563,7 +624,7 @@ def test_every_launch_keyword_is_a_kernel_parameter_or_a_launch_option(monkeypat
     kernels, _ = triton_sa._kernels()
     launch_options = {"num_warps", "num_stages", "num_ctas", "maxnreg"}
     seen = {}
-    for name in ("_stats_kernel", "_sample_kernel", "_race_kernel"):
+    for name in ("_stats_kernel", "_sample_kernel", "_race_kernel", "_group_mass_kernel", "_groups_kernel"):
         kernel = getattr(kernels, name)
 
         class Recorder:
@@ -579,15 +640,17 @@ def test_every_launch_keyword_is_a_kernel_parameter_or_a_launch_option(monkeypat
     q, k = _qk(L0=4, H=2, seed=13)
     triton_sa.sa_attention_fused(q, k, k, torch.tensor([3, 0]), attn_mask=torch.ones(4, S, dtype=torch.bool), seed=1)
     triton_sa.sa_attention_fused(q, k, k, 3, attn_mask=torch.ones(4, S, dtype=torch.bool), seed=1, sampler="race")
-    assert seen == {"_stats_kernel": set(), "_sample_kernel": set(), "_race_kernel": set()}, seen
+    triton_sa.sa_attention_fused(q, k, k, 3, attn_mask=torch.ones(4, S, dtype=torch.bool), seed=1, sampler="groups")
+    assert seen == {name: set() for name in ("_stats_kernel", "_sample_kernel", "_race_kernel", "_group_mass_kernel",
+                                             "_groups_kernel")}, seen  # fmt: skip
 
 
 def test_output_is_laid_out_as_fused_sdpa_lays_out_its_own():
     """(B, H, L, Ev) in (B, L, H, Ev) memory, as torch's fused SDPA: ``out.transpose(1, 2).reshape(B, L, H * Ev)``
-    is a view (no copy per attention call), for both samplers; with V the identity every head's rows are still
+    is a view (no copy per attention call), for every sampler; with V the identity every head's rows are still
     that head's weight rows W / nu (counts summing to nu), so the kernels write through the strides."""
     q, k = _qk(L0=5, H=3, seed=40)
-    for sampler in ("cdf", "race"):
+    for sampler in ("cdf", "race", "groups"):
         out = triton_sa.sa_attention_fused(q, k, _eye(3), torch.tensor([2, 3, 4]), seed=7, sampler=sampler)
         assert out.shape == (1, 3, 5, S) and out.transpose(1, 2).is_contiguous()
         assert out.transpose(1, 2).reshape(1, 5, 3 * S).data_ptr() == out.data_ptr()

@@ -65,6 +65,11 @@ def _counts(w, nu):
     return c
 
 
+def _named(sampler: str) -> str:
+    """A case name's sampler suffix: none for the two-pass kernel ("cdf"), else ', race' or ', groups'."""
+    return "" if sampler == "cdf" else f", {sampler}"
+
+
 def _law_case(name, E, nu, tiles, seed, sampler="cdf"):
     """Two query rows, N draws each, against their softmax in float64 (from the rounded 16-bit inputs)."""
     dtype = DTYPES[name]
@@ -78,7 +83,7 @@ def _law_case(name, E, nu, tiles, seed, sampler="cdf"):
     pi = masked_attention_probs(q.double(), k.double())[0, 0].cpu()
     z = [assert_law(counts[i * N : (i + 1) * N] / nu, pi[i], nu) for i in range(2)]
     _record(
-        f"{name} E={E} nu={nu} {'autotuned' if tiles is None else 'fixed'} tiles{', race' * (sampler == 'race')}",
+        f"{name} E={E} nu={nu} {'autotuned' if tiles is None else 'fixed'} tiles{_named(sampler)}",
         (max(a for a, _ in z), max(b for _, b in z)),
     )
 
@@ -106,6 +111,32 @@ def test_race_law_on_cuda(dtype, E, nu):
     _law_case(dtype, E, nu, None, seed=3000 + nu + E, sampler="race")
 
 
+@pytest.mark.parametrize("nu", [1, 16, 64])
+@pytest.mark.parametrize("E", [64, 80, 128])
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_groups_law_on_cuda(dtype, E, nu):
+    """The groups sampler (group masses from pass 1, then keys within the drawn groups; autotuned tiles): the same
+    law."""
+    _law_case(dtype, E, nu, None, seed=4000 + nu + E, sampler="groups")
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_groups_sampler_draws_nearly_the_two_pass_keys_on_cuda(dtype):
+    """The groups sampler places the two-pass sampler's sorted points (same seed, same Philox counters) by the same
+    cumulative sum in two stages: the same keys in every row but where the GPU's scores (tensor cores in pass 1,
+    CUDA cores in pass 2's groups) move a point across a rounding boundary. 4,096 keys (groups of 32 keys, 128
+    groups), nu 16, with a causal mask: at least 99 % of the rows equal."""
+    g = torch.Generator().manual_seed(19)
+    q, k = (torch.randn(1, 2, n, 64, generator=g).to(CUDA, DTYPES[dtype]) for n in (512, 4096))
+    eye = torch.eye(4096, dtype=DTYPES[dtype], device=CUDA).expand(1, 2, 4096, 4096)
+    for kwargs in ({}, {"is_causal": True}):
+        a, b = (triton_sa.sa_attention_fused(q, k, eye, 16, seed=20, sampler=s, **kwargs) for s in ("groups", "cdf"))
+        same = (a == b).all(-1).double().mean().item()
+        _record(f"groups = two-pass keys, {dtype}{', causal' * bool(kwargs)}: share of rows {same:.5f}", (0.0, 0.0))
+        assert same >= 0.99, same
+        _counts(a[0].cpu(), 16)
+
+
 def test_race_masks_and_causal_rows_on_cuda():
     """The race: masked keys never win, a fully masked row gives zeros, causal rows draw only past keys."""
     nu, dtype = 7, torch.bfloat16
@@ -129,15 +160,15 @@ def test_race_masks_and_causal_rows_on_cuda():
     assert torch.all(wc.round().sum(-1) == nu)
 
 
-@pytest.mark.parametrize("tiles, sampler", [(None, "cdf"), (LEGACY, "cdf"), (None, "race")],
-                         ids=["autotuned", "fixed", "race"])  # fmt: skip
+@pytest.mark.parametrize("tiles, sampler", [(None, "cdf"), (LEGACY, "cdf"), (None, "race"), (None, "groups")],
+                         ids=["autotuned", "fixed", "race", "groups"])  # fmt: skip
 @pytest.mark.parametrize("kind", ["bool", "additive", "causal-long", "causal-short", "one-pass"])
 def test_masks_on_cuda(kind, tiles, sampler):
     """Masked keys never drawn; the law is the masked softmax's; a fully masked row gives zeros. Causal with L > S
     and L < S (top-left aligned, as F.scaled_dot_product_attention): N copies of one (L, 100) problem in the batch,
-    the law of a few rows; one pass (S = 40 keys) with a boolean mask. Both samplers."""
+    the law of a few rows; one pass (S = 40 keys) with a boolean mask. Every sampler."""
     nu, dtype = 7, torch.bfloat16
-    name = f"mask {kind}, {'autotuned' if tiles is None else 'fixed'} tiles{', race' * (sampler == 'race')}"
+    name = f"mask {kind}, {'autotuned' if tiles is None else 'fixed'} tiles{_named(sampler)}"
     if kind.startswith("causal"):
         L = 150 if kind == "causal-long" else 50
         g = torch.Generator().manual_seed(5)

@@ -215,6 +215,31 @@ RACE_CONFIGS = ((16, 16, 4), (16, 32, 4), (32, 16, 4), (32, 32, 4), (32, 64, 4),
                 (128, 32, 8), (16, 32, 2), (32, 16, 2), (16, 16, 1), (32, 16, 1))  # fmt: skip
 
 
+#: The groups sampler (``sampler="groups"``): nu at most this in every head (one chunk of sorted points per row).
+GROUPS_MAX_NU = 64
+#: Its group of keys: at least this many keys, and enough that a row has at most :data:`GROUPS_MAX_GROUPS` groups,
+#: so pass 1's group masses take (B H L, <= 128) floats, linear in the sequence (up to 4k keys groups of 32; 16k
+#: keys: of 128, 8.4 MB a head of 16k rows).
+GROUP_MIN_KEYS = 32
+GROUPS_MAX_GROUPS = 128
+#: (BLOCK_M, BLOCK_N, warps, stages) of the groups sampler's pass 1 (BLOCK_N at most the group; others pruned) and
+#: (rows per program, keys per chunk, warps) of its pass 2 (each row reads the groups holding its points, q . k on
+#: the CUDA cores a chunk of keys and 16 head-dim columns at a time; chunks at most the group, others pruned). Not yet
+#: timed: those of the configurations compiled for sm_90 (bf16 head dim 80, fp32 head dim 64; groups of 32 and 128
+#: keys; nu 1 and 16) that spill nothing, or 72 B once (8 x 16, 4 warps); at nu 64 all but 2 x 32 in 2 warps and
+#: 4 x 32 in 4 warps spill 576-608 B. Left out: 16 x 16 in 4 warps, 4 x 16 in 1, 8 x 16 in 2 (120-256 B at nu <= 16).
+GROUP_MASS_CONFIGS = ((32, 32, 4, 2), (64, 32, 4, 2), (64, 64, 4, 2), (128, 64, 8, 3), (32, 32, 2, 2))
+GROUPS_CONFIGS = ((2, 32, 1), (2, 32, 2), (4, 32, 2), (4, 32, 4), (8, 16, 4), (8, 32, 4), (16, 32, 8))
+
+
+def group_keys(S: int, interpreting: bool = False) -> int:
+    """Keys per group of the groups sampler for rows of S keys: a power of two, at least :data:`GROUP_MIN_KEYS`
+    (16 in the interpreter, whose small test rows then span several groups), at most
+    :data:`GROUPS_MAX_GROUPS` groups per row."""
+    least = 16 if interpreting else GROUP_MIN_KEYS
+    return max(least, _next_power_of_2(-(-S // GROUPS_MAX_GROUPS)))
+
+
 def draw_tile(nu_block: int, nu_max: int) -> int:
     """Draws placed at a time: ``nu_block`` at most the next power of two of ``nu_max``, at least
     :data:`MIN_NU_BLOCK`."""
@@ -243,7 +268,8 @@ def _blocks(interpreting: bool, nu_max: int, S: int, tiles: Optional[dict] = Non
 
 
 def _tuned(kernels):
-    """The autotuned launchers (pass 1, pass 2, one-pass pass 2, race) around the kernels, made once."""
+    """The autotuned launchers (pass 1, pass 2, one-pass pass 2, race, the groups sampler's two passes) around the
+    kernels, made once."""
     global _TUNED
     if _TUNED is None:
         with requires("triton"):
@@ -290,7 +316,24 @@ def _tuned(kernels):
 
         race = triton.autotune([config(m, n, None, w) for m, n, w in RACE_CONFIGS], key=[*keys, "EV"],
                                prune_configs_by={"early_config_prune": prune_race}, **tuning)(kernels._race_kernel)
-        _TUNED = (stats, sample, one_pass, race)
+
+        def prune_group_mass(configs, named_args, **kwargs):
+            """Pass 1 of the groups sampler: key tiles within a group."""
+            fits = [c for c in configs if c.kwargs["BLOCK_N"] <= kwargs["GROUP"]]
+            return fits or [configs[0]]
+
+        group_mass = triton.autotune([config(m, n, None, w, st) for m, n, w, st in GROUP_MASS_CONFIGS], key=keys,
+                                     prune_configs_by={"early_config_prune": prune_group_mass}, **tuning)(
+            kernels._group_mass_kernel)
+        def prune_groups(configs, named_args, **kwargs):
+            """Pass 2 of the groups sampler: chunks within a group."""
+            fits = [c for c in configs if c.kwargs["CHUNK"] <= kwargs["GROUP"]]
+            return fits or [configs[0]]
+
+        groups = triton.autotune([triton.Config({"BLOCK_M": m, "CHUNK": n}, num_warps=w) for m, n, w in GROUPS_CONFIGS],
+                                 key=[*keys, "EV"], prune_configs_by={"early_config_prune": prune_groups}, **tuning)(
+            kernels._groups_kernel)
+        _TUNED = (stats, sample, one_pass, race, group_mass, groups)
     return _TUNED
 
 
@@ -317,7 +360,8 @@ class _Launcher:
 
 
 def _launchers(kernels) -> tuple[_Launcher, ...]:
-    """:class:`_Launcher` around each of :func:`_tuned`'s autotuners (pass 1, pass 2, one-pass pass 2, race)."""
+    """:class:`_Launcher` around each of :func:`_tuned`'s autotuners (pass 1, pass 2, one-pass pass 2, race, the
+    groups sampler's two passes)."""
     global _LAUNCHERS
     if _LAUNCHERS is None or _LAUNCHERS[0].tuner is not _tuned(kernels)[0]:
         _LAUNCHERS = tuple(_Launcher(t) for t in _tuned(kernels))
@@ -416,6 +460,50 @@ def _race(kernels, q, k, v, nu, nu_h, nu_max, nu_min, kind, mask, sm, is_causal,
     return out
 
 
+def _groups(kernels, q, k, v, nu, nu_h, nu_max, nu_min, kind, mask, sm, is_causal, scale, seed, offset, tiles,
+            interpreting):  # fmt: skip
+    """:func:`sa_attention_fused` with ``sampler="groups"``: pass 1 writes each row's log mass per group of keys,
+    pass 2 draws the groups, then the keys within the groups that received points."""
+    if nu_max > GROUPS_MAX_NU or nu_min < 1:
+        raise ValueError(f"the groups sampler takes 1 <= nu <= {GROUPS_MAX_NU} in every head, got nu={nu!r}")
+    B, H, L, E = q.shape
+    S, Ev = k.shape[2], v.shape[3]
+    group = group_keys(S, interpreting)
+    n_groups = -(-S // group)
+    lse = torch.empty(B * H * L, n_groups, dtype=torch.float32, device=q.device)
+    out = _output(B, H, L, Ev, v)
+    mass_key, tune_key = _tune_key(L, S, 1), _tune_key(L, S, nu_max)
+    block_e = max(16, _next_power_of_2(E))
+    mass_args = (q, k, mask, lse, mass_key, H, L, S, E, n_groups, scale, *q.stride(), *k.stride(), *sm)
+    draw_args = (q, k, v, mask, lse, nu_h, out, int(seed), int(offset), nu_max, tune_key, H, L, S, E, Ev, n_groups,
+                 scale, *q.stride(), *k.stride(), *v.stride(), *sm, *out.stride())  # fmt: skip
+    mass_meta = {"MASK_KIND": kind, "IS_CAUSAL": bool(is_causal), "GROUP": group, "BLOCK_E": block_e,
+                 "PRECISION": scores_precision(q.dtype, _capability(q.device)), "UPCAST": interpreting}  # fmt: skip
+    draw_meta = {"MASK_KIND": kind, "IS_CAUSAL": bool(is_causal), "GROUP": group,
+                 "BLOCK_G": max(16, _next_power_of_2(n_groups)),
+                 "NU_BLOCK": max(MIN_NU_BLOCK, _next_power_of_2(nu_max + 1))}  # fmt: skip
+    if tiles is None and not interpreting:
+        launch = _launchers(kernels)
+        launch[4](_launch_key(q, mask, Ev, kind, is_causal, mass_key), lambda c: (-(-L // c["BLOCK_M"]), B * H),
+                  mass_args, mass_meta)  # fmt: skip
+        launch[5](_launch_key(q, mask, Ev, kind, is_causal, tune_key), lambda c: (-(-L // c["BLOCK_M"]), B * H),
+                  draw_args, draw_meta)  # fmt: skip
+        return out
+    # fixed tiles; in the interpreter, whose cost is per operation, 128 rows a program and two chunks a group
+    base = {"BLOCK_M": 128, "BLOCK_N": 16, "stats_warps": 4, "sample_warps": 4, "rows": 128, "chunk": group // 2}
+    fixed = {**base, **(tiles or {})} if interpreting else {**LEGACY_TILES, "rows": 4, "chunk": 32, **(tiles or {})}
+    known = {*LEGACY_TILES, "rows", "chunk"}
+    if set(fixed) - known:
+        raise ValueError(f"unknown tile settings {sorted(set(fixed) - known)}; known: {sorted(known)}")
+    kernels._group_mass_kernel[(-(-L // fixed["BLOCK_M"]), B * H)](
+        *mass_args, **mass_meta, BLOCK_M=fixed["BLOCK_M"], BLOCK_N=min(fixed["BLOCK_N"], group),
+        num_warps=fixed["stats_warps"])  # fmt: skip
+    kernels._groups_kernel[(-(-L // fixed["rows"]), B * H)](
+        *draw_args, **draw_meta, BLOCK_M=fixed["rows"], CHUNK=min(fixed["chunk"], group),
+        num_warps=fixed["sample_warps"])  # fmt: skip
+    return out
+
+
 def sa_attention_fused(
     q: Tensor,
     k: Tensor,
@@ -447,7 +535,11 @@ def sa_attention_fused(
     ``sampler``: ``"cdf"`` (the row's sorted uniforms placed in its cumulative sums, two passes; any nu),
     ``"race"`` (one pass, an exponential race per draw, no normaliser: O(nu S) random numbers per row; nu at most
     :data:`RACE_MAX_NU` and >= 1 in every head; the Philox counter ``offset + (r nu_max + d) ceil(S / 4) + g``
-    serves draw d at keys 4 g .. 4 g + 3), ``"auto"`` (the race for an int nu = 1, or nu <= :data:`AUTO_RACE_MAX_NU`
+    serves draw d at keys 4 g .. 4 g + 3), ``"groups"`` (two passes: pass 1 stores each row's mass per group of
+    :func:`group_keys` keys; pass 2 places the row's sorted points, those of "cdf", first in the groups' cumulative
+    masses, then within the groups that received them, recomputing only those groups' scores: the key work of pass
+    2 grows with the groups drawn, not with S; nu at most :data:`GROUPS_MAX_NU` and >= 1 in every head; not yet timed
+    on a GPU, so "auto" does not take it), ``"auto"`` (the race for an int nu = 1, or nu <= :data:`AUTO_RACE_MAX_NU`
     with nu S <= :data:`AUTO_RACE_MAX_DRAWS`, where it was timed faster; else cdf) or None
     (:data:`DEFAULT_SAMPLER`, "auto", what the SDPA path takes). The same law; different draws for the same seed."""
     ok, why = available(q.device)
@@ -468,8 +560,8 @@ def sa_attention_fused(
     if not 0 <= int(seed) < 2**63 or int(offset) < 0:
         raise ValueError(f"seed must be in [0, 2^63) and offset >= 0, got {seed}, {offset}")
     sampler = DEFAULT_SAMPLER if sampler is None else sampler
-    if sampler not in ("cdf", "race", "auto"):
-        raise ValueError(f"sampler must be 'cdf', 'race' or 'auto', got {sampler!r}")
+    if sampler not in ("cdf", "race", "groups", "auto"):
+        raise ValueError(f"sampler must be 'cdf', 'race', 'groups' or 'auto', got {sampler!r}")
     if sampler == "auto":
         race = isinstance(nu, int) and (nu == 1 or 1 <= nu <= AUTO_RACE_MAX_NU and nu * S <= AUTO_RACE_MAX_DRAWS)
         sampler = "race" if race else "cdf"
@@ -477,9 +569,10 @@ def sa_attention_fused(
     nu_h, nu_max, nu_min = _nu_per_head(nu, H, q.device)
     kind, mask, sm = _mask_operand(attn_mask, (B, H, L, S), q)
     interpreting = _interpreting(kernels)
-    if sampler == "race":
-        return _race(kernels, q, k, v, nu, nu_h, nu_max, nu_min, kind, mask, sm, is_causal, scale, seed, offset,
-                     tiles, interpreting)  # fmt: skip
+    if sampler in ("race", "groups"):
+        run = _race if sampler == "race" else _groups
+        return run(kernels, q, k, v, nu, nu_h, nu_max, nu_min, kind, mask, sm, is_causal, scale, seed, offset, tiles,
+                   interpreting)  # fmt: skip
     fixed = _blocks(interpreting, nu_max, S, tiles)
     one_pass = fixed["one_pass"] if fixed is not None else S <= ONE_PASS_MAX_KEYS
     meta = {"MASK_KIND": kind, "IS_CAUSAL": bool(is_causal), "BLOCK_E": max(16, _next_power_of_2(E)),
@@ -507,7 +600,7 @@ def sa_attention_fused(
     def grid(launch):
         return (-(-L // launch["BLOCK_M"]), B * H)
 
-    stats, sample, single, _ = _launchers(kernels)
+    stats, sample, single = _launchers(kernels)[:3]
     key = _launch_key(q, mask, Ev, kind, is_causal, tune_key)
     if one_pass:
         single(key, grid, sample_args, {**meta, **sample_meta, "BLOCK_N": max(16, _next_power_of_2(S))})

@@ -21,6 +21,10 @@ nothing of size L x S is stored. Row statistics (max ``m``, normaliser ``Z``) li
   over the keys (the key of least ``log E_dj - s_j`` wins, with probability ``softmax(s)_j``): no max, no
   normaliser, no cumulative sum, O(nu S) random numbers per row; the winners' value rows averaged.
 
+* :func:`_group_mass_kernel` and :func:`_groups_kernel` (``sampler="groups"``): pass 1 stores each row's log mass
+  per group of keys; pass 2 places the row's sorted points (those of the two-pass kernel) in the groups' cumulative
+  masses, then recomputes the scores of only the groups that received points and places their points within them.
+
 UPCAST (the interpreter): 16-bit operands are converted to fp32 before every ``tl.dot``; Triton 3.9's interpreter
 returns wrong products for bf16 operands.
 
@@ -362,3 +366,167 @@ def _race_kernel(Q, K, V, Mask, Nu, Out, seed, offset, nu_max, tune_key, H, L, S
     acc = tl.sum(values.to(tl.float32), 1) / nu
     out = Out + b * so_b + h * so_h + offs_m[:, None] * so_l + offs_ev[None, :] * so_e
     tl.store(out, acc.to(Out.dtype.element_ty), mask=(offs_m[:, None] < L) & (offs_ev[None, :] < EV))
+
+
+@triton.jit(do_not_specialize=["tune_key"])
+def _group_mass_kernel(Q, K, Mask, Lse_out, tune_key, H, L, S, E, NG, scale,
+                       sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sm_b, sm_h, sm_l, sm_s,
+                       MASK_KIND: tl.constexpr, IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                       GROUP: tl.constexpr, BLOCK_E: tl.constexpr, PRECISION: tl.constexpr,
+                       UPCAST: tl.constexpr):  # fmt: skip
+    """Pass 1 of the groups sampler: each row's log mass in every group of GROUP keys (a multiple of BLOCK_N),
+    ``lse_g = log sum_{j in g} exp(s_j)`` (-inf where no key of the group may be attended), into ``Lse_out``
+    (B*H*L, NG) fp32. A causal program writes the groups up to its last row's diagonal, the only ones its rows'
+    pass 2 reads. ``tune_key`` is not used by the kernel: the autotuner's key."""
+    pid_m, pid_bh = tl.program_id(0), tl.program_id(1)
+    b, h = pid_bh // H, pid_bh % H
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    q = _load_q(Q + b * sq_b + h * sq_h, offs_m, L, E, sq_l, sq_e, BLOCK_E)
+    K = K + b * sk_b + h * sk_h
+    Mask = Mask + b * sm_b + h * sm_h
+    rows = pid_bh.to(tl.int64) * L + offs_m
+    for g0 in range(0, _key_end(pid_m, S, IS_CAUSAL, BLOCK_M), GROUP):
+        m = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+        z = tl.zeros((BLOCK_M,), tl.float32)
+        for n0 in range(g0, g0 + GROUP, BLOCK_N):
+            s, _ = _block_scores(q, K, Mask, offs_m, n0, L, S, E, scale, sk_s, sk_e, sm_l, sm_s,
+                                 MASK_KIND, IS_CAUSAL, BLOCK_N, BLOCK_E, PRECISION, UPCAST)  # fmt: skip
+            m_new = tl.maximum(m, tl.max(s, 1))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            z = z * tl.exp(m - m_safe) + tl.sum(tl.exp(s - m_safe[:, None]), 1)
+            m = m_new
+        lse = tl.where(z > 0, m + tl.log(tl.where(z > 0, z, 1.0)), float("-inf"))
+        tl.store(Lse_out + rows * NG + g0 // GROUP, lse, mask=offs_m < L)
+
+
+@triton.jit
+def _rank(c, x, N: tl.constexpr):
+    """#{j : c_ij <= x_ik} (BLOCK_M, T) for rows of points x (BLOCK_M, T) in rows of c (BLOCK_M, N), nondecreasing
+    along the row, N a power of two (<= 1024): a branchless binary search, log2(N) + 1 gathers."""
+    pos = tl.zeros(x.shape, tl.int32)
+    for i in tl.static_range(10):
+        if (N >> (i + 1)) > 0:
+            step = N >> (i + 1)
+            pos = tl.where(tl.gather(c, pos + (step - 1), 1) <= x, pos + step, pos)
+    return pos + (tl.gather(c, pos, 1) <= x).to(tl.int32)  # pos <= N - 1 before this check
+
+
+#: Head-dim columns per step of the groups sampler's pass 2 (its (rows, chunk, E_STEP) tiles of gathered keys and
+#: (rows, points, E_STEP) tiles of gathered values stay small at any head dim).
+E_STEP = tl.constexpr(16)
+
+
+@triton.jit
+def _chunk_weights(Q, K, Mask, offs_m, keys, lse_g, active, L, S, E, scale, sq_l, sq_e, sk_s, sk_e, sm_l, sm_s,
+                   MASK_KIND: tl.constexpr, IS_CAUSAL: tl.constexpr):  # fmt: skip
+    """exp(s_ij - lse_g_i) (BLOCK_M, CHUNK) fp32 of the rows offs_m at their own ``keys`` (BLOCK_M, CHUNK), 0 where
+    masked, beyond S or in an inactive row: the scores on the CUDA cores (fp32 products and sums, E_STEP columns of
+    q and of each row's keys at a time)."""
+    live = (keys < S) & active[:, None]
+    s = tl.zeros(keys.shape, tl.float32)
+    for e0 in range(0, E, E_STEP):
+        offs_e = e0 + tl.arange(0, E_STEP)
+        q = tl.load(Q + offs_m[:, None] * sq_l + offs_e[None, :] * sq_e,
+                    mask=active[:, None] & (offs_e[None, :] < E), other=0.0)  # fmt: skip
+        kt = tl.load(K + keys[:, :, None] * sk_s + offs_e[None, None, :] * sk_e,
+                     mask=live[:, :, None] & (offs_e[None, None, :] < E), other=0.0)  # fmt: skip
+        s += tl.sum(kt.to(tl.float32) * q.to(tl.float32)[:, None, :], 2)
+    s = s * scale
+    keep = live
+    if IS_CAUSAL:
+        keep = keep & (keys <= offs_m[:, None])
+    if MASK_KIND != 0:
+        mv = tl.load(Mask + offs_m[:, None] * sm_l + keys * sm_s, mask=live & (offs_m[:, None] < L), other=0)
+        if MASK_KIND == 1:
+            keep = keep & (mv != 0)
+        else:
+            s = s + mv
+    return tl.where(keep, tl.exp(s - lse_g[:, None]), 0.0)
+
+
+@triton.jit(do_not_specialize=["seed", "offset", "nu_max", "tune_key"])
+def _groups_kernel(Q, K, V, Mask, Lse_in, Nu, Out, seed, offset, nu_max, tune_key, H, L, S, E, EV, NG, scale,
+                   sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sv_b, sv_h, sv_s, sv_e,
+                   sm_b, sm_h, sm_l, sm_s, so_b, so_h, so_l, so_e,
+                   MASK_KIND: tl.constexpr, IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, GROUP: tl.constexpr,
+                   CHUNK: tl.constexpr, BLOCK_G: tl.constexpr, NU_BLOCK: tl.constexpr):  # fmt: skip
+    """Pass 2 of the groups sampler: out = (W / nu) V with W ~ Multinomial(nu_h, softmax row), drawn in two stages.
+    The row's sorted points (those of the two-pass kernel: ``x_k = Z (E_0 + ... + E_k) / (E_0 + ... + E_nu)``, the
+    same Philox counters) are placed first in the cumulative sum of the group masses ``exp(lse_g - max lse)`` from
+    pass 1 (a point's group: the one whose interval holds it). Then, group by group in increasing order (each row
+    of the program its own next group holding points), the row's scores at that group's keys are recomputed (q . k
+    on the CUDA cores, CHUNK keys at a time; a group of several chunks is swept twice, for its total first) and its
+    points, rescaled to the group's own total, placed in the group's cumulative sum. Given its group, a point is
+    uniform on the group's interval, so its key follows the softmax restricted to the group: the counts are
+    Multinomial(nu, pi) exactly, up to float rounding of the cumulative sums, as in the two-pass kernel. Only the
+    groups holding points are read: at nu = 1 one group of keys per row. A point beyond a cumulative sum's end
+    (rounding) goes to the last positive group, or key. Every head nu >= 1 (NU_BLOCK > nu_max: one chunk of
+    points); a row with no attendable key returns zeros."""
+    pid_m, pid_bh = tl.program_id(0), tl.program_id(1)
+    b, h = pid_bh // H, pid_bh % H
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rows = pid_bh.to(tl.int64) * L + offs_m
+    Q, K, V = Q + b * sq_b + h * sq_h, K + b * sk_b + h * sk_h, V + b * sv_b + h * sv_h
+    Mask = Mask + b * sm_b + h * sm_h
+    nu = tl.load(Nu + h)
+    grp = tl.arange(0, BLOCK_G)[None, :]
+    j = tl.arange(0, CHUNK)[None, :]
+    t = tl.arange(0, NU_BLOCK)[None, :]
+    n_groups = NG + tl.zeros((BLOCK_M,), tl.int32)
+    if IS_CAUSAL:
+        n_groups = tl.minimum(n_groups, offs_m // GROUP + 1)
+    lse = tl.load(Lse_in + rows[:, None] * NG + grp, mask=(grp < n_groups[:, None]) & (offs_m[:, None] < L),
+                  other=float("-inf"))  # fmt: skip
+    top = tl.max(lse, 1)
+    w = tl.exp(lse - tl.where(top > float("-inf"), top, 0.0)[:, None])  # group masses, the largest 1 (0: none)
+    c = tl.cumsum(w, 1)
+    last_group = tl.max(tl.where(w > 0, grp, -1), 1)
+    spacing = -tl.log(tl.maximum(tl.rand(seed, offset + rows[:, None] * (nu_max + 1) + t), 1e-30))
+    spacing = tl.where(t <= nu, spacing, 0.0)
+    x = tl.cumsum(spacing, 1) * (tl.max(c, 1) / tl.sum(spacing, 1))[:, None]  # sorted points in [0, sum w)
+    n_points = tl.where(top > float("-inf"), nu, 0)  # per row; 0: no attendable key (or a padding row)
+    point_group = tl.minimum(_rank(c, x, BLOCK_G), last_group[:, None])
+    point_key = tl.full((BLOCK_M, NU_BLOCK), -1, tl.int32)
+    done = tl.zeros((BLOCK_M,), tl.int32)
+    while tl.max(n_points - done, 0) > 0:  # each row's next group holding points, in increasing order
+        active = done < n_points
+        g = tl.sum(tl.where(t == done[:, None], point_group, 0), 1)
+        here = (point_group == g[:, None]) & (t < n_points[:, None]) & active[:, None]
+        in_g = grp == g[:, None]
+        w_g = tl.sum(tl.where(in_g, w, 0.0), 1)
+        lse_g = tl.sum(tl.where(in_g, lse, 0.0), 1)
+        start = tl.sum(tl.where(in_g, c, 0.0), 1) - w_g
+        y = tl.minimum(tl.maximum((x - start[:, None]) / tl.where(active, w_g, 1.0)[:, None], 0.0), 1.0)
+        total = tl.zeros((BLOCK_M,), tl.float32)
+        if GROUP > CHUNK:  # the group's own total first
+            for c0 in range(0, GROUP, CHUNK):
+                e = _chunk_weights(Q, K, Mask, offs_m, g[:, None] * GROUP + c0 + j, lse_g, active, L, S, E, scale,
+                                   sq_l, sq_e, sk_s, sk_e, sm_l, sm_s, MASK_KIND, IS_CAUSAL)  # fmt: skip
+                total += tl.sum(e, 1)
+        carry = tl.zeros((BLOCK_M,), tl.float32)
+        last_key = tl.full((BLOCK_M,), -1, tl.int32)
+        left = here
+        for c0 in range(0, GROUP, CHUNK):
+            keys = g[:, None] * GROUP + c0 + j
+            e = _chunk_weights(Q, K, Mask, offs_m, keys, lse_g, active, L, S, E, scale, sq_l, sq_e, sk_s, sk_e, sm_l,
+                               sm_s, MASK_KIND, IS_CAUSAL)  # fmt: skip
+            if GROUP == CHUNK:
+                total = tl.sum(e, 1)
+            hi = carry[:, None] + tl.cumsum(e, 1)
+            target = y * total[:, None]
+            top_chunk = tl.max(hi, 1)
+            now = left & (target >= carry[:, None]) & (target < top_chunk[:, None])
+            rank = tl.minimum(_rank(hi, target, CHUNK), CHUNK - 1)
+            point_key = tl.where(now, g[:, None] * GROUP + c0 + rank, point_key)
+            left = left & ~now
+            last_key = tl.maximum(last_key, tl.max(tl.where(e > 0, keys, -1), 1))
+            carry = top_chunk
+        point_key = tl.where(left, last_key[:, None], point_key)  # beyond the group's sum (rounding): its last key
+        done += tl.sum(here.to(tl.int32), 1)
+    for e0 in range(0, EV, E_STEP):  # the points' value rows averaged, E_STEP columns at a time
+        offs_ev = e0 + tl.arange(0, E_STEP)
+        values = tl.load(V + point_key[:, :, None] * sv_s + offs_ev[None, None, :] * sv_e,
+                         mask=(point_key >= 0)[:, :, None] & (offs_ev[None, None, :] < EV), other=0.0)  # fmt: skip
+        acc = tl.sum(values.to(tl.float32), 1) / nu
+        out = Out + b * so_b + h * so_h + offs_m[:, None] * so_l + offs_ev[None, :] * so_e
+        tl.store(out, acc.to(Out.dtype.element_ty), mask=(offs_m[:, None] < L) & (offs_ev[None, :] < EV))
