@@ -296,6 +296,22 @@ def test_groups_sampler_draws_the_keys_of_the_two_pass_sampler():
         triton_sa.sa_attention_fused(q, k, v, 2, seed=1, sampler="groups", tiles={"ROWS": 4})
 
 
+def test_groups_sampler_takes_the_one_pass_kernel_where_a_row_fits_one_tile(monkeypatch):
+    """Rows of at most ONE_PASS_MAX_KEYS keys (16 in the interpreter) fit one tile: "groups" runs the one-pass
+    kernel, one launch placing the same points on the same keys, and still refuses what the groups sampler refuses."""
+    kernels, _ = triton_sa._kernels()
+    launched = []
+    for name in ("_group_mass_kernel", "_groups_kernel"):
+        monkeypatch.setattr(kernels, name, type("Never", (), {"__getitem__": lambda self, grid: launched.append(1)})())
+    q, k = _qk(L0=6, H=2, S=16, seed=34)
+    nu = torch.tensor([2, 7])
+    out = triton_sa.sa_attention_fused(q, k, _eye(2, S=16), nu, seed=35, sampler="groups")
+    assert torch.equal(out, triton_sa.sa_attention_fused(q, k, _eye(2, S=16), nu, seed=35, sampler="cdf"))
+    assert not launched
+    with pytest.raises(ValueError, match="groups sampler"):
+        triton_sa.sa_attention_fused(q, k, _eye(2, S=16), torch.tensor([0, 2]), seed=1, sampler="groups")
+
+
 def test_group_keys_keep_the_group_masses_linear_in_the_sequence():
     """Pass 1 of the groups sampler stores (rows, ceil(S / group)) floats: at most GROUPS_MAX_GROUPS per row, groups of
     at least GROUP_MIN_KEYS keys, powers of two (the kernel's binary searches)."""

@@ -538,8 +538,9 @@ def sa_attention_fused(
     serves draw d at keys 4 g .. 4 g + 3), ``"groups"`` (two passes: pass 1 stores each row's mass per group of
     :func:`group_keys` keys; pass 2 places the row's sorted points, those of "cdf", first in the groups' cumulative
     masses, then within the groups that received them, recomputing only those groups' scores: the key work of pass
-    2 grows with the groups drawn, not with S; nu at most :data:`GROUPS_MAX_NU` and >= 1 in every head; not yet timed
-    on a GPU, so "auto" does not take it), ``"auto"`` (the race for an int nu = 1, or nu <= :data:`AUTO_RACE_MAX_NU`
+    2 grows with the groups drawn, not with S; nu at most :data:`GROUPS_MAX_NU` and >= 1 in every head; rows that fit
+    one tile, S <= :data:`ONE_PASS_MAX_KEYS` (without ``tiles``), take the one-pass kernel, which places the same points on the same keys
+    in one launch; not yet timed on a GPU, so "auto" does not take it), ``"auto"`` (the race for an int nu = 1, or nu <= :data:`AUTO_RACE_MAX_NU`
     with nu S <= :data:`AUTO_RACE_MAX_DRAWS`, where it was timed faster; else cdf) or None
     (:data:`DEFAULT_SAMPLER`, "auto", what the SDPA path takes). The same law; different draws for the same seed."""
     ok, why = available(q.device)
@@ -569,6 +570,10 @@ def sa_attention_fused(
     nu_h, nu_max, nu_min = _nu_per_head(nu, H, q.device)
     kind, mask, sm = _mask_operand(attn_mask, (B, H, L, S), q)
     interpreting = _interpreting(kernels)
+    if sampler == "groups" and tiles is None and S <= (16 if interpreting else ONE_PASS_MAX_KEYS):
+        if nu_max > GROUPS_MAX_NU or nu_min < 1:
+            raise ValueError(f"the groups sampler takes 1 <= nu <= {GROUPS_MAX_NU} in every head, got nu={nu!r}")
+        sampler = "cdf"  # a row's keys fit one tile: the one-pass kernel places the same points on the same keys
     if sampler in ("race", "groups"):
         run = _race if sampler == "race" else _groups
         return run(kernels, q, k, v, nu, nu_h, nu_max, nu_min, kind, mask, sm, is_causal, scale, seed, offset, tiles,
