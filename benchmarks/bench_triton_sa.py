@@ -143,9 +143,9 @@ KERNEL_NUS = (1, 4, 16, 64, 512, 4096)
 KERNEL_HEAD_DIMS = (64, 80)
 
 
-def _kernel_cells():
+def _kernel_cells(kernel_nus=KERNEL_NUS):
     """(E, B, H, n, nu) of the kernel table, in its order: nu <= 64 (the goal's cells) first, then 512 and 4096."""
-    for nus in ([nu for nu in KERNEL_NUS if nu <= 64], [nu for nu in KERNEL_NUS if nu > 64]):
+    for nus in ([nu for nu in kernel_nus if nu <= 64], [nu for nu in kernel_nus if nu > 64]):
         for E in KERNEL_HEAD_DIMS:
             for bh, n in KERNEL_SHAPES:
                 B, H = (bh // 16, 16) if bh >= 16 else (1, bh)
@@ -179,16 +179,17 @@ def _timings(tuner, tuned_before: int) -> dict:
     return {_describe(c): (list(t) if isinstance(t, (list, tuple)) else t) for c, t in timings.items()}
 
 
-def kernel_rows(device: torch.device, timings: list | None = None, json_path: str | None = None) -> list[dict]:
-    """The kernel table: one row per (head dim, B*H, L, nu) with SDPA's time and the before / after ratios.
-    ``timings`` (a list) receives every autotuned configuration's time per cell, rewritten to ``json_path`` after
-    each cell."""
+def kernel_rows(device: torch.device, timings: list | None = None, json_path: str | None = None,
+                kernel_nus=KERNEL_NUS) -> list[dict]:  # fmt: skip
+    """The kernel table: one row per (head dim, B*H, L, nu in ``kernel_nus``) with SDPA's time and the before / after
+    ratios. ``timings`` (a list) receives every autotuned configuration's time per cell, rewritten to ``json_path``
+    after each cell."""
     from stochattn import triton_sa
 
     kernels, _ = triton_sa._kernels()
     stats, sample, _, race_tuner, mass_tuner, groups_tuner = triton_sa._tuned(kernels)
     rows, cache = [], {}
-    for E, B, H, n, nu in _kernel_cells():
+    for E, B, H, n, nu in _kernel_cells(kernel_nus):
         if (E, n) not in cache:
             cache.clear()
             q, k, v = _kernel_inputs(E, B, H, n, device)
@@ -232,12 +233,12 @@ def kernel_rows(device: torch.device, timings: list | None = None, json_path: st
     return rows
 
 
-def warm_cache(part: int, parts: int) -> None:
+def warm_cache(part: int, parts: int, kernel_nus=KERNEL_NUS) -> None:
     """Compile (and autotune) every kernel variant of the tables in this process's share of the cells."""
     from stochattn import triton_sa
 
     device = torch.device("cuda")
-    jobs = [("kernel", cell) for cell in _kernel_cells()]
+    jobs = [("kernel", cell) for cell in _kernel_cells(kernel_nus)]
     jobs += [("model", (name, nu)) for name in SHAPES for nu in NUS]
     for i, (kind, cell) in enumerate(jobs):
         if i % parts != part:
@@ -258,14 +259,15 @@ def warm_cache(part: int, parts: int) -> None:
     torch.cuda.synchronize()
 
 
-def _warm(parts: int) -> float:
+def _warm(parts: int, kernel_nus=KERNEL_NUS) -> float:
     """Run warm_cache in ``parts`` processes; seconds taken."""
     import os
     import subprocess
 
     start = time.perf_counter()
     env = {**os.environ, "TRITON_PRINT_AUTOTUNING": "0"}
-    procs = [subprocess.Popen([sys.executable, __file__, "--warm-part", f"{i}/{parts}"], env=env)
+    nus = ["--kernel-nus", *map(str, kernel_nus)]
+    procs = [subprocess.Popen([sys.executable, __file__, "--warm-part", f"{i}/{parts}", *nus], env=env)
              for i in range(parts)]  # fmt: skip
     codes = [p.wait() for p in procs]
     if any(codes):
@@ -282,11 +284,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm", type=int, default=0, help="compile every variant first in this many processes")
     parser.add_argument("--warm-only", action="store_true", help="only compile (with --warm): fill Triton's cache")
     parser.add_argument("--json", help="write the kernel table's timings (every autotuned configuration) here")
+    parser.add_argument("--kernel-nus", type=int, nargs="+", default=list(KERNEL_NUS),
+                        help="the kernel table's nu (and the cells --warm compiles)")  # fmt: skip
     parser.add_argument("--warm-part", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.warm_part:
         part, parts = (int(x) for x in args.warm_part.split("/"))
-        warm_cache(part, parts)
+        warm_cache(part, parts, args.kernel_nus)
         return 0
     if not torch.cuda.is_available():
         print(f"bench_triton_sa: no CUDA device here (torch {torch.__version__}); nothing to measure.")
@@ -296,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device("cuda")
     print(f"bench_triton_sa on {torch.cuda.get_device_name(device)} (torch {torch.__version__})", flush=True)
     if args.warm:
-        print(f"compiled every variant in {args.warm} processes: {_warm(args.warm):.0f} s", flush=True)
+        print(f"compiled every variant in {args.warm} processes: {_warm(args.warm, args.kernel_nus):.0f} s", flush=True)
     if args.warm_only:
         return 0
     rows = []
@@ -304,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         rows += memory_rows(device, args.memory_tokens)
         print(table(rows), flush=True)
     if args.kernel_table:
-        rows += kernel_rows(device, [] if args.json else None, args.json)
+        rows += kernel_rows(device, [] if args.json else None, args.json, args.kernel_nus)
         print(table(rows), flush=True)
     rows += fused_rows(device, args.repeats)
     print(table(rows), flush=True)

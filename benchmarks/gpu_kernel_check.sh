@@ -7,7 +7,8 @@
 # Each part has its own timeout (LAW_TIMEOUT, WARM_TIMEOUT, MODEL_TIMEOUT, KERNEL_TIMEOUT, PROFILE_TIMEOUT seconds;
 # PROFILE_TIMEOUT=0 leaves the profile out) and writes as it goes;
 # WARM compiles every variant in parallel processes beside the law tests (Triton's cache), so the timed parts do not
-# compile.
+# compile. LAW_SELECT (a pytest -k expression) runs a part of the law tests; KERNEL_NUS ("1 4 16 64") the kernel
+# table's nu, and only those cells are compiled.
 #   bash benchmarks/gpu_kernel_check.sh [OUTDIR]      (python: $PYTHON, default python3; every core of the node)
 # WHEELS=DIR installs the wheels in DIR for this run only (OUTDIR/site, after the repository's src on PYTHONPATH), for
 # a node whose environment lacks a package the model rows need (timesfm: `pip download --no-deps --only-binary=:all:
@@ -28,12 +29,14 @@ fi
 } 2>&1 | tee "$out/env.txt"
 start=$SECONDS  # compile and autotune every variant of the model rows and the kernel table in parallel processes,
 # beside the law tests (both mostly compile on the CPU cores)
-timeout "${WARM_TIMEOUT:-240}" $py benchmarks/bench_triton_sa.py --warm "$workers" --warm-only >"$out/warm.txt" 2>&1 &
+kernel_nus=(--kernel-nus ${KERNEL_NUS:-1 4 16 64 512 4096})
+timeout "${WARM_TIMEOUT:-240}" $py benchmarks/bench_triton_sa.py --warm "$workers" --warm-only "${kernel_nus[@]}" \
+  >"$out/warm.txt" 2>&1 &
 warm_pid=$!
 # -v -rfE: a line per test as it ends, so a time limit that stops the file before pytest's summary still shows which
 # test failed (2026-12-04: one "F" and no name), and the failures' reasons in the summary
 timeout "${LAW_TIMEOUT:-240}" $py -m pytest -v -rfE -p no:cacheprovider -n "$workers" tests/test_triton_sa_cuda.py \
-  >"$out/law.txt" 2>&1
+  ${LAW_SELECT:+-k "$LAW_SELECT"} >"$out/law.txt" 2>&1
 echo "law tests (finished at $((SECONDS - start)) s): $(tail -1 "$out/law.txt")"
 echo "  $(grep -c " PASSED " "$out/law.txt") passed"
 grep -E " (FAILED|ERROR) |^(FAILED|ERROR)|Error|crashed" "$out/law.txt" | head -20
@@ -50,7 +53,7 @@ timeout "${MODEL_TIMEOUT:-240}" $py benchmarks/gpu_check.py --skip-dag --skip-te
 echo "model rows ($((SECONDS - start)) s):"; tail -16 "$out/models.txt"
 start=$SECONDS
 timeout "${KERNEL_TIMEOUT:-300}" $py benchmarks/bench_triton_sa.py --kernel-table --skip-explicit \
-  --json "$out/kernel.json" --repeats 10 >"$out/kernel.txt" 2>&1
+  --json "$out/kernel.json" --repeats 10 "${kernel_nus[@]}" >"$out/kernel.txt" 2>&1
 echo "memory and kernel table ($((SECONDS - start)) s):"; grep -E "peak memory|kernel / SDPA|Error" "$out/kernel.txt" | tail -50
 if [ "${PROFILE_TIMEOUT:-240}" != 0 ]; then  # PROFILE_TIMEOUT=0 leaves it out (e.g. for a separate call)
   start=$SECONDS  # where the whole-model overhead goes: paired wall ratios, device time, host growth, synchronisations

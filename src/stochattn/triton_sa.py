@@ -539,8 +539,9 @@ def sa_attention_fused(
     :func:`group_keys` keys; pass 2 places the row's sorted points, those of "cdf", first in the groups' cumulative
     masses, then within the groups that received them, recomputing only those groups' scores: the key work of pass
     2 grows with the groups drawn, not with S; nu at most :data:`GROUPS_MAX_NU` and >= 1 in every head; rows that fit
-    one tile, S <= :data:`ONE_PASS_MAX_KEYS` (without ``tiles``), take the one-pass kernel, which places the same points on the same keys
-    in one launch; not yet timed on a GPU, so "auto" does not take it), ``"auto"`` (the race for an int nu = 1, or nu <= :data:`AUTO_RACE_MAX_NU`
+    one tile, S <= :data:`ONE_PASS_MAX_KEYS` (without ``tiles``), take the one-pass kernel, which places the same
+    points on the same keys in one launch; not yet timed on a GPU, so "auto" does not take it), ``"auto"`` (the race
+    for an int nu = 1, or nu <= :data:`AUTO_RACE_MAX_NU`
     with nu S <= :data:`AUTO_RACE_MAX_DRAWS`, where it was timed faster; else cdf) or None
     (:data:`DEFAULT_SAMPLER`, "auto", what the SDPA path takes). The same law; different draws for the same seed."""
     ok, why = available(q.device)
