@@ -108,6 +108,36 @@ def _program_rows(Q, K, V, Mask, Nu, H, L, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h
     )
 
 
+@triton.jit
+def _stats_rows(Q, K, Mask, H, L, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sm_b, sm_h, BLOCK_M: tl.constexpr,
+                BLOCK_E: tl.constexpr):  # fmt: skip
+    """A statistics pass's share of the work: (pid_m, its query rows offs_m (BLOCK_M,), their global indices rows
+    (int64), q (BLOCK_M, BLOCK_E), K and Mask at its (batch, head))."""
+    pid_m, pid_bh = tl.program_id(0), tl.program_id(1)
+    b, h = pid_bh // H, pid_bh % H
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    q = _load_q(Q + b * sq_b + h * sq_h, offs_m, L, E, sq_l, sq_e, BLOCK_E)
+    return pid_m, offs_m, pid_bh.to(tl.int64) * L + offs_m, q, K + b * sk_b + h * sk_h, Mask + b * sm_b + h * sm_h
+
+
+@triton.jit
+def _online_softmax(q, K, Mask, offs_m, n_start, n_end, L, S, E, scale, sk_s, sk_e, sm_l, sm_s,
+                    MASK_KIND: tl.constexpr, IS_CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    BLOCK_E: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):  # fmt: skip
+    """(m, z) (BLOCK_M,) over the keys n_start..n_end (BLOCK_N at a time): the rows' largest score m and
+    z = sum exp(s - m) (m = -inf, z = 0 where no key may be attended)."""
+    m = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    z = tl.zeros((BLOCK_M,), tl.float32)
+    for n0 in range(n_start, n_end, BLOCK_N):
+        s, _ = _block_scores(q, K, Mask, offs_m, n0, L, S, E, scale, sk_s, sk_e, sm_l, sm_s,
+                             MASK_KIND, IS_CAUSAL, BLOCK_N, BLOCK_E, PRECISION, UPCAST)  # fmt: skip
+        m_new = tl.maximum(m, tl.max(s, 1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        z = z * tl.exp(m - m_safe) + tl.sum(tl.exp(s - m_safe[:, None]), 1)
+        m = m_new
+    return m, z
+
+
 @triton.jit(do_not_specialize=["tune_key"])
 def _stats_kernel(Q, K, Mask, M_out, Z_out, tune_key, H, L, S, E, scale,
                   sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sk_s, sk_e, sm_b, sm_h, sm_l, sm_s,
@@ -115,22 +145,10 @@ def _stats_kernel(Q, K, Mask, M_out, Z_out, tune_key, H, L, S, E, scale,
                   BLOCK_E: tl.constexpr, PRECISION: tl.constexpr, UPCAST: tl.constexpr):  # fmt: skip
     """Pass 1: per-row max m and normaliser Z = sum exp(s - m) (Z = 0, m = -inf for a fully masked row).
     ``tune_key`` is not used by the kernel: the autotuner's key."""
-    pid_m, pid_bh = tl.program_id(0), tl.program_id(1)
-    b, h = pid_bh // H, pid_bh % H
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    q = _load_q(Q + b * sq_b + h * sq_h, offs_m, L, E, sq_l, sq_e, BLOCK_E)
-    K = K + b * sk_b + h * sk_h
-    Mask = Mask + b * sm_b + h * sm_h
-    m = tl.full((BLOCK_M,), float("-inf"), tl.float32)
-    z = tl.zeros((BLOCK_M,), tl.float32)
-    for n0 in range(0, _key_end(pid_m, S, IS_CAUSAL, BLOCK_M), BLOCK_N):
-        s, _ = _block_scores(q, K, Mask, offs_m, n0, L, S, E, scale, sk_s, sk_e, sm_l, sm_s,
-                             MASK_KIND, IS_CAUSAL, BLOCK_N, BLOCK_E, PRECISION, UPCAST)  # fmt: skip
-        m_new = tl.maximum(m, tl.max(s, 1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        z = z * tl.exp(m - m_safe) + tl.sum(tl.exp(s - m_safe[:, None]), 1)
-        m = m_new
-    rows = pid_bh.to(tl.int64) * L + offs_m
+    pid_m, offs_m, rows, q, K, Mask = _stats_rows(Q, K, Mask, H, L, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sm_b,
+                                                  sm_h, BLOCK_M, BLOCK_E)  # fmt: skip
+    m, z = _online_softmax(q, K, Mask, offs_m, 0, _key_end(pid_m, S, IS_CAUSAL, BLOCK_M), L, S, E, scale, sk_s, sk_e,
+                           sm_l, sm_s, MASK_KIND, IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_E, PRECISION, UPCAST)  # fmt: skip
     tl.store(M_out + rows, m, mask=offs_m < L)
     tl.store(Z_out + rows, z, mask=offs_m < L)
 
@@ -378,23 +396,11 @@ def _group_mass_kernel(Q, K, Mask, Lse_out, tune_key, H, L, S, E, NG, scale,
     ``lse_g = log sum_{j in g} exp(s_j)`` (-inf where no key of the group may be attended), into ``Lse_out``
     (B*H*L, NG) fp32. A causal program writes the groups up to its last row's diagonal, the only ones its rows'
     pass 2 reads. ``tune_key`` is not used by the kernel: the autotuner's key."""
-    pid_m, pid_bh = tl.program_id(0), tl.program_id(1)
-    b, h = pid_bh // H, pid_bh % H
-    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    q = _load_q(Q + b * sq_b + h * sq_h, offs_m, L, E, sq_l, sq_e, BLOCK_E)
-    K = K + b * sk_b + h * sk_h
-    Mask = Mask + b * sm_b + h * sm_h
-    rows = pid_bh.to(tl.int64) * L + offs_m
+    pid_m, offs_m, rows, q, K, Mask = _stats_rows(Q, K, Mask, H, L, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sm_b,
+                                                  sm_h, BLOCK_M, BLOCK_E)  # fmt: skip
     for g0 in range(0, _key_end(pid_m, S, IS_CAUSAL, BLOCK_M), GROUP):
-        m = tl.full((BLOCK_M,), float("-inf"), tl.float32)
-        z = tl.zeros((BLOCK_M,), tl.float32)
-        for n0 in range(g0, g0 + GROUP, BLOCK_N):
-            s, _ = _block_scores(q, K, Mask, offs_m, n0, L, S, E, scale, sk_s, sk_e, sm_l, sm_s,
-                                 MASK_KIND, IS_CAUSAL, BLOCK_N, BLOCK_E, PRECISION, UPCAST)  # fmt: skip
-            m_new = tl.maximum(m, tl.max(s, 1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            z = z * tl.exp(m - m_safe) + tl.sum(tl.exp(s - m_safe[:, None]), 1)
-            m = m_new
+        m, z = _online_softmax(q, K, Mask, offs_m, g0, g0 + GROUP, L, S, E, scale, sk_s, sk_e, sm_l, sm_s, MASK_KIND,
+                               IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_E, PRECISION, UPCAST)  # fmt: skip
         lse = tl.where(z > 0, m + tl.log(tl.where(z > 0, z, 1.0)), float("-inf"))
         tl.store(Lse_out + rows * NG + g0 // GROUP, lse, mask=offs_m < L)
 
