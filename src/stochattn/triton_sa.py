@@ -325,6 +325,7 @@ def _tuned(kernels):
         group_mass = triton.autotune([config(m, n, None, w, st) for m, n, w, st in GROUP_MASS_CONFIGS], key=keys,
                                      prune_configs_by={"early_config_prune": prune_group_mass}, **tuning)(
             kernels._group_mass_kernel)
+
         def prune_groups(configs, named_args, **kwargs):
             """Pass 2 of the groups sampler: chunks within a group."""
             fits = [c for c in configs if c.kwargs["CHUNK"] <= kwargs["GROUP"]]
@@ -460,12 +461,16 @@ def _race(kernels, q, k, v, nu, nu_h, nu_max, nu_min, kind, mask, sm, is_causal,
     return out
 
 
+def _check_groups_nu(nu, nu_max: int, nu_min: int) -> None:
+    if nu_max > GROUPS_MAX_NU or nu_min < 1:
+        raise ValueError(f"the groups sampler takes 1 <= nu <= {GROUPS_MAX_NU} in every head, got nu={nu!r}")
+
+
 def _groups(kernels, q, k, v, nu, nu_h, nu_max, nu_min, kind, mask, sm, is_causal, scale, seed, offset, tiles,
             interpreting):  # fmt: skip
     """:func:`sa_attention_fused` with ``sampler="groups"``: pass 1 writes each row's log mass per group of keys,
     pass 2 draws the groups, then the keys within the groups that received points."""
-    if nu_max > GROUPS_MAX_NU or nu_min < 1:
-        raise ValueError(f"the groups sampler takes 1 <= nu <= {GROUPS_MAX_NU} in every head, got nu={nu!r}")
+    _check_groups_nu(nu, nu_max, nu_min)
     B, H, L, E = q.shape
     S, Ev = k.shape[2], v.shape[3]
     group = group_keys(S, interpreting)
@@ -572,8 +577,7 @@ def sa_attention_fused(
     kind, mask, sm = _mask_operand(attn_mask, (B, H, L, S), q)
     interpreting = _interpreting(kernels)
     if sampler == "groups" and tiles is None and S <= (16 if interpreting else ONE_PASS_MAX_KEYS):
-        if nu_max > GROUPS_MAX_NU or nu_min < 1:
-            raise ValueError(f"the groups sampler takes 1 <= nu <= {GROUPS_MAX_NU} in every head, got nu={nu!r}")
+        _check_groups_nu(nu, nu_max, nu_min)
         sampler = "cdf"  # a row's keys fit one tile: the one-pass kernel places the same points on the same keys
     if sampler in ("race", "groups"):
         run = _race if sampler == "race" else _groups
