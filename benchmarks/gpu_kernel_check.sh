@@ -44,7 +44,10 @@ $py - "$SA_LAW_LOG" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])] if __import__("os").path.exists(sys.argv[1]) else []
 for r in sorted(rows, key=lambda r: r["case"]):
-    print(f"  {r['case']:<40} max|z| mean {r['max_z_mean']:.2f}  cov {r['max_z_cov']:.2f}")
+    if "max_z_mean" in r:
+        print(f"  {r['case']:<40} max|z| mean {r['max_z_mean']:.2f}  cov {r['max_z_cov']:.2f}")
+    else:
+        print(f"  {r['case']:<40} " + ", ".join(f"{k} {v:.5f}" for k, v in r.items() if k != "case"))
 PY
 wait "$warm_pid"
 echo "compiling (done at $((SECONDS - start)) s from the start of the law tests): $(grep -E "compiled|Error" "$out/warm.txt" | tail -2)"

@@ -36,11 +36,13 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 LEGACY = triton_sa.LEGACY_TILES
 
 
-def _record(case: str, z: tuple) -> None:
-    """Append the case's largest |z| (means, covariances) to $SA_LAW_LOG (JSON lines), where set."""
+def _record(case: str, z: tuple = None, **measured) -> None:
+    """Append the case's largest |z| (means, covariances), or another measured value, to $SA_LAW_LOG (JSON lines),
+    where set."""
     if os.environ.get("SA_LAW_LOG"):
+        row = {"case": case, **({"max_z_mean": z[0], "max_z_cov": z[1]} if z is not None else {}), **measured}
         with open(os.environ["SA_LAW_LOG"], "a") as f:
-            f.write(json.dumps({"case": case, "max_z_mean": z[0], "max_z_cov": z[1]}) + "\n")
+            f.write(json.dumps(row) + "\n")
 
 
 def _qk(dtype, E, L0=2, H=1, S=S, seed=0, spread=1.0):
@@ -132,7 +134,7 @@ def test_groups_sampler_draws_nearly_the_two_pass_keys_on_cuda(dtype):
     for kwargs in ({}, {"is_causal": True}):
         a, b = (triton_sa.sa_attention_fused(q, k, eye, 16, seed=20, sampler=s, **kwargs) for s in ("groups", "cdf"))
         same = (a == b).all(-1).double().mean().item()
-        _record(f"groups = two-pass keys, {dtype}{', causal' * bool(kwargs)}: share of rows {same:.5f}", (0.0, 0.0))
+        _record(f"groups = two-pass keys, {dtype}{', causal' * bool(kwargs)}", share_of_rows_equal=same)
         assert same >= 0.99, same
         _counts(a[0].cpu(), 16)
 

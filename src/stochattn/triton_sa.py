@@ -256,15 +256,20 @@ def _blocks(interpreting: bool, nu_max: int, S: int, tiles: Optional[dict] = Non
         return None
     base = {"BLOCK_M": 128, "BLOCK_N": 16, "NU_BLOCK": 32, "stats_warps": 4, "sample_warps": 4,
             "one_pass": S <= 16, "search": False} if tiles is None else {**LEGACY_TILES, **tiles}  # fmt: skip
-    unknown = set(base) - set(LEGACY_TILES)
-    if unknown:
-        raise ValueError(f"unknown tile settings {sorted(unknown)}; known: {sorted(LEGACY_TILES)}")
+    _check_tiles(base)
     base["NU_BLOCK"] = draw_tile(base["NU_BLOCK"], nu_max)
     if base["one_pass"]:
         if S > 2 * ONE_PASS_MAX_KEYS:
             raise ValueError(f"one pass holds a row's keys in one tile: at most {2 * ONE_PASS_MAX_KEYS}, got S={S}")
         base["BLOCK_N"] = max(16, _next_power_of_2(S))
     return base
+
+
+def _check_tiles(tiles: dict, extra: tuple = ()) -> None:
+    """Refuse tile settings other than :data:`LEGACY_TILES`' keys (and a sampler's ``extra`` ones)."""
+    known = {*LEGACY_TILES, *extra}
+    if set(tiles) - known:
+        raise ValueError(f"unknown tile settings {sorted(set(tiles) - known)}; known: {sorted(known)}")
 
 
 def _tuned(kernels):
@@ -452,9 +457,7 @@ def _race(kernels, q, k, v, nu, nu_h, nu_max, nu_min, kind, mask, sm, is_causal,
         _launchers(kernels)[3](key, lambda launch: (-(-L // launch["BLOCK_M"]), B * H), args, meta)
         return out
     fixed = {"BLOCK_M": 128, "BLOCK_N": 16, "sample_warps": 4} if tiles is None else {**LEGACY_TILES, **tiles}
-    unknown = set(fixed) - set(LEGACY_TILES)
-    if unknown:
-        raise ValueError(f"unknown tile settings {sorted(unknown)}; known: {sorted(LEGACY_TILES)}")
+    _check_tiles(fixed)
     grid = (-(-L // fixed["BLOCK_M"]), B * H)
     kernels._race_kernel[grid](*args, **meta, BLOCK_M=fixed["BLOCK_M"], BLOCK_N=fixed["BLOCK_N"],
                                num_warps=fixed["sample_warps"])  # fmt: skip
@@ -497,9 +500,7 @@ def _groups(kernels, q, k, v, nu, nu_h, nu_max, nu_min, kind, mask, sm, is_causa
     # fixed tiles; in the interpreter, whose cost is per operation, 128 rows a program and two chunks a group
     base = {"BLOCK_M": 128, "BLOCK_N": 16, "stats_warps": 4, "sample_warps": 4, "rows": 128, "chunk": group // 2}
     fixed = {**base, **(tiles or {})} if interpreting else {**LEGACY_TILES, "rows": 4, "chunk": 32, **(tiles or {})}
-    known = {*LEGACY_TILES, "rows", "chunk"}
-    if set(fixed) - known:
-        raise ValueError(f"unknown tile settings {sorted(set(fixed) - known)}; known: {sorted(known)}")
+    _check_tiles(fixed, extra=("rows", "chunk"))
     kernels._group_mass_kernel[(-(-L // fixed["BLOCK_M"]), B * H)](
         *mass_args, **mass_meta, BLOCK_M=fixed["BLOCK_M"], BLOCK_N=min(fixed["BLOCK_N"], group),
         num_warps=fixed["stats_warps"])  # fmt: skip

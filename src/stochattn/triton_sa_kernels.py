@@ -189,6 +189,18 @@ def _max_combine(a, b):
 
 
 @triton.jit
+def _rank(c, x, N: tl.constexpr):
+    """#{j : c_ij <= x_ik} (BLOCK_M, T) for rows of points x (BLOCK_M, T) in rows of c (BLOCK_M, N), nondecreasing
+    along the row, N a power of two (<= 1024): a branchless binary search, log2(N) + 1 gathers."""
+    pos = tl.zeros(x.shape, tl.int32)
+    for i in tl.static_range(10):
+        if (N >> (i + 1)) > 0:
+            step = N >> (i + 1)
+            pos = tl.where(tl.gather(c, pos + (step - 1), 1) <= x, pos + step, pos)
+    return pos + (tl.gather(c, pos, 1) <= x).to(tl.int32)  # pos <= N - 1 before this check
+
+
+@triton.jit
 def _count_by_search(x, g, BLOCK_N: tl.constexpr, NU_BLOCK: tl.constexpr):
     """The counts of :func:`_count_below_top` by binary searches instead of a (BLOCK_M, NU_BLOCK, BLOCK_N) compare
     tile: g (BLOCK_M, BLOCK_N) is the running maximum of the positive keys' cumulative sums (nondecreasing: ``g_j >
@@ -197,19 +209,9 @@ def _count_by_search(x, g, BLOCK_N: tl.constexpr, NU_BLOCK: tl.constexpr):
     log2(BLOCK_N) + 1 gathers; the keys' cumulative counts C_j = #{k : first_k <= j} in log2(NU_BLOCK) + 1, and the
     count of key j is C_j - C_{j-1}: O(NU_BLOCK log BLOCK_N + BLOCK_N log NU_BLOCK) work per row, not their
     product."""
-    first = tl.zeros(x.shape, tl.int32)
-    for i in tl.static_range(8):  # branchless lower bound, BLOCK_N a power of two (<= 256)
-        if (BLOCK_N >> (i + 1)) > 0:
-            step = BLOCK_N >> (i + 1)
-            first = tl.where(tl.gather(g, first + (step - 1), 1) <= x, first + step, first)
-    first = first + (tl.gather(g, first, 1) <= x).to(tl.int32)  # first <= BLOCK_N - 1 before this check
+    first = _rank(g, x, BLOCK_N)
     j = tl.arange(0, BLOCK_N)[None, :] + tl.zeros(g.shape, tl.int32)
-    below = tl.zeros(g.shape, tl.int32)
-    for i in tl.static_range(8):  # C_j: points whose key is <= j (first is nondecreasing in k: x is sorted)
-        if (NU_BLOCK >> (i + 1)) > 0:
-            step = NU_BLOCK >> (i + 1)
-            below = tl.where(tl.gather(first, below + (step - 1), 1) <= j, below + step, below)
-    below = below + (tl.gather(first, below, 1) <= j).to(tl.int32)
+    below = _rank(first, j, NU_BLOCK)  # C_j: points whose key is <= j (first is nondecreasing in k: x is sorted)
     before = tl.where(j > 0, tl.gather(below, tl.maximum(j - 1, 0), 1), 0)
     return (below - before).to(tl.float32)
 
@@ -403,18 +405,6 @@ def _group_mass_kernel(Q, K, Mask, Lse_out, tune_key, H, L, S, E, NG, scale,
                                IS_CAUSAL, BLOCK_M, BLOCK_N, BLOCK_E, PRECISION, UPCAST)  # fmt: skip
         lse = tl.where(z > 0, m + tl.log(tl.where(z > 0, z, 1.0)), float("-inf"))
         tl.store(Lse_out + rows * NG + g0 // GROUP, lse, mask=offs_m < L)
-
-
-@triton.jit
-def _rank(c, x, N: tl.constexpr):
-    """#{j : c_ij <= x_ik} (BLOCK_M, T) for rows of points x (BLOCK_M, T) in rows of c (BLOCK_M, N), nondecreasing
-    along the row, N a power of two (<= 1024): a branchless binary search, log2(N) + 1 gathers."""
-    pos = tl.zeros(x.shape, tl.int32)
-    for i in tl.static_range(10):
-        if (N >> (i + 1)) > 0:
-            step = N >> (i + 1)
-            pos = tl.where(tl.gather(c, pos + (step - 1), 1) <= x, pos + step, pos)
-    return pos + (tl.gather(c, pos, 1) <= x).to(tl.int32)  # pos <= N - 1 before this check
 
 
 #: Head-dim columns per step of the groups sampler's pass 2 (its (rows, chunk, E_STEP) tiles of gathered keys and
