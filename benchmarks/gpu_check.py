@@ -10,7 +10,9 @@
    the patched pass at ``nu=None`` must equal the unpatched one (SA off is exact), and at nu in {1, 4, 16, 64, 512}
    the median of per-repeat (SA / deterministic) time ratios, each repeat timing the two passes back to back with
    the device synchronised (the paper, V100, ClimaX: 1.08x at nu=1, ~1.11x at nu=4, 1.25x at nu=512), for the
-   explicit path and (CUDA) the fused kernel, which the adapters' SDPA path takes by default.
+   explicit path and (CUDA) the fused kernel, which the adapters' SDPA path takes by default; and (CUDA) both passes
+   captured in CUDA graphs and replayed ("graphed": SA's cost on the device alone, its streams on the device so
+   that every replay draws afresh; a model whose forward cannot be captured says so).
 3. The fused SA kernel (:mod:`stochattn.triton_sa`) against fused SDPA on the attention shapes of full-size ClimaX and
    TimesFM 2.5 at nu in {1, 4, 16, 64, 512} (time ratio; at nu=1 every output row must be a row of V), and peak
    memory at 8k / 16k tokens for SDPA, the kernel and the explicit path (benchmarks/bench_triton_sa.py).
@@ -68,6 +70,52 @@ def paired_ratios(call, sa, device: torch.device, repeats: int) -> tuple[float, 
         det.append(d)
         ratios.append(s / d)
     return statistics.median(det), statistics.median(ratios)
+
+
+def graphed_ratios(call, sa, device: torch.device, repeats: int) -> tuple[float, float, bool]:
+    """As :func:`paired_ratios`, with each pass captured once in a CUDA graph and replayed (no host work per
+    forward: what SA costs on the device alone, as a sampler replaying one forward N times would run it): (median
+    deterministic replay seconds, median per-repeat SA / deterministic ratio, whether two SA replays differ). SA's
+    streams are moved to the device (StochasticAttention.streams_to) so that each replay draws afresh; raises where
+    the forward cannot be captured (a host synchronisation inside it)."""
+    graphs = {}
+    for label in ("deterministic", "sa"):
+        if label == "sa":
+            sa.apply()
+            sa.streams_to(device)
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):  # warm-up off the default stream, as torch.cuda.graph's documentation asks
+            call()
+            call()
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                out = call()
+        finally:
+            if label == "sa":
+                sa.remove()
+        graphs[label] = (graph, out)
+
+    def replayed(label: str) -> float:
+        _sync(device)
+        start = time.perf_counter()
+        graphs[label][0].replay()
+        _sync(device)
+        return time.perf_counter() - start
+
+    replayed("sa")
+    first = graphs["sa"][1].clone()
+    replayed("sa")
+    differ = not torch.equal(first, graphs["sa"][1])
+    det, ratios = [], []
+    for _ in range(repeats):
+        d = replayed("deterministic")
+        ratios.append(replayed("sa") / d)
+        det.append(d)
+    sa.streams_to("cpu")
+    return statistics.median(det), statistics.median(ratios), differ
 
 
 def _timesfm(device: torch.device, small: bool):
@@ -152,6 +200,18 @@ def sa_rows(device: torch.device, repeats: int, small: bool) -> list[dict]:
                         cells.append(f"{label} failed: {type(err).__name__}: {str(err).splitlines()[0][:120]}")
                         ok = False
                 _default_sampler(library_sampler)
+                if device.type == "cuda":  # both passes captured in CUDA graphs, the library's default sampler
+                    sa = StochasticAttention(model, nu=template(nu), generator=gen)
+                    sa.remove()
+                    try:
+                        graph_det, ratio, differ = graphed_ratios(call, sa, device, repeats)
+                        cells.append(f"graphed {ratio:.2f}x (det {1e3 * graph_det:.1f} ms"
+                                     + ("" if differ else "; REPLAYS REPEAT ONE DRAW") + ")")  # fmt: skip
+                        ok &= differ
+                    except Exception as err:  # noqa: BLE001 (a model that cannot be captured: said, not fatal)
+                        sa.remove()
+                        cells.append(f"graphed: not captured ({type(err).__name__}: "
+                                     f"{str(err).splitlines()[0][:100] if str(err) else ''})")  # fmt: skip
                 paper = PAPER_CLIMAX.get(nu, "-") if "ClimaX" in name else "-"
                 rows.append({"check": f"{name}: nu={nu} time / deterministic", "ok": ok,
                              "value": f"{', '.join(cells)} (det {1e3 * det:.1f} ms; paper V100 {paper})"})

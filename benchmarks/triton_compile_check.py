@@ -35,9 +35,10 @@ VARIANTS = (
 )
 
 
-def _signature(fn, dtype: str, mask_kind: int, constexprs: dict) -> dict:
-    """Triton's argument types of ``fn`` for tensors of ``dtype``: pointers, fp32 scalars, i64 seed / offset, i32
-    sizes and strides, constexpr for the meta-parameters."""
+def _signature(fn, dtype: str, mask_kind: int, constexprs: dict, seed_in_memory: bool = False) -> dict:
+    """Triton's argument types of ``fn`` for tensors of ``dtype``: pointers, fp32 scalars, i64 seed / offset (the
+    seed a pointer to an int64 with ``seed_in_memory``: a device stream's), i32 sizes and strides, constexpr for the
+    meta-parameters."""
     pointers = {"Q": dtype, "K": dtype, "V": dtype, "Out": dtype, "Mask": "i8" if mask_kind == 1 else "fp32",
                 "M_out": "fp32", "Z_out": "fp32", "M_in": "fp32", "Z_in": "fp32", "Lse_out": "fp32", "Lse_in": "fp32",
                 "Nu": "i32"}  # fmt: skip
@@ -49,6 +50,8 @@ def _signature(fn, dtype: str, mask_kind: int, constexprs: dict) -> dict:
             sig[name] = "*" + pointers[name]
         elif name == "scale":
             sig[name] = "fp32"
+        elif name == "seed" and seed_in_memory:
+            sig[name] = "*i64"
         elif name in ("seed", "offset"):
             sig[name] = "i64"
         else:
@@ -90,9 +93,11 @@ def replicated_scans(ttgir: str) -> list[str]:
 
 
 def compile_rows(archs=(90,), dtypes=("fp32", "bf16"), variants=VARIANTS, head_dims=(64,), nu_max=512,
-                 **tile_overrides) -> list[dict]:  # fmt: skip
+                 seed_in_memory=False, **tile_overrides) -> list[dict]:  # fmt: skip
     """One row per (arch, dtype, head dim, variant, kernel): {"check", "ok", "value"} (gpu_check.py's row format),
-    at the tile sizes the entry point chooses on a GPU for ``nu_max`` (``tile_overrides``: e.g. num_warps=8)."""
+    at the tile sizes the entry point chooses on a GPU for ``nu_max`` (``tile_overrides``: e.g. num_warps=8);
+    ``seed_in_memory``: the drawing kernels read their seed from a device stream, and the stream's advance kernel
+    gets a row per arch."""
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise RuntimeError("TRITON_INTERPRET=1 replaces the kernels by the interpreter: unset it")
     import triton
@@ -134,7 +139,7 @@ def compile_rows(archs=(90,), dtypes=("fp32", "bf16"), variants=VARIANTS, head_d
                         "NU_BLOCK": max(MIN_NU_BLOCK, _next_power_of_2(nu_max + 1))}  # fmt: skip
                 kernels_here += [(kernels._group_mass_kernel, mass, "stats"), (kernels._groups_kernel, draw, "sample")]
         for fn, constexprs, kernel in kernels_here:
-            src = ASTSource(fn, _signature(fn, DTYPES[dtype], mask_kind, constexprs),
+            src = ASTSource(fn, _signature(fn, DTYPES[dtype], mask_kind, constexprs, seed_in_memory),
                             constexprs={(fn.arg_names.index(k),): v for k, v in constexprs.items()})  # fmt: skip
             try:
                 options = {"num_warps": tiles[f"{kernel}_warps"]}
@@ -146,6 +151,14 @@ def compile_rows(archs=(90,), dtypes=("fp32", "bf16"), variants=VARIANTS, head_d
             except Exception as err:  # noqa: BLE001 (a row of the table)
                 ok, value = False, f"{type(err).__name__}: {str(err).strip()[:3000]}"
             rows.append({"check": f"sm_{arch} {dtype} E={e} {variant}: {fn.__name__}", "ok": ok, "value": value})
+    for arch in archs if seed_in_memory else ():
+        try:
+            src = ASTSource(kernels._advance_stream_kernel, {"Stream": "*i64"}, constexprs={})
+            compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={"num_warps": 1})
+            ok, value = True, _resources(compiled.asm["cubin"]) or f"{len(compiled.asm['cubin'])} B cubin"
+        except Exception as err:  # noqa: BLE001 (a row of the table)
+            ok, value = False, f"{type(err).__name__}: {str(err).strip()[:3000]}"
+        rows.append({"check": f"sm_{arch}: _advance_stream_kernel", "ok": ok, "value": value})
     return rows
 
 
@@ -223,13 +236,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--configs", action="store_true", help="every autotuner configuration (first arch, dtype, head "
                     "dim) instead of every variant at the first version's fixed tiles")  # fmt: skip
+    ap.add_argument("--seed-in-memory", action="store_true", help="the seed read from a device stream (CUDA "
+                    "graphs), and the stream's advance kernel")  # fmt: skip
     args = ap.parse_args(argv)
     ok = True
     for nu_max in args.nu_max:
         if args.configs:
             rows = config_rows(args.arch[0], args.dtype[0], args.head_dim[0], nu_max)
         else:
-            rows = compile_rows(args.arch, args.dtype, VARIANTS, args.head_dim, nu_max)
+            rows = compile_rows(args.arch, args.dtype, VARIANTS, args.head_dim, nu_max, args.seed_in_memory)
         print(f"nu_max {nu_max}:")
         width = max(len(r["check"]) for r in rows)
         for r in rows:

@@ -345,7 +345,8 @@ def test_reduce_overhead_replays_draw_fresh_weights():
     model = _encoder().cuda()
     x = torch.randn(2, 64, 16, device="cuda")
     compiled = torch.compile(model, mode="reduce-overhead")
-    with torch.no_grad(), StochasticAttention(model, nu=4, generator=torch.Generator().manual_seed(0)):
+    with torch.no_grad(), StochasticAttention(model, nu=4, generator=torch.Generator().manual_seed(0)) as sa:
+        sa.streams_to("cuda")  # seeds taken on the device: a replayed graph advances the streams
         outs = [compiled(x).clone() for _ in range(5)]  # warm-up, recording, replays
     det = model(x)
     assert all(not torch.allclose(o, det) for o in outs)

@@ -353,6 +353,84 @@ def test_seed_and_offset_reproduce_and_separate_draws():
     assert not torch.equal(a, triton_sa.sa_attention_fused(q, k, v, 4, seed=123, offset=20 * 4))
 
 
+@pytest.mark.parametrize("sampler, S, nu", [("cdf", S, 3), ("cdf", 12, 3), ("race", S, 3), ("groups", S, 5)])
+def test_a_seed_in_device_memory_draws_what_the_same_int_seed_draws(sampler, S, nu):
+    """seed as a one-element int64 tensor (read by the kernels, as a captured CUDA graph needs) gives the draws of
+    the same int seed: the two-pass and one-pass (S = 12) cdf kernels, the race, the groups sampler; and a device
+    stream's next call (advance_stream) is the host's (_call_seed, then _call_kernel_seed's mix on CUDA)."""
+    from stochattn.attention import _mix
+
+    q, k = _qk(L0=30, H=2, S=S, seed=12)
+    v = _eye(2, S=S)
+    for seed in (5, 2**62 + 11):
+        ints = triton_sa.sa_attention_fused(q, k, v, nu, seed=seed, sampler=sampler)
+        held = triton_sa.sa_attention_fused(q, k, v, nu, seed=torch.tensor([seed]), sampler=sampler)
+        assert torch.equal(ints, held)
+    stream = torch.tensor([2**61 + 3, 7, 0, 0])
+    seed = triton_sa.advance_stream(stream)
+    call = _mix(2**61 + 3, 7)
+    assert stream.tolist() == [2**61 + 3, 8, call, _mix(call, 0)] and seed.data_ptr() == stream[3:].data_ptr()
+    assert torch.equal(triton_sa.sa_attention_fused(q, k, v, nu, seed=seed, sampler=sampler),
+                       triton_sa.sa_attention_fused(q, k, v, nu, seed=_mix(call, 0), sampler=sampler))  # fmt: skip
+    with pytest.raises(ValueError, match="int64"):
+        triton_sa.sa_attention_fused(q, k, v, nu, seed=torch.tensor([5], dtype=torch.int32))
+    with pytest.raises(ValueError, match="device stream"):
+        triton_sa.advance_stream(torch.tensor([1, 2]))
+
+
+def test_device_streams_go_on_with_the_draws_of_host_streams(monkeypatch):
+    """StochasticAttention.streams_to: a model whose streams were moved to "the device" (here the interpreter's CPU,
+    a device stream being the 4-element layout) draws, call after call, what it would have drawn with its host
+    streams (the kernel seed mixed as on CUDA), advancing the stream once per SA call; the explicit path takes the
+    same stream through the host; "cpu" brings the host streams back."""
+    import torch.nn.functional as F
+    from torch import nn
+
+    from stochattn import attention
+    from stochattn.attention import device_stream
+    from stochattn.patch import StochasticAttention
+
+    monkeypatch.setattr(attention, "_call_kernel_seed", lambda call_seed, device: attention._mix(call_seed, 0))
+
+    class Block(nn.Module):
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    q, k = _qk(L0=20, H=2, S=20)
+    v = torch.randn(1, 2, 20, 5, generator=torch.Generator().manual_seed(1))
+    block = Block()
+    runs = {}
+    for where in ("host", "device"):
+        with StochasticAttention(block, nu=3, fused=True, generator=torch.Generator().manual_seed(3)) as sa:
+            state = next(iter(sa._states.values()))
+            first = block(q, k, v)
+            if where == "device":
+                state.rng = device_stream(state.rng, "cpu")  # a device stream, where the interpreter runs
+                assert state.rng.tolist()[:2] == [state.rng[0].item(), 1]
+            runs[where] = [first, block(q, k, v), block(q, k, v)]
+            assert state.rng[1].item() == 3
+            sa.streams_to("cpu")
+            assert state.rng.shape == (2,) and state.rng[1].item() == 3
+    assert all(torch.equal(a, b) for a, b in zip(runs["host"], runs["device"]))
+    assert not torch.equal(runs["host"][1], runs["host"][2])
+    with StochasticAttention(block, nu=3, fused=False, generator=torch.Generator().manual_seed(3)) as sa:
+        state = next(iter(sa._states.values()))
+        host = [block(q, k, v) for _ in range(2)]
+        state.rng = device_stream(torch.tensor([state.rng[0].item(), 0]), "cpu")
+        device = [block(q, k, v) for _ in range(2)]
+    assert all(torch.equal(a, b) for a, b in zip(host, device)) and state.rng[1].item() == 2
+
+
+def test_draws_seeded_on_the_host_are_refused_inside_a_cuda_graph_capture(monkeypatch):
+    """Under CUDA graph capture a generator seeded on the host would be replayed with one draw: refused, naming the
+    way out (device streams)."""
+    from stochattn.attention import call_generator, new_stream
+
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with pytest.raises(RuntimeError, match="streams_to"):
+        call_generator(new_stream()[0], "cuda")
+
+
 @pytest.mark.parametrize("dtype, nu", [(torch.bfloat16, 5), (torch.bfloat16, 300), (torch.float16, 40)])
 def test_half_precision_inputs(dtype, nu):
     """16-bit inputs: counts stay exact integers (beyond 256 draws in bf16, the count x V product runs in fp32); a

@@ -255,3 +255,53 @@ def test_draws_are_independent_across_rows_heads_batches_and_calls():
     for name, w in (("seed 5", a), ("seed 6", b), ("offset", c), ("generator", d1)):
         _record(f"independence test, {name}", assert_law(w.reshape(-1, 20), pi, nu))
     assert torch.equal(a, triton_sa.sa_attention_fused(q, k, eye, nu, seed=5).cpu())  # same seed, same draws
+
+
+def _sdpa_block():
+    import torch.nn.functional as F
+    from torch import nn
+
+    class Block(nn.Module):
+        def forward(self, q, k, v):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    return Block()
+
+
+@pytest.mark.parametrize("sampler", ["cdf", "race", "groups"])
+def test_a_captured_cuda_graph_replays_the_eager_draws_of_its_device_stream(sampler, monkeypatch):
+    """StochasticAttention.streams_to("cuda"), then a CUDA graph captured around the patched forward: replay t
+    draws exactly what eager call t of the same stream draws (the stream advanced on the device, the kernels reading
+    its seed there), so replays differ from each other; host streams and device streams draw the same weights; a
+    capture with host streams is refused, not replayed with one draw."""
+    from stochattn.patch import StochasticAttention
+
+    monkeypatch.setattr(triton_sa, "DEFAULT_SAMPLER", sampler)
+    q, k = _qk("bf16", 64, L0=40, H=4, S=300, seed=5)
+    v = torch.randn(1, 4, 300, 64, device=CUDA, dtype=torch.bfloat16)
+    block = _sdpa_block()
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad(), StochasticAttention(block, nu=4, fused=True, generator=generator) as sa:
+        host = [block(q, k, v) for _ in range(3)]
+        state = next(iter(sa._states.values()))
+        state.rng[1] = 0  # rewind the host stream, then move it: the same calls again
+        sa.streams_to("cuda")
+        start = state.rng.clone()
+        eager = [block(q, k, v) for _ in range(3)]  # also the warm-up: compiled, tuned
+        assert all(torch.equal(a, b) for a, b in zip(host, eager))
+        state.rng.copy_(start)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = block(q, k, v)
+        replays = []
+        for _ in range(3):
+            graph.replay()
+            replays.append(out.clone())
+        torch.cuda.synchronize()
+        assert all(torch.equal(a, b) for a, b in zip(eager, replays))
+        assert not torch.equal(replays[0], replays[1]) and state.rng[1].item() == 3
+        sa.streams_to("cpu")
+        with pytest.raises(RuntimeError, match="streams_to"):
+            with torch.cuda.graph(torch.cuda.CUDAGraph()):
+                block(q, k, v)
+    _record(f"CUDA graph replays = eager draws, {sampler}", replays_equal_eager=3)

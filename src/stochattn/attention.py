@@ -355,7 +355,7 @@ def _call_kernel_seed(call_seed: int, device: torch.device) -> int:
 
 def _fused(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor], dropout_p: float, is_causal: bool,
            scale: Optional[float], nu: Union[int, Tensor], generator: Optional[torch.Generator],
-           force: bool, call_seed: Optional[int] = None) -> Optional[Tensor]:  # fmt: skip
+           force: bool, call_seed: Union[None, int, Tensor] = None) -> Optional[Tensor]:  # fmt: skip
     """SA through :func:`stochattn.triton_sa.sa_attention_fused` where it can run; None where it cannot (raises
     instead with ``force``). The kernel's seed comes from ``generator``, or from a stream's ``call_seed``
     (:func:`_call_kernel_seed`). A per-head ``nu`` of shape (H, 1) or (H,) becomes the kernel's (H,). Without
@@ -384,7 +384,10 @@ def _fused(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor
         if force:
             raise triton_sa.FusedUnavailableError(why)
         return None
-    seed = _kernel_seed(generator) if call_seed is None else _call_kernel_seed(call_seed, query.device)
+    if isinstance(call_seed, Tensor):  # a device stream: its next call taken on the device, the seed read there
+        seed = triton_sa.advance_stream(call_seed)
+    else:
+        seed = _kernel_seed(generator) if call_seed is None else _call_kernel_seed(call_seed, query.device)
     try:
         return triton_sa.sa_attention_fused(query, key, value, nu, attn_mask=attn_mask, is_causal=is_causal,
                                             scale=scale, seed=seed)  # fmt: skip
@@ -433,16 +436,20 @@ def scaled_dot_product_attention(
 def _sa_sdpa(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tensor], dropout_p: float,
              is_causal: bool, scale: Optional[float], enable_gqa: bool, *, nu: Nu,
              generator: Optional[torch.Generator], method: Method, fused: Optional[bool],
-             call_seed: Optional[int] = None) -> Tensor:  # fmt: skip
+             call_seed: Union[None, int, Tensor] = None) -> Tensor:  # fmt: skip
     """:func:`scaled_dot_product_attention`; with ``call_seed`` (a stream's call, :func:`_call_seed`) instead of
     ``generator``, the draws of ``generator = call_generator(...)`` for that call, the generator made only where
-    the explicit path needs it."""
+    the explicit path needs it. ``call_seed`` may be a device stream (:func:`device_stream`): its next call, taken
+    on the device where the fused kernel runs, else through the host."""
     nu = check_nu(nu)
     if nu is None:
         return F.scaled_dot_product_attention(
             query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
             enable_gqa=enable_gqa,
         )
+    capturing = query.is_cuda and torch.cuda.is_current_stream_capturing()
+    if capturing and not isinstance(call_seed, Tensor):
+        raise RuntimeError(_capture_refusal("its seed comes from the host"))
     if enable_gqa and key.shape[-3] != query.shape[-3]:
         groups = query.shape[-3] // key.shape[-3]
         key = key.repeat_interleave(groups, dim=-3)
@@ -452,6 +459,11 @@ def _sa_sdpa(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tens
                      call_seed=call_seed)  # fmt: skip
         if out is not None:
             return out
+    if capturing:
+        raise RuntimeError(_capture_refusal("the fused kernel does not run here, and the explicit path draws through "
+                                            "a torch.Generator seeded on the host"))  # fmt: skip
+    if isinstance(call_seed, Tensor):  # (a kernel that failed after advancing it skips that call of the stream)
+        call_seed = _call_seed(call_seed)
     if call_seed is not None:
         generator = torch.Generator(device=query.device).manual_seed(call_seed)
     probs = masked_attention_probs(query, key, attn_mask, is_causal, scale)
@@ -484,17 +496,54 @@ def new_stream(generator: Optional[torch.Generator] = None, count: int = 1) -> l
     return [torch.tensor([s, 0], dtype=torch.int64) for s in seeds]
 
 
+#: A device stream's length: ``[seed, offset, call seed, kernel seed]`` (:func:`device_stream`).
+_DEVICE_STREAM_LEN = 4
+
+
+def device_stream(rng: Tensor, device: Union[str, torch.device]) -> Tensor:
+    """The stream ``rng`` (a host stream ``[seed, offset]`` or a device stream) as a *device stream* on ``device``:
+    int64 ``[seed, offset, call seed, kernel seed]``, the same seed and offset, so it goes on with the same draws.
+    The fused kernel's path advances it on the device (:func:`stochattn.triton_sa.advance_stream`): no host
+    synchronisation, so a CUDA graph that captured SA calls draws fresh weights at every replay. Other paths
+    advance it through the host (one synchronisation per call)."""
+    seed, offset = rng[:2].tolist()
+    return torch.tensor([seed, offset, 0, 0], dtype=torch.int64, device=device)
+
+
+def host_stream(rng: Tensor) -> Tensor:
+    """The stream ``rng`` as a host stream ``[seed, offset]`` (an int64 CPU tensor): the same draws from here on."""
+    return rng[:2].to("cpu", copy=True)
+
+
+def is_device_stream(rng: Tensor) -> bool:
+    return rng.numel() == _DEVICE_STREAM_LEN
+
+
+def _capture_refusal(why: str) -> str:
+    return (f"stochastic attention inside a CUDA graph capture: {why}, so every replay would repeat one draw. "
+            "Capture the fused kernel's path (SDPA modules, fp32 / bf16 / fp16, no attention dropout) with the "
+            "model's streams on the device: StochasticAttention.streams_to('cuda') before the warm-up call")
+
+
 def call_generator(rng: Tensor, device: Union[str, torch.device]) -> torch.Generator:
     """The generator of one SA call on ``device``, from the stream ``rng`` = int64 CPU tensor ``[seed, offset]``;
-    advances the offset in place, so every call gets a fresh generator and a stream reproduces its calls in order.
+    advances the offset in place, so every call gets a fresh generator and a stream reproduces its calls in order
+    (refused inside a CUDA graph capture on CUDA: the replays would repeat the draw).
     (Each call's generator is seeded with ``_mix(seed, offset)``: distinct calls use distinct seeds of torch's
     generator, whose streams are taken as independent, as for any two seeds.)"""
+    if torch.device(device).type == "cuda" and torch.cuda.is_current_stream_capturing():
+        raise RuntimeError(_capture_refusal("its draws come from a torch.Generator seeded on the host"))
     return torch.Generator(device=device).manual_seed(_call_seed(rng))
 
 
 def _call_seed(rng: Tensor) -> int:
     """The generator seed of the stream ``rng``'s next call (:func:`call_generator`); advances its offset (through
     a NumPy view of the CPU tensor: torch's indexed in-place add cost ~25 us of host time per call, docs/gpu.md)."""
+    if is_device_stream(rng):  # through the host: one synchronisation (the fused path advances it on the device)
+        seed, offset = rng[:2].tolist()
+        call = _mix(seed, offset)
+        rng[1:].copy_(torch.tensor([offset + 1, call, _mix(call, 0)]))
+        return call
     view = rng.numpy()
     seed, offset = int(view[0]), int(view[1])
     view[1] = offset + 1
@@ -524,7 +573,8 @@ def sdpa_op(query: Tensor, key: Tensor, value: Tensor, attn_mask: Optional[Tenso
     compiled graph draws fresh weights on every call and the stream's seed reproduces a run. Opaque to
     ``torch.compile`` (no graph break: a fake implementation gives the output's shape)."""
     return _sa_sdpa(query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa, nu=_nu_arg(nu, nu_rows),
-                    generator=None, method=method, fused=_FUSED_FLAG[fused], call_seed=_call_seed(rng))  # fmt: skip
+                    generator=None, method=method, fused=_FUSED_FLAG[fused],
+                    call_seed=rng if is_device_stream(rng) else _call_seed(rng))  # fmt: skip
 
 
 @sdpa_op.register_fake

@@ -56,6 +56,9 @@ from .attention import (
     _sa_sdpa,
     call_generator,
     check_nu,
+    device_stream,
+    host_stream,
+    is_device_stream,
     new_stream,
     stochastic_attention,
     stochastic_weights,
@@ -101,8 +104,9 @@ class SAState:
     """What one patched attention module needs at call time.
 
     Random numbers: every call draws from a generator seeded from the module's *stream* ``rng`` (an int64 CPU tensor
-    ``[seed, offset]``, the seed drawn from ``generator`` when the patch is made or the generator set, the offset
-    advanced per call; :func:`stochattn.attention.call_generator`). The stream is an explicit input of SA's operators
+    ``[seed, offset]``, or a device stream, :meth:`StochasticAttention.streams_to`; the seed drawn from
+    ``generator`` when the patch is made or the generator set, the offset advanced per call;
+    :func:`stochattn.attention.call_generator`). The stream is an explicit input of SA's operators
     (``torch.ops.stochattn.sdpa`` / ``attend`` / ``weights``), so a ``torch.compile``'d forward, which cannot call a
     ``torch.Generator``, draws fresh weights on every call, and the same generator seed reproduces a run, compiled
     or not (both draw the same weights)."""
@@ -166,8 +170,10 @@ class SAState:
             return torch.ops.stochattn.sdpa(query, key, value, attn_mask, is_causal, scale, enable_gqa,
                                             *self._nu_args(nu), self._stream(), self.method,
                                             _FUSED_CODE[self.fused])  # fmt: skip
+        rng = self._stream()
         return _sa_sdpa(query, key, value, attn_mask, 0.0, is_causal, scale, enable_gqa, nu=nu, generator=None,
-                        method=self.method, fused=self.fused, call_seed=_call_seed(self._stream()))  # fmt: skip
+                        method=self.method, fused=self.fused,
+                        call_seed=rng if is_device_stream(rng) else _call_seed(rng))  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -467,6 +473,21 @@ class StochasticAttention:
         for state in self._states.values():
             state.generator = generator
         self._seed_streams()
+
+    def streams_to(self, device: Union[str, torch.device]) -> None:
+        """Keep every module's random stream on ``device`` (a CUDA device: :func:`stochattn.attention.device_stream`;
+        "cpu": host streams), going on with the same draws. On a CUDA device the fused kernel's path takes each
+        call's seed on the device, so a CUDA graph captured around the patched forward (after a warm-up call that
+        compiles and tunes the kernels) draws fresh weights at every replay; paths that draw through a
+        ``torch.Generator`` read the stream through the host (a synchronisation, which capture refuses). Under
+        ``torch.compile(mode="reduce-overhead")`` each stream is a static input that the graph advances.
+        :meth:`set_generator` makes host streams again."""
+        device = torch.device(device)
+        for state in self._states.values():
+            rng = state._stream()
+            state.rng = host_stream(rng) if device.type == "cpu" else device_stream(rng, device)
+            if device.type == "cuda":  # torch.compile(mode="reduce-overhead"): a fixed address its graphs update
+                torch._dynamo.mark_static_address(state.rng)
 
     @property
     def nu(self) -> Dict[str, Union[None, int, Tensor]]:

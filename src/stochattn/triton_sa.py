@@ -446,7 +446,7 @@ def _race(kernels, q, k, v, nu, nu_h, nu_max, nu_min, kind, mask, sm, is_causal,
     S, Ev = k.shape[2], v.shape[3]
     out = _output(B, H, L, Ev, v)
     tune_key = _tune_key(L, S, nu_max)
-    args = (q, k, v, mask, nu_h, out, int(seed), int(offset), nu_max, tune_key, H, L, S, E, Ev,
+    args = (q, k, v, mask, nu_h, out, seed, int(offset), nu_max, tune_key, H, L, S, E, Ev,
             scale, *q.stride(), *k.stride(), *v.stride(), *sm, *out.stride())  # fmt: skip
     meta = {"MASK_KIND": kind, "IS_CAUSAL": bool(is_causal), "BLOCK_E": max(16, _next_power_of_2(E)),
             "BLOCK_EV": max(16, _next_power_of_2(Ev)), "NU_BLOCK": _next_power_of_2(nu_max),
@@ -483,7 +483,7 @@ def _groups(kernels, q, k, v, nu, nu_h, nu_max, nu_min, kind, mask, sm, is_causa
     mass_key, tune_key = _tune_key(L, S, 1), _tune_key(L, S, nu_max)
     block_e = max(16, _next_power_of_2(E))
     mass_args = (q, k, mask, lse, mass_key, H, L, S, E, n_groups, scale, *q.stride(), *k.stride(), *sm)
-    draw_args = (q, k, v, mask, lse, nu_h, out, int(seed), int(offset), nu_max, tune_key, H, L, S, E, Ev, n_groups,
+    draw_args = (q, k, v, mask, lse, nu_h, out, seed, int(offset), nu_max, tune_key, H, L, S, E, Ev, n_groups,
                  scale, *q.stride(), *k.stride(), *v.stride(), *sm, *out.stride())  # fmt: skip
     mass_meta = {"MASK_KIND": kind, "IS_CAUSAL": bool(is_causal), "GROUP": group, "BLOCK_E": block_e,
                  "PRECISION": scores_precision(q.dtype, _capability(q.device)), "UPCAST": interpreting}  # fmt: skip
@@ -510,6 +510,39 @@ def _groups(kernels, q, k, v, nu, nu_h, nu_max, nu_min, kind, mask, sm, is_causa
     return out
 
 
+#: A device stream: int64 ``[seed, offset, call seed, kernel seed]`` on the kernels' device
+#: (:func:`stochattn.attention.device_stream`).
+DEVICE_STREAM_LEN = 4
+
+
+def advance_stream(stream: Tensor) -> Tensor:
+    """Take a device stream's next call on the device (one program of ``_advance_stream_kernel``: offset + 1, the
+    call seed and the kernels' seed written as :func:`stochattn.attention._call_seed` and ``_call_kernel_seed``
+    compute them on the host) and return the kernel seed's one-element view, for ``seed=``. No host
+    synchronisation, so CUDA graphs capture it: each replay advances the stream and draws anew."""
+    if stream.dtype != torch.int64 or stream.shape != (DEVICE_STREAM_LEN,) or not stream.is_contiguous():
+        raise ValueError(f"a device stream is a contiguous int64 tensor of shape ({DEVICE_STREAM_LEN},), got "
+                         f"{stream.dtype} {tuple(stream.shape)}")  # fmt: skip
+    ok, why = available(stream.device)
+    if not ok:
+        raise FusedUnavailableError(why)
+    _kernels()[0]._advance_stream_kernel[(1,)](stream)
+    return stream[3:]
+
+
+def _seed_operand(seed: Union[int, Tensor], device: torch.device) -> Union[int, Tensor]:
+    """The kernels' ``seed`` argument: an int in [0, 2^63), or a one-element int64 tensor on ``device`` (read on the
+    device, not checked: it may not be written yet)."""
+    if isinstance(seed, Tensor):
+        if seed.dtype != torch.int64 or seed.numel() != 1 or seed.device != device:
+            raise ValueError(f"a seed tensor must be one int64 on {device}, got {seed.dtype} "
+                             f"{tuple(seed.shape)} on {seed.device}")  # fmt: skip
+        return seed
+    if not 0 <= int(seed) < 2**63:
+        raise ValueError(f"seed must be in [0, 2^63), got {seed}")
+    return int(seed)
+
+
 def sa_attention_fused(
     q: Tensor,
     k: Tensor,
@@ -519,7 +552,7 @@ def sa_attention_fused(
     attn_mask: Optional[Tensor] = None,
     is_causal: bool = False,
     scale: Optional[float] = None,
-    seed: int,
+    seed: Union[int, Tensor],
     offset: int = 0,
     tiles: Optional[dict] = None,
     sampler: Optional[str] = None,
@@ -531,7 +564,9 @@ def sa_attention_fused(
     nu: a positive int, or an integer tensor of H values (per head; 0 keeps that head deterministic). attn_mask:
     boolean (True = attend) or additive float, broadcastable to (B, H, L, S);
     is_causal: top-left aligned lower-triangular mask (not with attn_mask), as ``F.scaled_dot_product_attention``.
-    A row with no attendable key returns zeros. seed (0 <= seed < 2^63) and offset (>= 0): row r = (b H + h) L + i
+    A row with no attendable key returns zeros. seed (0 <= seed < 2^63, or a one-element int64 tensor on q's device
+    holding it, read by the kernels: :func:`advance_stream`'s, so that a captured CUDA graph draws afresh at every
+    replay) and offset (>= 0): row r = (b H + h) L + i
     uses the Philox counters ``offset + r * (max(nu) + 1) + t``, t = 0..nu, so the same (seed, offset) reproduces the
     output and calls sharing a seed are independent when their counter ranges do not overlap (the draws do not depend
     on the tiles). On the GPU the tiles are chosen by ``triton.autotune`` (timed at the first call of each head dim,
@@ -565,8 +600,9 @@ def sa_attention_fused(
         raise TypeError(f"q, k, v must share one dtype among fp32, bf16, fp16; got {q.dtype}, {k.dtype}, {v.dtype}")
     if is_causal and attn_mask is not None:
         raise ValueError("attn_mask and is_causal=True cannot be given together (as in F.scaled_dot_product_attention)")
-    if not 0 <= int(seed) < 2**63 or int(offset) < 0:
-        raise ValueError(f"seed must be in [0, 2^63) and offset >= 0, got {seed}, {offset}")
+    seed = _seed_operand(seed, q.device)
+    if int(offset) < 0:
+        raise ValueError(f"offset must be >= 0, got {offset}")
     sampler = DEFAULT_SAMPLER if sampler is None else sampler
     if sampler not in ("cdf", "race", "groups", "auto"):
         raise ValueError(f"sampler must be 'cdf', 'race', 'groups' or 'auto', got {sampler!r}")
@@ -597,7 +633,7 @@ def sa_attention_fused(
     out = _output(B, H, L, Ev, v)
     stats_key, tune_key = _tune_key(L, S, 1), _tune_key(L, S, nu_max)
     stats_args = (q, k, mask, row_m, row_z, stats_key, H, L, S, E, scale, *q.stride(), *k.stride(), *sm)
-    sample_args = (q, k, v, mask, row_m, row_z, nu_h, out, int(seed), int(offset), nu_max, tune_key,
+    sample_args = (q, k, v, mask, row_m, row_z, nu_h, out, seed, int(offset), nu_max, tune_key,
                    H, L, S, E, Ev, scale, *q.stride(), *k.stride(), *v.stride(), *sm, *out.stride())  # fmt: skip
     if fixed is not None:
         grid = (-(-L // fixed["BLOCK_M"]), B * H)

@@ -28,6 +28,9 @@ nothing of size L x S is stored. Row statistics (max ``m``, normaliser ``Z``) li
 UPCAST (the interpreter): 16-bit operands are converted to fp32 before every ``tl.dot``; Triton 3.9's interpreter
 returns wrong products for bf16 operands.
 
+``seed`` is the call's seed itself (an int) or a pointer to it (an int64 in device memory, which
+:func:`_advance_stream_kernel` writes: a captured CUDA graph then draws fresh weights at every replay).
+
 Spacing ``t`` (0 <= t <= nu) of row ``r`` (r = (b H + h) L + i) uses the Philox counter
 ``offset + r * (nu_max + 1) + t``; the race's exponentials of draw ``d`` at keys ``4 g .. 4 g + 3``, the four words
 of ``offset + (r nu_max + d) ceil(S / 4) + g``.
@@ -154,6 +157,39 @@ def _stats_kernel(Q, K, Mask, M_out, Z_out, tune_key, H, L, S, E, scale,
 
 
 @triton.jit
+def _seed_value(seed):
+    """The call's seed: ``seed`` itself, or the int64 it points to (a device stream's kernel seed)."""
+    if seed.dtype.is_ptr():
+        value = tl.load(seed)
+    else:
+        value = seed
+    return value
+
+
+@triton.jit
+def _mix(seed, offset):
+    """splitmix64 of ``seed + (offset + 1) * golden``, shifted to 63 bits (uint64 in, int64 out):
+    :func:`stochattn.attention._mix` on the device, bit for bit."""
+    z = tl.cast(seed, tl.uint64) + (tl.cast(offset, tl.uint64) + 1) * 0x9E3779B97F4A7C15
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+    return ((z ^ (z >> 31)) >> 1).to(tl.int64)
+
+
+@triton.jit
+def _advance_stream_kernel(Stream):
+    """One program: a device stream ``[seed, offset, call seed, kernel seed]`` (int64) takes its next call, as
+    :func:`stochattn.attention._call_seed` and ``_call_kernel_seed`` do on the host: call seed ``_mix(seed, offset)``,
+    kernel seed ``_mix(call seed, 0)``, offset + 1."""
+    seed = tl.load(Stream)
+    offset = tl.load(Stream + 1)
+    call = _mix(seed, offset)
+    tl.store(Stream + 2, call)
+    tl.store(Stream + 3, _mix(call, 0))
+    tl.store(Stream + 1, offset + 1)
+
+
+@triton.jit
 def _spacings(seed, offset, rows, t, nu_max):
     """Standard exponentials E_t = -log u_t (BLOCK_M, T) of each row's draws t (Philox counters
     ``offset + r * (nu_max + 1) + t``); u is floored at 1e-30 so that a zero uniform gives a finite spacing."""
@@ -275,6 +311,7 @@ def _sample_kernel(Q, K, V, Mask, M_in, Z_in, Nu, Out, seed, offset, nu_max, tun
     rounding: it may end slightly below Z) go to the row's last positive key. ONE_PASS (every key in one block,
     S <= BLOCK_N): the row statistics come from the block's own scores (pass 1 is not launched, M_in / Z_in are not
     read), and the scores are computed once. ``tune_key`` is not used by the kernel: the autotuner's key."""
+    seed = _seed_value(seed)
     pid_m, b, h, offs_m, rows, q, K, V, Mask, nu = _program_rows(
         Q, K, V, Mask, Nu, H, L, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sv_b, sv_h, sm_b, sm_h, BLOCK_M, BLOCK_E
     )
@@ -357,6 +394,7 @@ def _race_kernel(Q, K, V, Mask, Nu, Out, seed, offset, nu_max, tune_key, H, L, S
     across the key blocks, then their value rows averaged. Work O(nu S) per row: for small nu (NU_BLOCK = the next
     power of two of nu_max; every head nu >= 1; BLOCK_N a multiple of 4). A row with no attendable key returns
     zeros."""
+    seed = _seed_value(seed)
     pid_m, b, h, offs_m, rows, q, K, V, Mask, nu = _program_rows(
         Q, K, V, Mask, Nu, H, L, E, sq_b, sq_h, sq_l, sq_e, sk_b, sk_h, sv_b, sv_h, sm_b, sm_h, BLOCK_M, BLOCK_E
     )
@@ -458,6 +496,7 @@ def _groups_kernel(Q, K, V, Mask, Lse_in, Nu, Out, seed, offset, nu_max, tune_ke
     groups holding points are read: at nu = 1 one group of keys per row. A point beyond a cumulative sum's end
     (rounding) goes to the last positive group, or key. Every head nu >= 1 (NU_BLOCK > nu_max: one chunk of
     points); a row with no attendable key returns zeros."""
+    seed = _seed_value(seed)
     pid_m, pid_bh = tl.program_id(0), tl.program_id(1)
     b, h = pid_bh // H, pid_bh % H
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
