@@ -497,7 +497,7 @@ def new_stream(generator: Optional[torch.Generator] = None, count: int = 1) -> l
 
 
 #: A device stream's length: ``[seed, offset, call seed, kernel seed]`` (:func:`device_stream`).
-_DEVICE_STREAM_LEN = 4
+DEVICE_STREAM_LEN = 4
 
 
 def device_stream(rng: Tensor, device: Union[str, torch.device]) -> Tensor:
@@ -516,7 +516,8 @@ def host_stream(rng: Tensor) -> Tensor:
 
 
 def is_device_stream(rng: Tensor) -> bool:
-    return rng.numel() == _DEVICE_STREAM_LEN
+    """Whether ``rng`` is a device stream (:func:`device_stream`'s four entries) rather than a host stream."""
+    return rng.numel() == DEVICE_STREAM_LEN
 
 
 def _capture_refusal(why: str) -> str:

@@ -41,6 +41,7 @@ from typing import Optional, Union
 import torch
 from torch import Tensor
 
+from stochattn.attention import DEVICE_STREAM_LEN
 from stochattn.extras import requires
 
 #: Largest nu whose counts are exact integers in each 16-bit dtype; beyond, the count x V product runs in fp32.
@@ -510,15 +511,11 @@ def _groups(kernels, q, k, v, nu, nu_h, nu_max, nu_min, kind, mask, sm, is_causa
     return out
 
 
-#: A device stream: int64 ``[seed, offset, call seed, kernel seed]`` on the kernels' device
-#: (:func:`stochattn.attention.device_stream`).
-DEVICE_STREAM_LEN = 4
-
-
 def advance_stream(stream: Tensor) -> Tensor:
     """Take a device stream's next call on the device (one program of ``_advance_stream_kernel``: offset + 1, the
     call seed and the kernels' seed written as :func:`stochattn.attention._call_seed` and ``_call_kernel_seed``
-    compute them on the host) and return the kernel seed's one-element view, for ``seed=``. No host
+    compute them on the host; :func:`stochattn.attention.device_stream`) and return the kernel seed's one-element
+    view, for ``seed=``. No host
     synchronisation, so CUDA graphs capture it: each replay advances the stream and draws anew."""
     if stream.dtype != torch.int64 or stream.shape != (DEVICE_STREAM_LEN,) or not stream.is_contiguous():
         raise ValueError(f"a device stream is a contiguous int64 tensor of shape ({DEVICE_STREAM_LEN},), got "
