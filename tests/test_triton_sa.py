@@ -620,6 +620,35 @@ def test_kernels_compile_for_a_cuda_gpu_without_one(tmp_path):
     assert len(rows) == 22 and all("  ok  " in ln and "registers" in ln for ln in rows), run.stdout  # 4 x 5 + 2
 
 
+_SEED_IN_MEMORY = r"""
+import sys
+sys.path.insert(0, sys.argv[1])
+from triton_compile_check import VARIANTS, compile_rows
+for row in compile_rows((90,), ("bf16",), VARIANTS[:1], (64,), 16, seed_in_memory=True):
+    print(row["check"], "ok" if row["ok"] else "FAIL", row["value"])
+"""
+
+
+def test_kernels_reading_their_seed_from_device_memory_compile_for_a_cuda_gpu(tmp_path):
+    """The drawing kernels with a pointer seed (a device stream's, for CUDA graphs: a compile-time branch on the
+    argument's type, which the interpreter does not exercise) and the stream's advance kernel compile to cubins for
+    sm_90."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_CACHE_DIR"] = str(tmp_path)
+    run = subprocess.run([sys.executable, "-c", _SEED_IN_MEMORY, str(repo / "benchmarks")], capture_output=True,
+                         text=True, env=env, timeout=600)  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    rows = run.stdout.splitlines()
+    kernels = ("_sample_kernel", "_race_kernel", "_groups_kernel", "_advance_stream_kernel")
+    assert all(any(ln.split(" ok ")[0].endswith(k) for ln in rows) for k in kernels), run.stdout
+    assert all(" ok " in ln and "registers" in ln for ln in rows), run.stdout
+
+
 _MMA_COUNT = r"""
 import re, sys
 sys.path.insert(0, sys.argv[1])
