@@ -818,3 +818,28 @@ def test_launcher_tunes_once_per_key_then_launches_the_chosen_configuration():
     assert [x[0] for x in launches] == ["tuner", "jit", "jit", "tuner"]
     assert launches[1] == ("jit", "grid", (3, 4), {"which": "a", "BLOCK_M": 16, "num_warps": 2})
     assert tuner.best_config is tuner.configs["b"] and launcher.chosen[("a",)] is tuner.configs["a"]
+
+
+def test_launcher_refuses_to_tune_inside_a_cuda_graph_capture(monkeypatch):
+    """Tuning times kernels (synchronising), which a capture refuses: a key not tuned yet says to run the forward
+    once first; a tuned key launches under capture."""
+    launches = []
+
+    class Tuner:
+        best_config = None
+
+        class fn:
+            def __class_getitem__(cls, grid):
+                return lambda *args, **kwargs: launches.append("jit")
+
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: launches.append("tuner")
+
+    launcher = triton_sa._Launcher(Tuner())
+    launcher.chosen[("tuned",)] = type("Config", (), {"all_kwargs": lambda self: {}})()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+    with pytest.raises(RuntimeError, match="run the forward once before capturing"):
+        launcher(("new",), "grid", (), {})
+    launcher(("tuned",), "grid", (), {})
+    assert launches == ["jit"]

@@ -359,6 +359,9 @@ class _Launcher:
     def __call__(self, key: tuple, grid, args: tuple, kwargs: dict) -> None:
         config = self.chosen.get(key)
         if config is None:  # the autotuner times its configurations (or finds them timed) and launches
+            if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+                raise RuntimeError("the fused SA kernel has not been tuned for this shape yet, and tuning cannot run "
+                                   "inside a CUDA graph capture: run the forward once before capturing it")  # fmt: skip
             self.tuner[grid](*args, **kwargs)
             self.chosen[key] = self.tuner.best_config
             return
