@@ -148,6 +148,67 @@ def test_torch_mha_adapter_recomputes_the_original_attention(monkeypatch, batch_
     assert torch.allclose(w, ref_w, atol=1e-6)
 
 
+def _mha_reference(mha, x, nu, rng, batch_first, attn_mask=None, key_padding_mask=None):
+    """nn.MultiheadAttention's forward written out with SA on its masked softmax (torch's mask conventions: boolean
+    True = not allowed, float added), drawing from the stream ``rng``'s next call: the adapter's weights path."""
+    import math
+
+    import torch.nn.functional as F
+
+    from stochattn.attention import call_generator, stochastic_attention
+
+    xs = x.transpose(0, 1) if batch_first else x  # (L, B, E)
+    L, B, E = xs.shape
+    H = mha.num_heads
+    Dh = E // H
+    q, k, v = F.linear(xs, mha.in_proj_weight, mha.in_proj_bias).chunk(3, dim=-1)
+    q = (q * (1.0 / math.sqrt(Dh))).view(L, B, H, Dh).permute(1, 2, 0, 3)
+    k, v = (t.reshape(L, B, H, Dh).permute(1, 2, 0, 3) for t in (k, v))
+    logits = q @ k.transpose(-2, -1)
+    if attn_mask is not None:
+        logits = logits.masked_fill(attn_mask, float("-inf")) if attn_mask.dtype == torch.bool else logits + attn_mask
+    if key_padding_mask is not None:
+        logits = logits.masked_fill(key_padding_mask.view(B, 1, 1, L), float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if attn_mask is not None or key_padding_mask is not None:
+        probs = torch.nan_to_num(probs, nan=0.0)
+    out = stochastic_attention(probs, v, nu, generator=call_generator(rng, "cpu"))
+    out = mha.out_proj(out.permute(2, 0, 1, 3).reshape(L, B, E))
+    return out.transpose(0, 1) if batch_first else out
+
+
+@pytest.mark.parametrize("batch_first", [True, False])
+@pytest.mark.parametrize("mask", ["none", "key_padding", "bool_attn", "float_attn", "causal", "float_and_padding"])
+def test_torch_mha_without_weights_takes_the_sdpa_path_with_the_same_draws(batch_first, mask):
+    """need_weights=False (nn.TransformerEncoderLayer, ClimaX's variable aggregation): the adapter calls SA's SDPA
+    path (the fused kernel on CUDA), with nn.MultiheadAttention's masks converted to SDPA's; on the CPU the output is
+    the written-out forward's with the same draws, bit for bit, in every mask kind (a fully masked row included)."""
+    torch.manual_seed(0)
+    mha = nn.MultiheadAttention(16, 4, batch_first=batch_first).eval()
+    B, L = 3, 5
+    x = torch.randn(B, L, 16) if batch_first else torch.randn(L, B, 16)
+    padding = torch.tensor([[False] * 5, [False, False, False, True, True], [True] * 5])  # row 2 fully masked
+    kwargs = {
+        "none": {},
+        "key_padding": {"key_padding_mask": padding},
+        "bool_attn": {"attn_mask": (torch.rand(L, L) > 0.6).fill_diagonal_(False)},
+        "float_attn": {"attn_mask": torch.randn(L, L)},
+        "causal": {"attn_mask": nn.Transformer.generate_square_subsequent_mask(L), "is_causal": True},
+        "float_and_padding": {"attn_mask": torch.randn(L, L), "key_padding_mask": padding},
+    }[mask]
+    sdpa_calls = []
+    with torch.no_grad(), StochasticAttention(mha, nu=3, generator=torch.Generator().manual_seed(4)) as sa:
+        state = next(iter(sa._states.values()))
+        original_sdpa = state.sdpa
+        state.sdpa = lambda *a: sdpa_calls.append(a) or original_sdpa(*a)
+        rng = state.rng.clone()
+        out, w = mha(x, x, x, need_weights=False, **kwargs)
+        ref = _mha_reference(mha, x, 3, rng, batch_first, kwargs.get("attn_mask"), kwargs.get("key_padding_mask"))
+    assert w is None and len(sdpa_calls) == 1
+    assert torch.equal(out, ref)
+    assert torch.equal(rng, state.rng) and state.rng[1].item() == 1  # one call taken from the stream, as the reference
+
+
 def test_torch_mha_per_head_nu_and_encoder_fast_path_is_bypassed():
     torch.manual_seed(0)
     layer = nn.TransformerEncoderLayer(16, 4, dim_feedforward=32, dropout=0.0, batch_first=True)

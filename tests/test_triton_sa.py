@@ -521,9 +521,10 @@ def test_stochastic_attention_runs_the_fused_kernel_on_the_sdpa_path():
 
 @pytest.mark.parametrize("backbone", ["timesfm", "climax"])
 def test_foundation_model_adapters_take_the_fused_kernel(backbone, monkeypatch):
-    """The TimesFM (its SDPA attention function, left-padding mask) and ClimaX (ViT blocks) adapters run SA through
-    the SDPA path: with fused=True every attention call of the blocks is the kernel's (per-head nu included), the
-    forecast is finite, and at nu=512 it lies near the deterministic one (SA's spread shrinks as 1/sqrt(nu))."""
+    """The TimesFM (its SDPA attention function, left-padding mask) and ClimaX (ViT blocks, and the variable
+    aggregation's nn.MultiheadAttention, which asks for no weights) adapters run SA through the SDPA path: with
+    fused=True every attention call of the blocks is the kernel's (per-head nu included), the forecast is finite,
+    and at nu=512 it lies near the deterministic one (SA's spread shrinks as 1/sqrt(nu))."""
     from stochattn.patch import StochasticAttention
 
     calls = []
@@ -559,6 +560,8 @@ def test_foundation_model_adapters_take_the_fused_kernel(backbone, monkeypatch):
             with StochasticAttention(model, nu, fused=True, generator=torch.Generator().manual_seed(1)):
                 out = call()
             assert len(calls) >= 2 and torch.isfinite(out).all(), (nu, len(calls))  # two blocks, each at least once
+            if backbone == "climax" and nu == 3:  # and the variable aggregation (nn.MultiheadAttention, no weights)
+                assert len(calls) == 3, len(calls)
         assert (out - det).abs().max() < 0.1 * det.abs().max()
 
 

@@ -707,6 +707,13 @@ def _register_torch_mha() -> None:
         q = (q * (1.0 / math.sqrt(Dh))).view(L, B, H, Dh).permute(1, 2, 0, 3)  # (B, H, L, Dh), scaled
         k = k.reshape(S, B, H, Dh).permute(1, 2, 0, 3)
         v = v.reshape(S, B, H, Dh).permute(1, 2, 0, 3)
+        if state.nu is not None and not need_weights and not (module.training and module.dropout > 0.0):
+            # no weights asked for (nn.TransformerEncoderLayer, ClimaX's variable aggregation): the SDPA path, so
+            # the fused kernel on CUDA (and CUDA graphs); on the CPU the draws of state.attend(probs, v), bit for bit
+            # (the same logits, masks and generator; two float masks are summed before the logits, not after)
+            mask, causal = _sdpa_mask(attn_mask, key_padding_mask, is_causal, B, L, S, query.device)
+            out = state.sdpa(q, k, v, mask, causal, 1.0, False, state.nu)
+            return _mha_output(module, out, L, B, E, unbatched), None
         logits = q @ k.transpose(-2, -1)  # (B, H, L, S)
         if attn_mask is None and is_causal:
             attn_mask = torch.ones(L, S, dtype=torch.bool, device=query.device).triu(1)
@@ -729,16 +736,41 @@ def _register_torch_mha() -> None:
             out = dropped @ v
         else:
             out = state.attend(probs, v)
-        out = out.permute(2, 0, 1, 3).reshape(L, B, E)
-        out = module.out_proj(out)
-        if unbatched:
-            out = out.squeeze(1)
-        elif module.batch_first:
-            out = out.transpose(0, 1)
+        out = _mha_output(module, out, L, B, E, unbatched)
         if weights is None:
             return out, None
         attn = weights.mean(dim=1) if average_attn_weights else weights
         return out, (attn.squeeze(0) if unbatched else attn)
+
+
+def _sdpa_mask(attn_mask: Optional[Tensor], key_padding_mask: Optional[Tensor], is_causal: bool, B: int, L: int,
+               S: int, device: torch.device) -> tuple:  # fmt: skip
+    """nn.MultiheadAttention's masks (boolean True = *not* allowed, float additive; ``attn_mask`` (L, S) or
+    (B H, L, S), ``key_padding_mask`` (B, S)) as one ``F.scaled_dot_product_attention`` mask broadcastable to
+    (B, H, L, S) (boolean True = attend, or additive) and its ``is_causal``: -inf where either mask excludes a
+    key, as the adapter's logits get it."""
+    if attn_mask is None and key_padding_mask is None:
+        return None, is_causal
+    if attn_mask is None and is_causal:
+        attn_mask = torch.ones(L, S, dtype=torch.bool, device=device).triu(1)
+    if attn_mask is not None and attn_mask.dim() == 3:
+        attn_mask = attn_mask.view(B, -1, L, S)
+    kpm = None if key_padding_mask is None else key_padding_mask.view(B, 1, 1, S)
+    masks = [m for m in (attn_mask, kpm) if m is not None]
+    if all(m.dtype == torch.bool for m in masks):
+        return ~(masks[0] | masks[1]) if len(masks) == 2 else ~masks[0], False
+    dtype = next(m.dtype for m in masks if m.dtype != torch.bool)  # the float mask's (the adapter adds it as is)
+    additive = [m if m.dtype != torch.bool else torch.zeros(m.shape, dtype=dtype, device=device).masked_fill(
+        m, float("-inf")) for m in masks]  # fmt: skip
+    return (additive[0] + additive[1] if len(additive) == 2 else additive[0]), False
+
+
+def _mha_output(module: nn.MultiheadAttention, out: Tensor, L: int, B: int, E: int, unbatched: bool) -> Tensor:
+    """Heads' outputs (B, H, L, Dh) -> the module's output: heads merged, out-projection, its batch layout."""
+    out = module.out_proj(out.permute(2, 0, 1, 3).reshape(L, B, E))
+    if unbatched:
+        return out.squeeze(1)
+    return out.transpose(0, 1) if module.batch_first else out
 
 
 _register_rtdl()

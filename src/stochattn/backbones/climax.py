@@ -415,6 +415,8 @@ class ClimaX(nn.Module):
         return out.squeeze(1).unflatten(0, (b, l))
 
     def _lead_times(self, lead_times: Union[float, Tensor], batch: int, like: Tensor) -> Tensor:
+        if isinstance(lead_times, (int, float)):  # filled on the device: no host copy (CUDA graphs capture it)
+            return like.new_full((batch,), float(lead_times))
         t = torch.as_tensor(lead_times, dtype=like.dtype, device=like.device)
         if t.dim() == 0:
             t = t.expand(batch)
@@ -433,7 +435,10 @@ class ClimaX(nn.Module):
                 f"variable(s), got {tuple(x.shape)}"
             )
         tokens = torch.stack([self.token_embeds[j](x[:, i : i + 1]) for i, j in enumerate(ids)], dim=1)
-        tokens = tokens + self.var_embed[:, ids].unsqueeze(2)  # (B, V, L, D)
+        # consecutive variables (every forecaster's case) as a slice: indexing by a list copies it to the device
+        contiguous = ids == list(range(ids[0], ids[-1] + 1))
+        var_embed = self.var_embed[:, ids[0] : ids[-1] + 1] if contiguous else self.var_embed[:, ids]
+        tokens = tokens + var_embed.unsqueeze(2)  # (B, V, L, D)
         h = self.aggregate_variables(tokens) + self.pos_embed  # (B, L, D)
         lt = self._lead_times(lead_times, x.shape[0], h)
         h = h + self.lead_time_embed(lt.unsqueeze(-1)).unsqueeze(1)
