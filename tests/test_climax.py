@@ -117,7 +117,9 @@ def test_forward_shapes_and_output_subsets():
         assert y.shape == (2, 4, 8, 16) and torch.isfinite(y).all()
         by_name = m(fields(), LEAD, out_variables=["2m_temperature", "geopotential_500"])
         by_index = m(fields(), LEAD, out_variables=[2, 0])
+        consecutive = m(fields(), LEAD, out_variables=[1, 2])  # a slice, not a list index (no host copy)
     assert torch.equal(by_name, y[:, [2, 0]]) and torch.equal(by_index, by_name)
+    assert torch.equal(consecutive, y[:, [1, 2]])
 
 
 def test_unpatchify_layout():

@@ -435,10 +435,7 @@ class ClimaX(nn.Module):
                 f"variable(s), got {tuple(x.shape)}"
             )
         tokens = torch.stack([self.token_embeds[j](x[:, i : i + 1]) for i, j in enumerate(ids)], dim=1)
-        # consecutive variables (every forecaster's case) as a slice: indexing by a list copies it to the device
-        contiguous = ids == list(range(ids[0], ids[-1] + 1))
-        var_embed = self.var_embed[:, ids[0] : ids[-1] + 1] if contiguous else self.var_embed[:, ids]
-        tokens = tokens + var_embed.unsqueeze(2)  # (B, V, L, D)
+        tokens = tokens + _select_variables(self.var_embed, ids).unsqueeze(2)  # (B, V, L, D)
         h = self.aggregate_variables(tokens) + self.pos_embed  # (B, L, D)
         lt = self._lead_times(lead_times, x.shape[0], h)
         h = h + self.lead_time_embed(lt.unsqueeze(-1)).unsqueeze(1)
@@ -464,7 +461,13 @@ class ClimaX(nn.Module):
         preds = self.unpatchify(self.head(self.forward_encoder(x, lead_times, variables)))
         if out_variables is None:
             return preds
-        return preds[:, self.var_ids(out_variables)]
+        return _select_variables(preds, self.var_ids(out_variables))
+
+
+def _select_variables(t: Tensor, ids: List[int]) -> Tensor:
+    """``t[:, ids]``; consecutive ids (every forecaster's case) as a slice, since indexing by a list copies it to the
+    device (a host copy, which a CUDA graph capture refuses)."""
+    return t[:, ids[0] : ids[-1] + 1] if ids == list(range(ids[0], ids[-1] + 1)) else t[:, ids]
 
 
 def build_climax(
