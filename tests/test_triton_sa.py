@@ -30,6 +30,13 @@ def two_pass_by_default(monkeypatch):
     monkeypatch.setattr(triton_sa, "DEFAULT_SAMPLER", "cdf")
 
 
+class _CausalSDPA(torch.nn.Module):
+    """A module whose forward is one causal F.scaled_dot_product_attention call (SA's SDPA path)."""
+
+    def forward(self, q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
 def _qk(L0=2, H=1, S=S, E=8, seed=0):
     g = torch.Generator().manual_seed(seed)
     return torch.randn(1, H, L0, E, generator=g) * 1.5, torch.randn(1, H, S, E, generator=g)
@@ -383,22 +390,15 @@ def test_device_streams_go_on_with_the_draws_of_host_streams(monkeypatch):
     a device stream being the 4-element layout) draws, call after call, what it would have drawn with its host
     streams (the kernel seed mixed as on CUDA), advancing the stream once per SA call; the explicit path takes the
     same stream through the host; "cpu" brings the host streams back."""
-    import torch.nn.functional as F
-    from torch import nn
-
     from stochattn import attention
     from stochattn.attention import device_stream
     from stochattn.patch import StochasticAttention
 
     monkeypatch.setattr(attention, "_call_kernel_seed", lambda call_seed, device: attention._mix(call_seed, 0))
 
-    class Block(nn.Module):
-        def forward(self, q, k, v):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-
     q, k = _qk(L0=20, H=2, S=20)
     v = torch.randn(1, 2, 20, 5, generator=torch.Generator().manual_seed(1))
-    block = Block()
+    block = _CausalSDPA()
     runs = {}
     for where in ("host", "device"):
         with StochasticAttention(block, nu=3, fused=True, generator=torch.Generator().manual_seed(3)) as sa:
@@ -491,18 +491,11 @@ def test_stochastic_attention_runs_the_fused_kernel_on_the_sdpa_path():
     """StochasticAttention(fused=True) on a module that calls F.scaled_dot_product_attention: its SDPA call is the
     kernel's, with the seed drawn from the generator (same generator seed -> the kernel's output at that seed);
     fused=False keeps the explicit path (a different draw of the same law); nu=1 rows are rows of V either way."""
-    import torch.nn.functional as F
-    from torch import nn
-
     from stochattn.patch import StochasticAttention
-
-    class Block(nn.Module):
-        def forward(self, q, k, v):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
     q, k = _qk(L0=6, H=2, S=6)
     v = torch.randn(1, 2, 6, 5, generator=torch.Generator().manual_seed(1))
-    block = Block()
+    block = _CausalSDPA()
     with StochasticAttention(block, nu=1, fused=True, generator=torch.Generator().manual_seed(3)):
         out = block(q, k, v)
     # the module's random stream is seeded from the generator; its first call's generator draws the kernel's seed
