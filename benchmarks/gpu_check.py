@@ -134,17 +134,16 @@ def _timesfm_context(device: torch.device, small: bool) -> torch.Tensor:
 
 
 def _graph_call(name: str, model, call, device: torch.device, small: bool):
-    """What a CUDA graph captures of a model row: ClimaX's forward as timed; for TimesFM 2.5, its forward over the
-    context's 16 patches (normalised per series) without a decode cache, the transformer work of the point
-    forecast's prefill: timesfm's decode slices its cache at a device index (``next_index[0]``), a host
-    synchronisation that capture refuses."""
+    """What a CUDA graph captures of a model row: ClimaX's forward as timed; for TimesFM 2.5, the same point forecast
+    through ``stochattn.backbones.timesfm.forecast`` (the prefill recomputed without timesfm's decode cache, equal
+    to the timed ``point_forecast`` up to round-off): timesfm's decode slices its cache at a device index
+    (``next_index[0]``), a host synchronisation that capture refuses."""
     if "TimesFM" not in name:
         return call
+    from stochattn.backbones.timesfm import forecast
+
     x = _timesfm_context(device, small)
-    x = (x - x.mean(1, keepdim=True)) / x.std(1, keepdim=True)
-    patches = x.reshape(x.shape[0], -1, model.p)
-    masks = torch.zeros_like(patches, dtype=torch.bool)
-    return lambda: model(patches, masks)[0][2]
+    return lambda: forecast(model, x, horizon=96)
 
 
 def _climax(device: torch.device, small: bool):
