@@ -5,7 +5,8 @@
 # (benchmarks/bench_triton_sa.py --kernel-table, every autotuned configuration's time in kernel.json) and peak memory,
 # then benchmarks/profile_sa.py at nu 16 with the fp32 scores in 3xTF32 and in FFMA (profile.txt).
 # Each part has its own timeout (LAW_TIMEOUT, WARM_TIMEOUT, MODEL_TIMEOUT, KERNEL_TIMEOUT, PROFILE_TIMEOUT seconds;
-# PROFILE_TIMEOUT=0 leaves the profile out) and writes as it goes;
+# 0 leaves that part out, so that a device session can split the parts over calls of at most 10 minutes) and writes
+# as it goes;
 # WARM compiles every variant in parallel processes beside the law tests (Triton's cache), so the timed parts do not
 # compile. LAW_SELECT (a pytest -k expression) runs a part of the law tests; KERNEL_NUS ("1 4 16 64") the kernel
 # table's nu, and only those cells are compiled.
@@ -30,12 +31,19 @@ fi
 start=$SECONDS  # compile and autotune every variant of the model rows and the kernel table in parallel processes,
 # beside the law tests (both mostly compile on the CPU cores)
 kernel_nus=(--kernel-nus ${KERNEL_NUS:-1 4 16 64 512 4096})
-timeout "${WARM_TIMEOUT:-240}" $py benchmarks/bench_triton_sa.py --warm "$workers" --warm-only "${kernel_nus[@]}" \
+run_part() {  # run_part TIMEOUT COMMAND...: the command under `timeout`, or nothing where TIMEOUT is 0 (`timeout 0`
+  # would mean no limit at all)
+  local limit=$1
+  shift
+  if [ "$limit" = 0 ]; then echo "(left out: timeout 0)"; return 0; fi
+  timeout "$limit" "$@"
+}
+run_part "${WARM_TIMEOUT:-240}" $py benchmarks/bench_triton_sa.py --warm "$workers" --warm-only "${kernel_nus[@]}" \
   >"$out/warm.txt" 2>&1 &
 warm_pid=$!
 # -v -rfE: a line per test as it ends, so a time limit that stops the file before pytest's summary still shows which
 # test failed (2026-12-04: one "F" and no name), and the failures' reasons in the summary
-timeout "${LAW_TIMEOUT:-240}" $py -m pytest -v -rfE -p no:cacheprovider -n "$workers" tests/test_triton_sa_cuda.py \
+run_part "${LAW_TIMEOUT:-240}" $py -m pytest -v -rfE -p no:cacheprovider -n "$workers" tests/test_triton_sa_cuda.py \
   ${LAW_SELECT:+-k "$LAW_SELECT"} >"$out/law.txt" 2>&1
 echo "law tests (finished at $((SECONDS - start)) s): $(tail -1 "$out/law.txt")"
 echo "  $(grep -c " PASSED " "$out/law.txt") passed"
@@ -52,10 +60,10 @@ PY
 wait "$warm_pid"
 echo "compiling (done at $((SECONDS - start)) s from the start of the law tests): $(grep -E "compiled|Error" "$out/warm.txt" | tail -2)"
 start=$SECONDS
-timeout "${MODEL_TIMEOUT:-240}" $py benchmarks/gpu_check.py --skip-dag --skip-tests --skip-kernel >"$out/models.txt" 2>&1
+run_part "${MODEL_TIMEOUT:-240}" $py benchmarks/gpu_check.py --skip-dag --skip-tests --skip-kernel >"$out/models.txt" 2>&1
 echo "model rows ($((SECONDS - start)) s):"; tail -16 "$out/models.txt"
 start=$SECONDS
-timeout "${KERNEL_TIMEOUT:-300}" $py benchmarks/bench_triton_sa.py --kernel-table --skip-explicit \
+run_part "${KERNEL_TIMEOUT:-300}" $py benchmarks/bench_triton_sa.py --kernel-table --skip-explicit \
   --json "$out/kernel.json" --repeats 10 "${kernel_nus[@]}" >"$out/kernel.txt" 2>&1
 echo "memory and kernel table ($((SECONDS - start)) s):"; grep -E "peak memory|kernel / SDPA|Error" "$out/kernel.txt" | tail -50
 if [ "${PROFILE_TIMEOUT:-240}" != 0 ]; then  # PROFILE_TIMEOUT=0 leaves it out (e.g. for a separate call)
