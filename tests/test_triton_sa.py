@@ -645,6 +645,30 @@ def test_kernels_reading_their_seed_from_device_memory_compile_for_a_cuda_gpu(tm
     assert all(" ok " in ln and "registers" in ln for ln in rows), run.stdout
 
 
+#: A few of tests/test_triton_sa_cuda.py's cheapest tests, one of each kind of its helpers' use: counts per head, a
+#: one-pass masked row per sampler, the CUDA-graph test's eager part.
+_CUDA_FILE_DRY_RUN = "per_head or (masks and one-pass and (race or autotuned)) or (captured and cdf)"
+
+
+def test_the_cuda_test_file_runs_its_own_code_in_the_interpreter():
+    """tests/test_triton_sa_cuda.py runs only where a GPU is lent, rarely and for minutes; its dry run
+    (SA_CUDA_TESTS_ON_CPU=1: CPU tensors in the interpreter) runs a few of its tests here, so that a broken test is
+    found before a device session spends its time on it (2026-12-05: the CUDA-graph test passed a dtype's name where
+    torch wants the dtype, and would have failed at its first line on the GPU)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, SA_CUDA_TESTS_ON_CPU="1", TRITON_INTERPRET="1")
+    env.pop("SA_LAW_LOG", None)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+                          str(repo / "tests" / "test_triton_sa_cuda.py"), "-k", _CUDA_FILE_DRY_RUN],
+                         capture_output=True, text=True, env=env, cwd=repo, timeout=900)  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "3 passed, 1 skipped" in run.stdout and "the eager part ran" in run.stdout, run.stdout[-3000:]
+
+
 _MMA_COUNT = r"""
 import re, sys
 sys.path.insert(0, sys.argv[1])

@@ -6,6 +6,10 @@ rows, heads, batch entries and calls. V = identity, so an output row is the weig
 Skipped without CUDA, and in a process where the interpreter tests (test_triton_sa.py, which sets
 TRITON_INTERPRET=1 before the kernels' first import) ran first: run it in a process of its own, as `make gpu-check`
 does (``pytest tests/test_triton_sa_cuda.py``).
+
+SA_CUDA_TESTS_ON_CPU=1 (with TRITON_INTERPRET=1) is a dry run: the same tests on CPU tensors in Triton's
+interpreter, those that need a real GPU (CUDA graphs, CUDA generators) skipped. It checks the file's own code
+before a device session spends minutes on it (test_triton_sa.py runs a part of it in the suite).
 """
 
 import json
@@ -14,11 +18,15 @@ import os
 import pytest
 import torch
 
-if os.environ.get("TRITON_INTERPRET") == "1":
+#: the dry run: this file's tests on CPU tensors in Triton's interpreter (see the docstring)
+ON_CPU = os.environ.get("SA_CUDA_TESTS_ON_CPU") == "1"
+if os.environ.get("TRITON_INTERPRET") == "1" and not ON_CPU:
     pytest.skip("TRITON_INTERPRET=1: the kernels run in the interpreter here (run this file alone)",
                 allow_module_level=True)  # fmt: skip
+if ON_CPU and os.environ.get("TRITON_INTERPRET") != "1":
+    pytest.skip("SA_CUDA_TESTS_ON_CPU=1 needs TRITON_INTERPRET=1", allow_module_level=True)
 pytest.importorskip("triton", reason="triton is not installed")
-if not torch.cuda.is_available():
+if not torch.cuda.is_available() and not ON_CPU:
     pytest.skip("no CUDA device", allow_module_level=True)
 
 from sa_law import assert_counts, assert_law, assert_uncorrelated  # noqa: E402
@@ -26,10 +34,9 @@ from sa_law import assert_counts, assert_law, assert_uncorrelated  # noqa: E402
 from stochattn import triton_sa  # noqa: E402
 from stochattn.attention import masked_attention_probs, scaled_dot_product_attention  # noqa: E402
 
-if not triton_sa.available("cuda")[0]:
-    pytest.skip(f"the compiled kernel cannot run: {triton_sa.available('cuda')[1]}", allow_module_level=True)
-
-CUDA = torch.device("cuda")
+CUDA = torch.device("cpu" if ON_CPU else "cuda")
+if not triton_sa.available(CUDA)[0]:
+    pytest.skip(f"the compiled kernel cannot run: {triton_sa.available(CUDA)[1]}", allow_module_level=True)
 S = 77  # no multiple of 16, 32, 64 or 128: every key tile size ends in a partial block
 N = 2001  # draws per query row; 2 query rows -> L = 4002, no multiple of any row tile either
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -277,7 +284,7 @@ def test_a_captured_cuda_graph_replays_the_eager_draws_of_its_device_stream(samp
     from stochattn.patch import StochasticAttention
 
     monkeypatch.setattr(triton_sa, "DEFAULT_SAMPLER", sampler)
-    q, k = _qk("bf16", 64, L0=40, H=4, S=300, seed=5)
+    q, k = _qk(torch.bfloat16, 64, L0=40, H=4, S=300, seed=5)
     v = torch.randn(1, 4, 300, 64, device=CUDA, dtype=torch.bfloat16)
     block = _sdpa_block()
     generator = torch.Generator().manual_seed(1)
@@ -285,10 +292,12 @@ def test_a_captured_cuda_graph_replays_the_eager_draws_of_its_device_stream(samp
         host = [block(q, k, v) for _ in range(3)]
         state = next(iter(sa._states.values()))
         state.rng[1] = 0  # rewind the host stream, then move it: the same calls again
-        sa.streams_to("cuda")
+        sa.streams_to(CUDA)
         start = state.rng.clone()
         eager = [block(q, k, v) for _ in range(3)]  # also the warm-up: compiled, tuned
         assert all(torch.equal(a, b) for a, b in zip(host, eager))
+        if ON_CPU:  # the dry run: host streams on "cpu", no capture
+            pytest.skip("the capture needs a CUDA GPU (the eager part ran)")
         state.rng.copy_(start)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
