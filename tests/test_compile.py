@@ -341,13 +341,21 @@ def test_model_families_compile_without_a_graph_break(name):
 # CUDA graphs (device only)
 # --------------------------------------------------------------------------------------------------------------
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
-def test_reduce_overhead_replays_draw_fresh_weights():
+def test_reduce_overhead_replays_draw_fresh_weights(monkeypatch):
+    """Inductor's CUDA graphs (mode="reduce-overhead") replay SA with fresh draws. A graph inductor declined to
+    record (e.g. for the stream SA's operator advances in place, a mutated input) raises here instead of running
+    eagerly, which would pass the draws' checks without a graph."""
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setattr(torch._inductor.config.triton, "cudagraph_or_error", True, raising=False)
+    counters["inductor"].clear()
     model = _encoder().cuda()
     x = torch.randn(2, 64, 16, device="cuda")
     compiled = torch.compile(model, mode="reduce-overhead")
     with torch.no_grad(), StochasticAttention(model, nu=4, generator=torch.Generator().manual_seed(0)) as sa:
         sa.streams_to("cuda")  # seeds taken on the device: a replayed graph advances the streams
         outs = [compiled(x).clone() for _ in range(5)]  # warm-up, recording, replays
+    assert counters["inductor"]["cudagraph_skips"] == 0, "inductor ran the model without CUDA graphs"
     det = model(x)
     assert all(not torch.allclose(o, det) for o in outs)
     assert all(not torch.equal(outs[i], outs[i + 1]) for i in range(len(outs) - 1))
