@@ -258,7 +258,7 @@ def test_draws_are_independent_across_rows_heads_batches_and_calls():
     }
     for name, (x, y) in pairs.items():
         assert not torch.equal(x, y), name
-        assert_uncorrelated(x, y, pi)
+        assert_uncorrelated(x, y, pi, nu)
     for name, w in (("seed 5", a), ("seed 6", b), ("offset", c), ("generator", d1)):
         _record(f"independence test, {name}", assert_law(w.reshape(-1, 20), pi, nu))
     assert torch.equal(a, triton_sa.sa_attention_fused(q, k, eye, nu, seed=5).cpu())  # same seed, same draws
