@@ -8,6 +8,8 @@ import pytest
 import torch
 from scipy import stats
 
+from sa_law import assert_law
+
 from stochattn import cpu_kernels
 from stochattn.attention import stochastic_attention, stochastic_weights
 
@@ -71,15 +73,7 @@ def test_both_constructions_are_exact_at_any_nu(nu, limit):
     w = torch.from_numpy(_weights(pi.expand(N, -1).contiguous().numpy(), nu, seed=nu, limit=limit))
     assert torch.all(w[:, [1, 6]] == 0)
     assert torch.allclose(w.sum(-1), torch.ones(N, dtype=torch.float64))
-    cov_true = (torch.diag(pi) - torch.outer(pi, pi)) / nu
-    z_mean = (w.mean(0) - pi) / torch.sqrt(torch.diag(cov_true) / N).clamp_min(1e-300)
-    keep = pi > 0
-    assert z_mean[keep].abs().max() < Z_MAX
-    dev = w - pi
-    prods = dev[:, :, None] * dev[:, None, :]
-    se = prods.std(0) / math.sqrt(N)
-    both = keep[:, None] & keep[None, :]
-    assert ((prods.mean(0) - cov_true)[both] / se[both]).abs().max() < Z_MAX
+    assert_law(w, pi, nu)  # exact binomial means, covariances with their exact SD (tests/sa_law.py)
 
 
 @pytest.mark.parametrize("n_k", [7, 100])
