@@ -8,8 +8,8 @@ TRITON_INTERPRET=1 before the kernels' first import) ran first: run it in a proc
 does (``pytest tests/test_triton_sa_cuda.py``).
 
 SA_CUDA_TESTS_ON_CPU=1 (with TRITON_INTERPRET=1) is a dry run: the same tests on CPU tensors in Triton's
-interpreter, those that need a real GPU (CUDA graphs, CUDA generators) skipped. It checks the file's own code
-before a device session spends minutes on it (test_triton_sa.py runs a part of it in the suite).
+interpreter (generators on the CPU too), the CUDA-graph test stopping before its capture. It checks the file's own
+code before a device session spends minutes on it (test_triton_sa.py runs a part of it in the suite).
 """
 
 import json
