@@ -17,7 +17,8 @@ calibrated nu per split ("(boundary)" where the calibration ended at nu = 1 want
 tables mark it), the ensemble CRPS (mean over the same splits, target units) beside the paper's appendix Table
 tab:uci_crps (the paper's own statistic for it, 20 splits), and the data set's CPU-hours: the wall-clock seconds of its
 jobs (every job runs one thread; on a shared machine wall time exceeds CPU time) and Snakemake's ``cpu_time`` of them
-(results/benchmarks/), of the splits reported only. Each data set's lowest split not yet evaluated goes first
+(results/benchmarks/), of the splits reported only, with the training that a resumed job's earlier attempts saved
+(``stochattn.resources.read_benchmarks``). Each data set's lowest split not yet evaluated goes first
 (Snakemake's ``--prioritize``, fixed when the run starts: the splits after it share the rest), so a stopped run holds
 that split whole (its jobs in no order among themselves: SA's calibration may wait behind a baseline's training). A
 split is evaluated once every listed method has run on it; to score SA first, stop the run (SIGTERM the jobs' processes,

@@ -19,6 +19,7 @@ rule calibrate_sa:
         match_meta="results/{experiment}/{dataset}/split{split}/sa_match/meta.json",
     log:
         "logs/{experiment}/{dataset}/split{split}/sa.log",
+        attempts=attempts_file("calibrate_sa", "{experiment}/{dataset}/split{split}/sa"),
     benchmark:
         benchmark_file("calibrate_sa", "{experiment}/{dataset}/split{split}/sa")
     conda:

@@ -17,7 +17,7 @@ from stochattn.protocol import check_multiswag_matches_swag
 from stochattn.protocol import protocol_deviations as _protocol_deviations
 from stochattn.protocol import protocol_note as _protocol_note
 from stochattn.provenance import code_version
-from stochattn.resources import gpu_minutes, load_dataset_estimates, load_step_costs
+from stochattn.resources import ATTEMPTS_SUFFIX, gpu_minutes, load_dataset_estimates, load_step_costs
 from stochattn.selection import grid_entries
 
 # Every rule's software, used with `--sdm conda` (the local `make` setup runs in the virtual environment instead);
@@ -197,6 +197,13 @@ def benchmark_file(rule, wildcard_path):
     """results/benchmarks/<rule>/<wildcards>.tsv: Snakemake's benchmark record of one job (wall clock, memory);
     stochattn.resources turns these records into the runtime estimates of the SLURM profile."""
     return f"results/benchmarks/{rule}/{wildcard_path}.tsv"
+
+
+def attempts_file(rule, wildcard_path):
+    """Beside benchmark_file (a log named ``attempts``): the training a job's earlier attempts saved, written when the
+    job resumes (stochattn.provenance.resume_checkpoint) and added by stochattn.resources to the benchmark record,
+    which times the last attempt only. Rules whose jobs resume their training declare it with their benchmark."""
+    return benchmark_file(rule, wildcard_path).removesuffix(".tsv") + ATTEMPTS_SUFFIX
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -190,6 +190,7 @@ rule era5_adapt:
         meta=f"{ERA5_CASE_DIR}/adapter.json",
     log:
         "logs/era5{era5_sub}/adapt.log",
+        attempts=attempts_file("era5_adapt", "adapter{era5_sub}"),
     benchmark:
         benchmark_file("era5_adapt", "adapter{era5_sub}")
     conda:
@@ -220,6 +221,7 @@ rule era5_multiswag_member:
         meta=f"{ERA5_CASE_DIR}/runs/multiswag/members/{{component}}.json",
     log:
         "logs/era5{era5_sub}/multiswag_member{component}.log",
+        attempts=attempts_file("era5_multiswag_member", "{component}{era5_sub}"),
     benchmark:
         benchmark_file("era5_multiswag_member", "{component}{era5_sub}")
     wildcard_constraints:
@@ -259,6 +261,7 @@ rule era5_method:
         meta=f"{ERA5_CASE_DIR}/runs/{{era5_method}}/meta.json",
     log:
         "logs/era5{era5_sub}/{era5_method}.log",
+        attempts=attempts_file("era5_method", "{era5_method}{era5_sub}"),
     benchmark:
         benchmark_file("era5_method", "{era5_method}{era5_sub}")
     wildcard_constraints:
@@ -295,6 +298,7 @@ use rule era5_method as era5_calibrate_sa with:
         match_meta=era5_run("sa_match", "meta.json"),
     log:
         "logs/era5{era5_sub}/sa.log",
+        attempts=attempts_file("era5_method", "sa{era5_sub}"),
     benchmark:
         benchmark_file("era5_method", "sa{era5_sub}")
     resources:  # `with: resources` replaces the parent's whole block
@@ -324,6 +328,7 @@ use rule era5_method as era5_swag with:
         member_meta=era5_run("swag", "posterior.json"),
     log:
         "logs/era5{era5_sub}/swag.log",
+        attempts=attempts_file("era5_method", "swag{era5_sub}"),
     benchmark:
         benchmark_file("era5_method", "swag{era5_sub}")
     resources:  # `with: resources` replaces the parent's whole block
@@ -358,6 +363,7 @@ rule era5_candidate:
         record=f"{ERA5_CASE_DIR}/runs/{{era5_method}}/candidates/{{candidate}}.json",
     log:
         "logs/era5{era5_sub}/{era5_method}_candidate{candidate}.log",
+        attempts=attempts_file("era5_candidate", "{era5_method}/{candidate}{era5_sub}"),
     benchmark:
         benchmark_file("era5_candidate", "{era5_method}/{candidate}{era5_sub}")
     wildcard_constraints:
@@ -394,6 +400,9 @@ use rule era5_method as era5_select with:
         adapter=f"{ERA5_CASE_DIR}/adapter.pt",
         adapter_meta=f"{ERA5_CASE_DIR}/adapter.json",
         candidates=era5_candidates,
+    log:
+        "logs/era5{era5_sub}/{era5_method}.log",
+        attempts=attempts_file("era5_select", "{era5_method}{era5_sub}"),
     benchmark:
         benchmark_file("era5_select", "{era5_method}{era5_sub}")
     wildcard_constraints:
@@ -414,6 +423,9 @@ if "swag" in ERA5_SEARCHED:
             adapter=f"{ERA5_CASE_DIR}/adapter.pt",
             adapter_meta=f"{ERA5_CASE_DIR}/adapter.json",
             candidates=lambda w: era5_candidates(w, "swag"),
+        log:
+            "logs/era5{era5_sub}/swag.log",
+            attempts=attempts_file("era5_select", "swag{era5_sub}"),
         benchmark:
             benchmark_file("era5_select", "swag{era5_sub}")
         threads: GPU_THREADS

@@ -118,6 +118,7 @@ rule ett_adapt:
         meta=f"{ETT_CONFIG}/adapter.json",
     log:
         "logs/ett/{ett_dataset}/H{horizon}/adapt.log",
+        attempts=attempts_file("ett_adapt", "{ett_dataset}/H{horizon}"),
     benchmark:
         benchmark_file("ett_adapt", "{ett_dataset}/H{horizon}")
     conda:
@@ -152,6 +153,7 @@ rule ett_calibrate_sa:
         match_meta=f"{ETT_CONFIG}/sa_match/meta.json",
     log:
         "logs/ett/{ett_dataset}/H{horizon}/sa.log",
+        attempts=attempts_file("ett_calibrate_sa", "{ett_dataset}/H{horizon}"),
     benchmark:
         benchmark_file("ett_calibrate_sa", "{ett_dataset}/H{horizon}")
     conda:
@@ -185,6 +187,7 @@ rule ett_multiswag_member:
         meta=f"{ETT_CONFIG}/multiswag/members/{{component}}.json",
     log:
         "logs/ett/{ett_dataset}/H{horizon}/multiswag_member{component}.log",
+        attempts=attempts_file("ett_multiswag_member", "{ett_dataset}/H{horizon}/{component}"),
     benchmark:
         benchmark_file("ett_multiswag_member", "{ett_dataset}/H{horizon}/{component}")
     wildcard_constraints:
@@ -223,6 +226,7 @@ rule ett_method:
         meta=f"{ETT_CONFIG}/{{ett_method}}/meta.json",
     log:
         "logs/ett/{ett_dataset}/H{horizon}/{ett_method}.log",
+        attempts=attempts_file("ett_method", "{ett_dataset}/H{horizon}/{ett_method}"),
     benchmark:
         benchmark_file("ett_method", "{ett_dataset}/H{horizon}/{ett_method}")
     wildcard_constraints:
@@ -271,6 +275,7 @@ rule ett_candidate:
         record=f"{ETT_CONFIG}/{{ett_method}}/candidates/{{candidate}}.json",
     log:
         "logs/ett/{ett_dataset}/H{horizon}/{ett_method}_candidate{candidate}.log",
+        attempts=attempts_file("ett_candidate", "{ett_dataset}/H{horizon}/{ett_method}/{candidate}"),
     benchmark:
         benchmark_file("ett_candidate", "{ett_dataset}/H{horizon}/{ett_method}/{candidate}")
     wildcard_constraints:
@@ -306,6 +311,9 @@ use rule ett_method as ett_select with:
         adapter=f"{ETT_CONFIG}/adapter.pt",
         adapter_meta=f"{ETT_CONFIG}/adapter.json",
         candidates=ett_candidates,
+    log:
+        "logs/ett/{ett_dataset}/H{horizon}/{ett_method}.log",
+        attempts=attempts_file("ett_select", "{ett_dataset}/H{horizon}/{ett_method}"),
     benchmark:
         benchmark_file("ett_select", "{ett_dataset}/H{horizon}/{ett_method}")
     wildcard_constraints:
@@ -324,6 +332,9 @@ use rule ett_swag as ett_select_swag with:
         adapter=f"{ETT_CONFIG}/adapter.pt",
         adapter_meta=f"{ETT_CONFIG}/adapter.json",
         candidates=ett_candidates,
+    log:
+        "logs/ett/{ett_dataset}/H{horizon}/{ett_method}.log",
+        attempts=attempts_file("ett_select", "{ett_dataset}/H{horizon}/{ett_method}"),
     benchmark:
         benchmark_file("ett_select", "{ett_dataset}/H{horizon}/{ett_method}")
     wildcard_constraints:

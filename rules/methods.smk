@@ -11,6 +11,7 @@ rule run_method:
         meta="results/{experiment}/{dataset}/split{split}/{method}/meta.json",
     log:
         "logs/{experiment}/{dataset}/split{split}/{method}.log",
+        attempts=attempts_file("run_method", "{experiment}/{dataset}/split{split}/{method}"),
     benchmark:
         benchmark_file("run_method", "{experiment}/{dataset}/split{split}/{method}")
     wildcard_constraints:
@@ -55,6 +56,7 @@ rule multiswag_component:
         meta="results/{experiment}/{dataset}/split{split}/multiswag/components/{component}.json",
     log:
         "logs/{experiment}/{dataset}/split{split}/multiswag_component{component}.log",
+        attempts=attempts_file("multiswag_component", "{experiment}/{dataset}/split{split}/{component}"),
     benchmark:
         benchmark_file("multiswag_component", "{experiment}/{dataset}/split{split}/{component}")
     wildcard_constraints:
@@ -91,6 +93,7 @@ rule uci_candidate:
         record="results/{experiment}/{dataset}/split{split}/{method}/candidates/{candidate}.json",
     log:
         "logs/{experiment}/{dataset}/split{split}/{method}_candidate{candidate}.log",
+        attempts=attempts_file("uci_candidate", "{experiment}/{dataset}/split{split}/{candidate}/{method}"),
     benchmark:
         benchmark_file("uci_candidate", "{experiment}/{dataset}/split{split}/{candidate}/{method}")
     wildcard_constraints:

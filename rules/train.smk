@@ -10,6 +10,7 @@ rule train_backbone:
         meta="results/{experiment}/{dataset}/split{split}/backbone/meta.json",
     log:
         "logs/{experiment}/{dataset}/split{split}/train_backbone.log",
+        attempts=attempts_file("train_backbone", "{experiment}/{dataset}/split{split}"),
     benchmark:
         benchmark_file("train_backbone", "{experiment}/{dataset}/split{split}")
     conda:

@@ -331,6 +331,26 @@ def test_a_data_sets_cpu_hours_are_those_of_the_splits_its_report_holds(tmp_path
     assert every["power"] == pytest.approx((3.5, 3.25)) and every["wine"] == pytest.approx((0.1, 0.0))
 
 
+def test_kept_records_carry_each_jobs_earlier_attempts(tmp_path):
+    """keep_records copies a benchmark record with the record of its job's earlier attempts, and a rerun kept without
+    one (it did not resume) removes the earlier run's, so the kept CPU-hours are those of the kept runs."""
+    from stochattn.experiments.uci_slice_report import keep_records
+    from stochattn.resources import read_benchmarks
+
+    work, dest = tmp_path / "work", tmp_path / "records"
+    bench = work / "results" / "benchmarks" / "train_backbone" / "uci" / "naval"
+    bench.mkdir(parents=True)
+    (bench / "split0.tsv").write_text("s\th:m:s\tmax_rss\tcpu_time\n600.0\t0:10:00\t100\t600.0\n")
+    (bench / "split0.attempts.json").write_text('{"earlier_seconds": 3000.0}')
+    keep_records(work, ["naval"], dest)
+    kept = dest / "naval" / "benchmarks"
+    assert [r["seconds"] for r in read_benchmarks(kept)] == [3600.0]
+    (bench / "split0.attempts.json").unlink()  # the job run again from the start
+    keep_records(work, ["naval"], dest)
+    assert [r["seconds"] for r in read_benchmarks(kept)] == [600.0]
+    assert not (kept / "train_backbone" / "uci" / "naval" / "split0.attempts.json").exists()
+
+
 def test_the_report_of_kept_records_goes_to_the_ignored_out_folder_not_into_them(tmp_path, load_script):
     """Without --out the report lies beside a single workdir outside the repository; several workdirs, or the kept
     records themselves, put it in benchmarks/out/ (ignored by git), never into a records folder."""

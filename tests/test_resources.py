@@ -42,6 +42,24 @@ def test_estimates_per_family_and_per_data_set(bench):
         resources.dataset_estimates(bench, safety=0.5)
 
 
+def test_a_resumed_job_counts_the_training_of_its_earlier_attempts(tmp_path):
+    """A job that resumed saved training wrote ``<job>.attempts.json`` beside Snakemake's record of its last attempt:
+    its wall clock and the per-data-set requests count both, its CPU time the earlier part at the last attempt's ratio
+    of CPU time to wall clock; a record without one is the last attempt alone."""
+    root = tmp_path / "benchmarks"
+    for rel, wall, cpu in [("train_backbone/uci/naval/split0", 600.0, 540.0),
+                           ("train_backbone/uci/naval/split1", 900.0, 800.0)]:  # fmt: skip
+        path = root / f"{rel}.tsv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(HEADER + f"{wall}\t0:00:00\tNA\tNA\tNA\tNA\tNA\tNA\tNA\t{cpu}\n")
+    (root / "train_backbone/uci/naval/split0.attempts.json").write_text('{"earlier_seconds": 2400.0}')
+    rows = {r["split"]: r for r in resources.read_benchmarks(root)}
+    assert (rows[0]["seconds"], rows[0]["attempt_seconds"], rows[0]["earlier_seconds"]) == (3000.0, 600.0, 2400.0)
+    assert rows[0]["cpu_seconds"] == pytest.approx(540.0 + 2400.0 * 0.9)
+    assert (rows[1]["seconds"], rows[1]["cpu_seconds"], rows[1]["earlier_seconds"]) == (900.0, 800.0, 0.0)
+    assert resources.dataset_estimates(root, safety=2.0) == {"train_backbone": {"naval": 100}}  # 3000 s x 2
+
+
 def test_write_and_load_round_trip(bench, tmp_path, capsys):
     out = tmp_path / "runtime.yaml"
     assert resources.main([str(bench), "--write", str(out)]) == 0

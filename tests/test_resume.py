@@ -2,6 +2,7 @@
 bit-identical to an uninterrupted run; foreign checkpoints are refused; writes are atomic."""
 
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -385,6 +386,53 @@ def test_resumable_block_checkpoints_each_fit_inside_it_in_order(tmp_path):
     assert first.calls == 0 and second.calls > 0
     assert_identical(ref_a, res_a, a, ra)
     assert_identical(ref_b, res_b, b, rb)
+
+
+def test_a_resumed_job_records_the_training_its_earlier_attempts_saved(tmp_path):
+    """stochattn.provenance.resume_checkpoint, in a job whose rule declares the ``attempts`` log: before the job
+    trains, it writes the seconds its checkpoint files hold (a completed fit's whole training, an interrupted fit's so
+    far; files of other jobs and unreadable ones not counted), once per job; the resumed fit's clock continues from
+    them; a first attempt writes nothing."""
+    from types import SimpleNamespace
+
+    from stochattn.provenance import resume_checkpoint
+    from stochattn.training import resumable, saved_training_seconds
+
+    def sm(record=None):
+        return SimpleNamespace(params={"seed": 1}, output=[str(tmp_path / "out.pt")], rule="uci_candidate",
+                               wildcards={"dataset": "naval", "split": "0"},
+                               log=SimpleNamespace(attempts=record) if record else ["job.log"])  # fmt: skip
+
+    ckpt = resume_checkpoint(sm())
+    assert saved_training_seconds(ckpt) == 0.0
+    first = tmp_path / "first.json"
+    assert resume_checkpoint(sm(first)) == ckpt and not first.exists()  # nothing saved: a first attempt
+
+    def job(second_step):
+        with resumable(ckpt):
+            fit(Step(), model=tiny(), max_epochs=3)
+            return fit(second_step, model=tiny(d_block=16))[1]
+
+    with pytest.raises(TrainingInterrupted):
+        job(Step(signal_at=STEPS * 3 + 2))
+    done, partial = (torch.load(ckpt.with_name(f"{ckpt.stem}.{i}.pt"), weights_only=True) for i in (0, 1))
+    saved = done["result"]["seconds"] + partial["seconds"]
+    assert done["completed"] and not partial.get("completed") and partial["seconds"] > 0
+    (tmp_path / f"{ckpt.stem}.2.pt").write_bytes(b"half a checkpoint")  # unreadable: counts 0
+    torch.save({"seconds": 1e6}, tmp_path / f"{ckpt.stem}.1.pt.corrupt")  # not a fit's file
+    torch.save({"seconds": 1e6}, tmp_path / ".other.pt.resume-0123456789ab.0.pt")  # another job's
+    assert saved_training_seconds(ckpt) == pytest.approx(saved)
+
+    record = tmp_path / "bench" / "split0.attempts.json"
+    assert resume_checkpoint(sm(record)) == ckpt
+    written = json.loads(record.read_text())
+    assert written["earlier_seconds"] == pytest.approx(saved) and written["rule"] == "uci_candidate"
+    assert written["wildcards"] == {"dataset": "naval", "split": "0"} and written["checkpoint"] == ckpt.name
+    (tmp_path / f"{ckpt.stem}.2.pt").unlink()
+    result = job(Step())
+    assert result.seconds > partial["seconds"]  # the fit's clock went on from the saved seconds
+    resume_checkpoint(sm(record))  # a later call in the same job: its own saves are not earlier attempts
+    assert json.loads(record.read_text())["earlier_seconds"] == pytest.approx(saved)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -259,6 +259,15 @@ def test_training_killed_at_its_time_limit_resumes_on_slurm(slurm, tiny_chain, t
         completed and int(completed.group(1)) == epochs and len(attempts) >= 3), rule_log[-3000:]  # fmt: skip
     print(f"resumed after epoch {resumed.group(1)} of {epochs}" if resumed else
           f"the training ended in attempt {len(attempts) - 1} of {len(attempts)}; the last one found it completed")
+    # the job's cost counts its earlier attempts' training (saved in its checkpoint), not only the last attempt's
+    from stochattn.resources import read_benchmarks
+
+    record = json.loads((work / "results/benchmarks/train_backbone/uci/yacht/split0.attempts.json").read_text())
+    (row,) = [r for r in read_benchmarks(work / "results/benchmarks") if r["rule"] == "train_backbone"]
+    assert row["earlier_seconds"] == record["earlier_seconds"] > 0 and record["rule"] == "train_backbone"
+    assert row["seconds"] == pytest.approx(row["attempt_seconds"] + record["earlier_seconds"])
+    print(f"train_backbone: {row['attempt_seconds']:.0f} s in its last attempt, {record['earlier_seconds']:.0f} s of "
+          "training saved by the earlier ones")
 
     a, b = (torch.load(d / target, weights_only=True)["state_dict"] for d in (reference, work))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

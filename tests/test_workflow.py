@@ -61,6 +61,33 @@ def smk(workdir: Path, *args: str, configfile: Path | None = None, timeout: int 
                           timeout=timeout, env=env)  # fmt: skip
 
 
+# the rules whose jobs resume saved training (their scripts call stochattn.provenance.resume_checkpoint)
+RESUMING_RULES = {
+    "train_backbone", "calibrate_sa", "run_method", "run_swag", "uci_candidate", "multiswag_component", "ett_adapt",
+    "ett_calibrate_sa", "ett_method", "ett_swag", "ett_candidate", "ett_select", "ett_select_swag",
+    "ett_multiswag_member", "era5_adapt", "era5_calibrate_sa", "era5_method", "era5_swag", "era5_candidate",
+    "era5_select", "era5_select_swag", "era5_multiswag_member",
+}  # fmt: skip
+
+
+def assert_resumed_jobs_record_their_earlier_attempts(output: str) -> None:
+    """Every job of a rule whose jobs resume declares the log ``attempts`` beside its own benchmark record (where
+    stochattn.resources.read_benchmarks looks for it; a ``use rule ... with:`` that moves the benchmark moves it too),
+    and no other job does."""
+    jobs = re.findall(r"^(?:local)?rule (\w+):\n(.*?)(?=^\S|\Z)", output, re.M | re.S)
+    seen = set()
+    for rule, body in jobs:
+        logs = re.search(r"^\s+log: (.*)$", body, re.M)
+        bench = re.search(r"^\s+benchmark: (\S+)\.tsv$", body, re.M)
+        attempts = [p for p in (logs.group(1).split(", ") if logs else []) if p.endswith(".attempts.json")]
+        if rule in RESUMING_RULES:
+            assert bench and attempts == [bench.group(1) + ".attempts.json"], (rule, body)
+            seen.add(rule)
+        else:
+            assert not attempts, (rule, body)
+    assert seen, "no job of a rule that resumes was planned"
+
+
 def job_stats(output: str) -> dict[str, int]:
     """The 'Job stats' table of a Snakemake run or dry run as {rule: count} (without 'total')."""
     m = re.search(r"Job stats:\n.*?\n-+\s+-+\n(.*?)\n(?:\n|$)", output, re.S)
@@ -139,6 +166,7 @@ def test_dry_run_paper_protocol(tmp_path):
     assert res.returncode == 0, res.stdout[-5000:]
     assert_requests_cover_the_measured_peaks(res.stdout, REPO)
     assert_gpu_runtimes_cover_the_measured_work(res.stdout, REPO)
+    assert_resumed_jobs_record_their_earlier_attempts(res.stdout)
     stats = job_stats(res.stdout)
     n_runs = sum(n_splits(d, 20) for d in ALL_DATASETS)
     assert n_runs == 7 * 20 + 5

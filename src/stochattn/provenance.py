@@ -630,10 +630,38 @@ def resume_checkpoint(sm: Any) -> Path:
     not delete it when the job fails, and a completed training leaves its final state there, so that a job killed
     after its training ended (in the teardown at its time limit) does not train again on its retry; the workflow
     deletes the file once the job's outputs are accepted (:func:`remove_finished_resumes`). Fits inside
-    :func:`stochattn.training.resumable` use ``<stem>.<i>.pt`` beside it."""
+    :func:`stochattn.training.resumable` use ``<stem>.<i>.pt`` beside it.
+
+    Where the rule declares a log named ``attempts`` (``attempts_file`` in rules/common.smk, beside the job's
+    benchmark record), the first call in a job that resumes writes there the training its earlier attempts saved
+    (:func:`record_earlier_attempts`): Snakemake's benchmark record times the last attempt only."""
     digest = hashlib.sha256(json.dumps(to_jsonable(dict(sm.params.items())), sort_keys=True).encode()).hexdigest()
     out = Path(sm.output[0])
-    return out.with_name(f".{out.name}.resume-{digest[:12]}.pt")
+    checkpoint = out.with_name(f".{out.name}.resume-{digest[:12]}.pt")
+    record = getattr(getattr(sm, "log", None), "attempts", None)
+    if record is not None and (checkpoint, str(record)) not in _EARLIER_RECORDED:
+        _EARLIER_RECORDED.add((checkpoint, str(record)))  # later calls in the job would count its own saves
+        record_earlier_attempts(record, checkpoint, rule=str(getattr(sm, "rule", "")), wildcards=dict(sm.wildcards))
+    return checkpoint
+
+
+_EARLIER_RECORDED: set[tuple[Path, str]] = set()
+
+
+def record_earlier_attempts(path: str | os.PathLike, checkpoint: Path, *, rule: str, wildcards: Mapping) -> float:
+    """Write ``path`` (JSON ``{"rule", "wildcards", "checkpoint", "earlier_seconds"}``) when the job's checkpoint
+    files (:func:`resume_checkpoint`) hold training from earlier attempts, before this attempt trains:
+    ``earlier_seconds`` (:func:`stochattn.training.saved_training_seconds`) is that training's wall clock, which
+    :func:`stochattn.resources.read_benchmarks` adds to the job's benchmark record. A first attempt writes nothing.
+    Left out: the work after an attempt's last save (at most a few minutes by design) and each attempt's start-up.
+    Returns the seconds."""
+    from stochattn.training import saved_training_seconds
+
+    seconds = saved_training_seconds(checkpoint)
+    if seconds > 0:
+        save_json(path, {"rule": rule, "wildcards": to_jsonable(wildcards), "checkpoint": checkpoint.name,
+                         "earlier_seconds": seconds})  # fmt: skip
+    return seconds
 
 
 _RESUME_FILE = re.compile(r"^\.(?P<output>.+)\.resume-[0-9a-f]{12}(\.\d+)?\.pt$")

@@ -28,10 +28,11 @@ from typing import Any, Mapping
 
 from stochattn.extras import requires
 
-__all__ = ["dataset_of", "read_benchmarks", "runtime_estimates", "dataset_estimates", "load_dataset_estimates",
-           "pairs_mb", "windows_mb", "memory_needed", "write_measured", "load_measured", "load_step_costs", "Sizes",
-           "Work", "adapt_work", "method_work", "candidate_work", "selection_work", "member_work", "analyses_work",
-           "analyses_sweep_work", "analyses_bo_work", "gpu_minutes", "QueueLimitError", "runtime_request", "main"]
+__all__ = ["ATTEMPTS_SUFFIX", "dataset_of", "read_benchmarks", "runtime_estimates", "dataset_estimates",
+           "load_dataset_estimates", "pairs_mb", "windows_mb", "memory_needed", "write_measured", "load_measured",
+           "load_step_costs", "Sizes", "Work", "adapt_work", "method_work", "candidate_work", "selection_work",
+           "member_work", "analyses_work", "analyses_sweep_work", "analyses_bo_work", "gpu_minutes",
+           "QueueLimitError", "runtime_request", "main"]
 
 _PER_METHOD = {"run_method", "calibrate_sa", "uci_candidate"}
 
@@ -49,11 +50,20 @@ def _dataset_split(parts: tuple[str, ...]) -> tuple[str | None, int | None]:
     return None, None
 
 
+ATTEMPTS_SUFFIX = ".attempts.json"
+
+
 def read_benchmarks(root: str | Path) -> list[dict[str, Any]]:
     """One dict per record: ``rule``, ``family`` (rule, or ``rule/method`` for per-method rules), ``job`` (the
     wildcard path), ``dataset`` and ``split`` (of a ``<dataset>/split<k>`` path, else None), ``seconds`` (wall
-    clock), ``cpu_seconds`` (Snakemake's ``cpu_time``: CPU time of the job's processes; None when not measured),
-    ``max_rss_mb`` (None when not measured)."""
+    clock of every attempt of the job), ``cpu_seconds`` (CPU time of the job's processes; None when not measured),
+    ``max_rss_mb`` (None when not measured), ``attempt_seconds`` and ``earlier_seconds``.
+
+    Snakemake's record (``<job>.tsv``: ``s``, ``cpu_time``) times the job's last attempt. A job that resumed saved
+    training wrote ``<job>.attempts.json`` beside it (:func:`stochattn.provenance.record_earlier_attempts`): that
+    training's wall clock, ``earlier_seconds``, is added to ``seconds``, and to ``cpu_seconds`` at the last attempt's
+    ratio of CPU time to wall clock (the earlier attempts' CPU time was not measured; their saved work is the same
+    training). ``attempt_seconds``: the last attempt's own wall clock."""
     root = Path(root)
     rows = []
     for tsv in sorted(root.rglob("*.tsv")):
@@ -61,13 +71,19 @@ def read_benchmarks(root: str | Path) -> list[dict[str, Any]]:
         rule = rel.parts[0]
         family = f"{rule}/{rel.name}" if rule in _PER_METHOD else rule
         dataset, split = _dataset_split(rel.parts)
+        attempts = tsv.with_name(tsv.stem + ATTEMPTS_SUFFIX)
+        earlier = float(json.loads(attempts.read_text())["earlier_seconds"]) if attempts.is_file() else 0.0
         with open(tsv, newline="") as fh:
             for rec in csv.DictReader(fh, delimiter="\t"):
-                rss, cpu = rec.get("max_rss", "NA"), rec.get("cpu_time", "NA")
+                rss, cpu, wall = rec.get("max_rss", "NA"), rec.get("cpu_time", "NA"), float(rec["s"])
+                cpu = None if cpu in ("NA", "", None) else float(cpu)
+                if cpu is not None and earlier:
+                    cpu += earlier * cpu / wall if wall > 0 else earlier
                 rows.append({
                     "rule": rule, "family": family, "job": "/".join(rel.parts[1:]), "dataset": dataset, "split": split,
-                    "seconds": float(rec["s"]), "cpu_seconds": None if cpu in ("NA", "", None) else float(cpu),
+                    "seconds": wall + earlier, "cpu_seconds": cpu,
                     "max_rss_mb": None if rss in ("NA", "", None) else float(rss),
+                    "attempt_seconds": wall, "earlier_seconds": earlier,
                 })  # fmt: skip
     return rows
 

@@ -392,6 +392,27 @@ def resumable(path: str | Path) -> Iterator[None]:
         _RESUMABLE.reset(token)
 
 
+def saved_training_seconds(checkpoint: str | Path) -> float:
+    """Seconds of training held in a job's checkpoint files: ``checkpoint`` itself (a fit given it) and the
+    ``<stem>.<i><suffix>`` files of the fits of a :func:`resumable` block on it. A fit's file holds its seconds so
+    far, over all the attempts that ran it (:func:`fit_regressor` continues its clock on a resume), or, once the fit
+    completed, the whole fit's. Read before a job trains, this is the training its earlier attempts saved; 0.0 where
+    there is none. A file that cannot be read counts 0 (the fit sets it aside and starts afresh)."""
+    path = Path(checkpoint)
+    numbered = re.compile(rf"{re.escape(path.stem)}\.\d+{re.escape(path.suffix)}")
+    files = [path, *sorted(p for p in path.parent.glob(f"*{path.suffix}") if numbered.fullmatch(p.name))]
+    total = 0.0
+    for file in files:
+        if not file.is_file():
+            continue
+        try:  # mmap: only the few bytes read are loaded, not the saved model
+            state = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
+            total += float(state["result"]["seconds"] if state.get("completed") else state["seconds"])
+        except (EOFError, RuntimeError, OSError, KeyError, TypeError, pickle.UnpicklingError, UnicodeDecodeError):
+            continue
+    return total
+
+
 def _ambient_checkpoint() -> Path | None:
     state = _RESUMABLE.get()
     if state is None:

@@ -27,7 +27,7 @@ from stochattn.extras import requires
 from stochattn.io import atomic_path, load_json
 from stochattn.metrics import PIT_BIAS_Z
 from stochattn.report import load_runs, method_label
-from stochattn.resources import dataset_of, read_benchmarks
+from stochattn.resources import ATTEMPTS_SUFFIX, dataset_of, read_benchmarks
 
 with requires("workflow"):
     import pandas as pd
@@ -55,13 +55,16 @@ def results_dir(work: Path) -> Path:
 def keep_records(work: Path, datasets: Sequence[str], dest: Path) -> list[Path]:
     """Copy each data set's metrics.json and meta.json files and its benchmark records from the workdir ``work`` into
     ``dest/<dataset>/`` (laid out like ``results/``), each file replaced atomically; the records of other runs already
-    there stay, so runs made in several workdirs (sessions, machines) add up. Returns the folders written."""
+    there stay, so runs made in several workdirs (sessions, machines) add up. A benchmark record goes with the record
+    of its job's earlier attempts (``<job>.attempts.json``, :func:`stochattn.resources.read_benchmarks`), or replaces
+    one kept for an earlier run of the job without. Returns the folders written."""
     src = results_dir(work)
     written = []
     for ds in datasets:
         files = [p for name in ("metrics.json", "meta.json") for p in (src / "uci" / ds).glob(f"split*/*/{name}")]
-        records = (src / "benchmarks").rglob("*.tsv")
-        files += [p for p in records if dataset_of(p.relative_to(src).with_suffix("").parts) == ds]
+        records = [p for p in (src / "benchmarks").rglob("*.tsv")
+                   if dataset_of(p.relative_to(src).with_suffix("").parts) == ds]  # fmt: skip
+        files += records
         for path in files:
             out = Path(dest) / ds / path.relative_to(src)
             if out.resolve() == path.resolve():
@@ -69,6 +72,16 @@ def keep_records(work: Path, datasets: Sequence[str], dest: Path) -> list[Path]:
             out.parent.mkdir(parents=True, exist_ok=True)
             with atomic_path(out) as tmp:
                 shutil.copyfile(path, tmp)
+        for path in records:
+            kept = Path(dest) / ds / path.relative_to(src)
+            attempts, kept = (p.with_name(p.stem + ATTEMPTS_SUFFIX) for p in (path, kept))
+            if attempts.resolve() == kept.resolve():
+                continue
+            if attempts.is_file():
+                with atomic_path(kept) as tmp:
+                    shutil.copyfile(attempts, tmp)
+            else:
+                kept.unlink(missing_ok=True)
         if files:
             written.append(Path(dest) / ds)
     return written
