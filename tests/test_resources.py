@@ -45,7 +45,7 @@ def test_estimates_per_family_and_per_data_set(bench):
 def test_a_resumed_job_counts_the_training_of_its_earlier_attempts(tmp_path):
     """A job that resumed saved training wrote ``<job>.attempts.json`` beside Snakemake's record of its last attempt:
     its wall clock and the per-data-set requests count both, its CPU time the earlier part at the last attempt's ratio
-    of CPU time to wall clock; a record without one is the last attempt alone."""
+    of CPU time to wall clock; a record without one, or with an empty one, is the last attempt alone."""
     root = tmp_path / "benchmarks"
     for rel, wall, cpu in [("train_backbone/uci/naval/split0", 600.0, 540.0),
                            ("train_backbone/uci/naval/split1", 900.0, 800.0)]:  # fmt: skip
@@ -53,6 +53,7 @@ def test_a_resumed_job_counts_the_training_of_its_earlier_attempts(tmp_path):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(HEADER + f"{wall}\t0:00:00\tNA\tNA\tNA\tNA\tNA\tNA\tNA\t{cpu}\n")
     (root / "train_backbone/uci/naval/split0.attempts.json").write_text('{"earlier_seconds": 2400.0}')
+    (root / "train_backbone/uci/naval/split1.attempts.json").write_text("")  # created by Snakemake, not written
     rows = {r["split"]: r for r in resources.read_benchmarks(root)}
     assert (rows[0]["seconds"], rows[0]["attempt_seconds"], rows[0]["earlier_seconds"]) == (3000.0, 600.0, 2400.0)
     assert rows[0]["cpu_seconds"] == pytest.approx(540.0 + 2400.0 * 0.9)

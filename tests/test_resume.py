@@ -392,7 +392,7 @@ def test_a_resumed_job_records_the_training_its_earlier_attempts_saved(tmp_path)
     """stochattn.provenance.resume_checkpoint, in a job whose rule declares the ``attempts`` log: before the job
     trains, it writes the seconds its checkpoint files hold (a completed fit's whole training, an interrupted fit's so
     far; files of other jobs and unreadable ones not counted), once per job; the resumed fit's clock continues from
-    them; a first attempt writes nothing."""
+    them; a first attempt writes 0."""
     from types import SimpleNamespace
 
     from stochattn.provenance import resume_checkpoint
@@ -406,7 +406,8 @@ def test_a_resumed_job_records_the_training_its_earlier_attempts_saved(tmp_path)
     ckpt = resume_checkpoint(sm())
     assert saved_training_seconds(ckpt) == 0.0
     first = tmp_path / "first.json"
-    assert resume_checkpoint(sm(first)) == ckpt and not first.exists()  # nothing saved: a first attempt
+    assert resume_checkpoint(sm(first)) == ckpt  # nothing saved: a first attempt
+    assert json.loads(first.read_text())["earlier_seconds"] == 0.0
 
     def job(second_step):
         with resumable(ckpt):

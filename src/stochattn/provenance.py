@@ -633,8 +633,8 @@ def resume_checkpoint(sm: Any) -> Path:
     :func:`stochattn.training.resumable` use ``<stem>.<i>.pt`` beside it.
 
     Where the rule declares a log named ``attempts`` (``attempts_file`` in rules/common.smk, beside the job's
-    benchmark record), the first call in a job that resumes writes there the training its earlier attempts saved
-    (:func:`record_earlier_attempts`): Snakemake's benchmark record times the last attempt only."""
+    benchmark record), the first call in a job writes there the training its earlier attempts saved (0 in a first
+    attempt; :func:`record_earlier_attempts`): Snakemake's benchmark record times the last attempt only."""
     digest = hashlib.sha256(json.dumps(to_jsonable(dict(sm.params.items())), sort_keys=True).encode()).hexdigest()
     out = Path(sm.output[0])
     checkpoint = out.with_name(f".{out.name}.resume-{digest[:12]}.pt")
@@ -649,18 +649,16 @@ _EARLIER_RECORDED: set[tuple[Path, str]] = set()
 
 
 def record_earlier_attempts(path: str | os.PathLike, checkpoint: Path, *, rule: str, wildcards: Mapping) -> float:
-    """Write ``path`` (JSON ``{"rule", "wildcards", "checkpoint", "earlier_seconds"}``) when the job's checkpoint
-    files (:func:`resume_checkpoint`) hold training from earlier attempts, before this attempt trains:
-    ``earlier_seconds`` (:func:`stochattn.training.saved_training_seconds`) is that training's wall clock, which
-    :func:`stochattn.resources.read_benchmarks` adds to the job's benchmark record. A first attempt writes nothing.
-    Left out: the work after an attempt's last save (at most a few minutes by design) and each attempt's start-up.
-    Returns the seconds."""
+    """Write ``path`` (JSON ``{"rule", "wildcards", "checkpoint", "earlier_seconds"}``) before the job trains:
+    ``earlier_seconds`` (:func:`stochattn.training.saved_training_seconds`) is the wall clock of the training its
+    checkpoint files (:func:`resume_checkpoint`) hold from earlier attempts, 0.0 in a first attempt, which
+    :func:`stochattn.resources.read_benchmarks` adds to the job's benchmark record. Left out: the work after an
+    attempt's last save (at most a few minutes by design) and each attempt's start-up. Returns the seconds."""
     from stochattn.training import saved_training_seconds
 
     seconds = saved_training_seconds(checkpoint)
-    if seconds > 0:
-        save_json(path, {"rule": rule, "wildcards": to_jsonable(wildcards), "checkpoint": checkpoint.name,
-                         "earlier_seconds": seconds})  # fmt: skip
+    save_json(path, {"rule": rule, "wildcards": to_jsonable(wildcards), "checkpoint": checkpoint.name,
+                     "earlier_seconds": seconds})  # fmt: skip
     return seconds
 
 

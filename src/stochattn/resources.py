@@ -59,11 +59,12 @@ def read_benchmarks(root: str | Path) -> list[dict[str, Any]]:
     clock of every attempt of the job), ``cpu_seconds`` (CPU time of the job's processes; None when not measured),
     ``max_rss_mb`` (None when not measured), ``attempt_seconds`` and ``earlier_seconds``.
 
-    Snakemake's record (``<job>.tsv``: ``s``, ``cpu_time``) times the job's last attempt. A job that resumed saved
-    training wrote ``<job>.attempts.json`` beside it (:func:`stochattn.provenance.record_earlier_attempts`): that
-    training's wall clock, ``earlier_seconds``, is added to ``seconds``, and to ``cpu_seconds`` at the last attempt's
-    ratio of CPU time to wall clock (the earlier attempts' CPU time was not measured; their saved work is the same
-    training). ``attempt_seconds``: the last attempt's own wall clock."""
+    Snakemake's record (``<job>.tsv``: ``s``, ``cpu_time``) times the job's last attempt. A job that can resume saved
+    training writes ``<job>.attempts.json`` beside it (:func:`stochattn.provenance.record_earlier_attempts`): the wall
+    clock of the training its earlier attempts saved, ``earlier_seconds``, is added to ``seconds``, and to
+    ``cpu_seconds`` at the last attempt's ratio of CPU time to wall clock (the earlier attempts' CPU time was not
+    measured; their saved work is the same training). An empty file (Snakemake creates a declared log that a job did
+    not write) counts 0. ``attempt_seconds``: the last attempt's own wall clock."""
     root = Path(root)
     rows = []
     for tsv in sorted(root.rglob("*.tsv")):
@@ -72,7 +73,8 @@ def read_benchmarks(root: str | Path) -> list[dict[str, Any]]:
         family = f"{rule}/{rel.name}" if rule in _PER_METHOD else rule
         dataset, split = _dataset_split(rel.parts)
         attempts = tsv.with_name(tsv.stem + ATTEMPTS_SUFFIX)
-        earlier = float(json.loads(attempts.read_text())["earlier_seconds"]) if attempts.is_file() else 0.0
+        text = attempts.read_text() if attempts.is_file() else ""
+        earlier = float(json.loads(text)["earlier_seconds"]) if text.strip() else 0.0
         with open(tsv, newline="") as fh:
             for rec in csv.DictReader(fh, delimiter="\t"):
                 rss, cpu, wall = rec.get("max_rss", "NA"), rec.get("cpu_time", "NA"), float(rec["s"])
