@@ -14,7 +14,7 @@ import torch
 from stochattn.backbones.ft_transformer import build_ft_transformer
 from stochattn.baselines.ivon import ivon_step, make_ivon
 from stochattn.experiments import adapters, era5, ett, uci
-from stochattn.training import TrainingInterrupted, fit_regressor, standard_step
+from stochattn.training import TrainingInterrupted, fit_regressor, predict, standard_step
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 REPO = Path(__file__).resolve().parents[1]
@@ -388,6 +388,57 @@ def test_resumable_block_checkpoints_each_fit_inside_it_in_order(tmp_path):
     assert_identical(ref_b, res_b, b, rb)
 
 
+def test_a_training_clock_counts_the_training_its_fits_resume(tmp_path):
+    """TrainingClock around a fit that resumes: its seconds are this attempt's wall clock plus the training the
+    checkpoint holds, so at least the resumed fit's own clock; around a fit found completed, at least its whole
+    training, though the call trains nothing; without a checkpoint, the wall clock."""
+    from stochattn.training import TrainingClock
+
+    ckpt = tmp_path / "fit.ckpt"
+    with pytest.raises(TrainingInterrupted), TrainingClock() as first:
+        fit(Step(signal_at=3 * STEPS + 2), ckpt)
+    saved = torch.load(ckpt, weights_only=True)["seconds"]
+    assert first.loaded == 0.0 and first.seconds() >= saved > 0
+    with TrainingClock() as second:
+        _, result = fit(Step(), ckpt)
+    assert second.loaded == saved and second.seconds() >= result.seconds > saved
+    step = Step()
+    with TrainingClock() as third:
+        fit(step, ckpt)
+    assert step.calls == 0 and third.loaded == result.seconds and third.seconds() >= result.seconds
+    with TrainingClock() as outer, TrainingClock() as inner:  # nested blocks both count a resumed fit
+        fit(Step(), ckpt)
+    assert outer.loaded == inner.loaded == result.seconds
+    with TrainingClock() as plain:
+        fit(Step(), max_epochs=1)
+    assert plain.loaded == 0.0
+
+
+def test_a_resumed_candidates_seconds_count_its_earlier_attempts(tmp_path):
+    """stochattn.selection.fit_candidate (a grid candidate's record, which a method's train seconds sum): a candidate
+    stopped near the end of its training and resumed records the stopped attempt's training too, not only the last
+    steps its own attempt ran."""
+    from stochattn.selection import CandidateFit, ValidationSplit, fit_candidate
+
+    x, y, xv, yv = (t.numpy() for t in data())
+    split = ValidationSplit(x, y, xv, yv)
+    ckpt = tmp_path / "candidate.ckpt"
+
+    def candidate(step):
+        def fit_one(c, split):
+            model, _ = fit(step, ckpt, max_epochs=6, patience=None)
+            return CandidateFit(model, predict(model, split.x_val))
+
+        return fit_candidate("toy", {}, fit_one, split, metric="rmse")[1]
+
+    with pytest.raises(TrainingInterrupted):
+        candidate(Step(signal_at=6 * STEPS - 1))
+    saved = torch.load(ckpt, weights_only=True)["seconds"]
+    last = Step()
+    entry = candidate(last)
+    assert last.calls == 1 and entry["seconds"] > saved > 0
+
+
 def test_a_resumed_job_records_the_training_its_earlier_attempts_saved(tmp_path):
     """stochattn.provenance.resume_checkpoint, in a job whose rule declares the ``attempts`` log: before the job
     trains, it writes the seconds its checkpoint files hold (a completed fit's whole training, an interrupted fit's so
@@ -708,7 +759,7 @@ def test_a_uci_multiswag_component_signalled_in_its_swag_phase_resumes_in_its_jo
     not trained again) and writes the same network and posterior as an uninterrupted job."""
     from stochattn.experiments import methods
     from stochattn.io import save_json
-    from stochattn.training import resumable
+    from stochattn.training import resumable, saved_training_seconds
 
     uci.prepare_sinusoid(tmp_path / "prepared.npz", n=160, seed=0)
     candidate = dict(methods.SWAG_DEFAULTS, lr=1e-3, epochs=3, max_rank=3, batch_size=16)
@@ -730,10 +781,13 @@ def test_a_uci_multiswag_component_signalled_in_its_swag_phase_resumes_in_its_jo
     with pytest.raises(TrainingInterrupted) as info:
         job("resumed", Step(signal_at=11), checkpoint=ckpt)
     assert info.value.checkpoint == ckpt.with_name(".1.pt.resume-0123456789ab.1.pt")  # the SWAG phase: 2nd fit
+    saved = saved_training_seconds(ckpt)  # the network's whole training and the SWAG phase's first part
     backbone, swag = Step(), Step()
     out = job("resumed", swag, backbone, checkpoint=ckpt)
     assert backbone.calls == 0 and 0 < swag.calls < 3 * 7
     assert same(ref["swag"], out["swag"]) and same(ref["state_dict"], out["state_dict"])
+    # the component's recorded training counts the attempt that was stopped (MultiSWAG's train seconds sum these)
+    assert json.loads((tmp_path / "resumed" / "1.json").read_text())["seconds"] > saved > 0
 
 
 def test_mc_dropouts_choosing_job_signalled_in_a_widening_training_resumes_in_its_job(tmp_path, monkeypatch):

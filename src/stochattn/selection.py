@@ -23,7 +23,6 @@ is not eligible, and when no candidate is, the method did not learn the data set
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
@@ -265,22 +264,24 @@ def fit_candidate(
     Raises:
         ValueError: ``metric="crps"`` and the fit returned no ``val_samples``.
     """
-    t0 = time.perf_counter()
+    from .training import TrainingClock
+
     rmse = crps = coverage = math.nan
-    try:
-        out = fit(dict(candidate), split)
-        rmse, error = split.rmse(out.val_point), None
-        if out.val_samples is not None:
-            crps, coverage = split.crps(out.val_samples), split.coverage(out.val_samples)
-        elif metric == "crps":
-            raise ValueError(f"{method}: selection on the CRPS needs the candidates' val_samples")
-        score = crps if metric == "crps" else rmse
-        if not math.isfinite(score) or not math.isfinite(rmse):
-            score, error = math.inf, "non-finite validation prediction"
-    except FloatingPointError as exc:  # diverged training: a failed candidate, not a failed run
-        out, score, error = None, math.inf, f"{type(exc).__name__}: {exc}"
+    with TrainingClock() as clock:  # a resumed candidate's training counts its earlier attempts
+        try:
+            out = fit(dict(candidate), split)
+            rmse, error = split.rmse(out.val_point), None
+            if out.val_samples is not None:
+                crps, coverage = split.crps(out.val_samples), split.coverage(out.val_samples)
+            elif metric == "crps":
+                raise ValueError(f"{method}: selection on the CRPS needs the candidates' val_samples")
+            score = crps if metric == "crps" else rmse
+            if not math.isfinite(score) or not math.isfinite(rmse):
+                score, error = math.inf, "non-finite validation prediction"
+        except FloatingPointError as exc:  # diverged training: a failed candidate, not a failed run
+            out, score, error = None, math.inf, f"{type(exc).__name__}: {exc}"
     return out, {"score": score, "val_rmse": rmse, "val_crps": crps, COVERAGE_KEY: coverage,
-                 "seconds": time.perf_counter() - t0, "error": error}  # fmt: skip
+                 "seconds": clock.seconds(), "error": error}  # fmt: skip
 
 
 def entry_record(entry: Mapping[str, Any]) -> Dict[str, Any]:

@@ -50,8 +50,10 @@ __all__ = [
     "HookState",
     "LossFn",
     "StepFn",
+    "TrainingClock",
     "TrainingInterrupted",
     "resumable",
+    "saved_training_seconds",
     "as_generator",
     "as_tensor",
     "derive_seed",
@@ -390,6 +392,40 @@ def resumable(path: str | Path) -> Iterator[None]:
             yield
     finally:
         _RESUMABLE.reset(token)
+
+
+_CLOCKS: "contextvars.ContextVar[tuple[TrainingClock, ...]]" = contextvars.ContextVar(  # noqa: UP037
+    "stochattn_clocks", default=()
+)
+
+
+class TrainingClock:
+    """The seconds a block of work took over every attempt of its job: the wall clock since the block began, plus
+    the training that checkpointed fits run in it loaded from earlier attempts (:func:`fit_regressor`: a resumed
+    fit's saved seconds, a completed fit's whole training). A plain clock around a resumed job times its last attempt
+    only. ``with TrainingClock() as clock: ...``, then ``clock.seconds()`` (inside the block: so far)."""
+
+    def __init__(self) -> None:
+        self.loaded = 0.0  # training seconds the fits in the block loaded from earlier attempts
+        self._start, self._end = time.perf_counter(), None
+
+    def __enter__(self) -> TrainingClock:
+        self._start, self._end = time.perf_counter(), None
+        self._token = _CLOCKS.set((*_CLOCKS.get(), self))
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._end = time.perf_counter()
+        _CLOCKS.reset(self._token)
+
+    def seconds(self) -> float:
+        return (time.perf_counter() if self._end is None else self._end) - self._start + self.loaded
+
+
+def _loaded_from_earlier_attempts(seconds: float) -> None:
+    """Credit the running :class:`TrainingClock` blocks with ``seconds`` of training loaded from a checkpoint."""
+    for clock in _CLOCKS.get():
+        clock.loaded += seconds
 
 
 def saved_training_seconds(checkpoint: str | Path) -> float:
@@ -743,6 +779,7 @@ def fit_regressor(
             g.set_state(saved["rng"]["modules"][name])
         logger.info(f"training already completed in {ckpt.path}: best epoch {saved['result']['best_epoch']} of "
                     f"{saved['result']['epochs_run']}, nothing to train")  # fmt: skip
+        _loaded_from_earlier_attempts(saved["result"]["seconds"])
         return FitResult(**saved["result"], optimizer=opt)
     if saved is not None:
         restore(saved)
@@ -752,6 +789,7 @@ def fit_regressor(
         if best_state:  # a snapshot (model, optimizer) whose model part was saved without the frozen parameters
             best_state = (completed(best_state[0]), best_state[1])
         first_epoch, partial, seconds_before = saved["epoch"] + 1, saved["partial"], saved["seconds"]
+        _loaded_from_earlier_attempts(seconds_before)
         where = (f"epoch {saved['epoch']}" if partial is None else f"epoch {first_epoch} step {partial['step']}"
                  if "validation" not in partial else
                  f"epoch {first_epoch}'s training and {len(partial['validation'])} validation batches")  # fmt: skip

@@ -10,7 +10,6 @@ attention), ``dropout_sites`` (Contextual Dropout's sites) and optionally ``nu_t
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Mapping, Optional, Sequence
@@ -19,7 +18,7 @@ import numpy as np
 import torch
 
 from ..io import RECORD_KEY, load_model, save_model
-from ..training import fit_regressor, predict
+from ..training import TrainingClock, fit_regressor, predict
 from . import methods
 
 RUN_METHODS = ("sa", "swag", "multiswag", "ivon", "contextual_dropout", "hsa")
@@ -63,7 +62,6 @@ def fit_adapter(net: torch.nn.Module, data: Mapping[str, Any], train: Mapping[st
     zero_val = predict(net, data["x_val"], 256).numpy()
     zero_rmse = float(np.sqrt(np.mean((zero_val - data["y_val"]) ** 2)))
     initial = {n: p.detach().clone() for n, p in net.named_parameters() if p.requires_grad}
-    t0 = time.perf_counter()
     fit = fit_regressor(
         net, data["x_train"], data["y_train"], data["x_val"], data["y_val"], seed=seed, lr=float(train["lr"]),
         weight_decay=float(train.get("weight_decay", 0.0)), batch_size=int(train["batch_size"]),
@@ -80,7 +78,7 @@ def fit_adapter(net: torch.nn.Module, data: Mapping[str, Any], train: Mapping[st
     return {
         "trainable_parameters": int(sum(initial[n].numel() for n in names)), "best_epoch": best_epoch,
         "epochs_run": fit.epochs_run, "val_rmse_zero_shot": zero_rmse, "val_rmse_adapted": best_rmse,
-        "history": fit.history, "seconds": time.perf_counter() - t0,
+        "history": fit.history, "seconds": fit.seconds,  # every attempt's training: the fit's clock resumes
     }
 
 
@@ -165,14 +163,15 @@ def train_multiswag_member(data, setup: AdapterSetup, cfg: Mapping[str, Any], co
     from ..selection import ValidationSplit
 
     cfg = swag_lora_cfg(cfg, setup)
-    t0 = time.perf_counter()
-    member_seed = methods.component_seed(seed, component)
-    net = setup.fresh(member_seed)
-    methods.fit_on(net, ValidationSplit.from_prepared(data), setup.train, member_seed, progress,
-                   f"multiswag {component + 1}/{cfg['components']}")  # fmt: skip
-    member, swag, candidate, selection = methods.multiswag_member(data, net, cfg, component, member_seed, progress,
-                                                                  first_candidate, num_samples=num_samples)  # fmt: skip
-    return member, swag, candidate, selection, time.perf_counter() - t0
+    with TrainingClock() as clock:  # a resumed member's trainings count their earlier attempts
+        member_seed = methods.component_seed(seed, component)
+        net = setup.fresh(member_seed)
+        methods.fit_on(net, ValidationSplit.from_prepared(data), setup.train, member_seed, progress,
+                       f"multiswag {component + 1}/{cfg['components']}")  # fmt: skip
+        member, swag, candidate, selection = methods.multiswag_member(data, net, cfg, component, member_seed,
+                                                                      progress, first_candidate,
+                                                                      num_samples=num_samples)  # fmt: skip
+    return member, swag, candidate, selection, clock.seconds()
 
 
 def save_multiswag_member(path: str | Path, net: torch.nn.Module, swag, candidate: Mapping[str, Any]) -> Dict[str, str]:

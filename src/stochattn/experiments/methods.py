@@ -27,7 +27,7 @@ from ..calibrate import IntegerDomain, SASampler, bo_calibrate, eval_stats, targ
 from ..io import RECORD_KEY, save_json, save_npz, sha256_record
 from ..provenance import device_info, package_versions, with_outputs
 from ..selection import CandidateFit
-from ..training import fit_regressor, predict
+from ..training import TrainingClock, fit_regressor, predict
 from .grids import SWAG_DEFAULTS, SWAG_KEYS, candidates
 
 SA_OPERATING_POINTS = {"sa": "loss_argmin", "sa_match": "surrogate"}  # run name -> which nu of calibration.json
@@ -153,9 +153,9 @@ class Search:
 def search_run(search: Search, data) -> Dict[str, Any]:
     """Every candidate fitted here, one after the other (:func:`select`), then the chosen one sampled; ``train``
     seconds: the whole search."""
-    t0 = time.perf_counter()
-    sel = select(search.method, data, search.grid, search.fit, reference=search.reference, widen=search.widen)
-    return search.finish(sel, time.perf_counter() - t0)
+    with TrainingClock() as clock:  # a resumed search's trainings count their earlier attempts
+        sel = select(search.method, data, search.grid, search.fit, reference=search.reference, widen=search.widen)
+    return search.finish(sel, clock.seconds())
 
 
 def write_candidate(search: Search, data, out_path: str | Path, *, index: int, seed: int,

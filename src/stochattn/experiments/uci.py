@@ -32,7 +32,7 @@ from ..backbones.ft_transformer import build_ft_transformer
 from ..data.uci import fetch_uci, load_prepared, load_uci_split, prepare_split, save_prepared  # noqa: F401
 from ..io import RECORD_KEY, load_json, load_model, save_json, save_model
 from ..provenance import device_info, package_versions
-from ..training import fit_regressor, predict, resolve_device
+from ..training import TrainingClock, fit_regressor, predict, resolve_device
 from . import methods
 from .grids import mc_dropout_grid
 from .methods import SA_OPERATING_POINTS, component_seed  # noqa: F401 (part of this module's interface)
@@ -250,20 +250,20 @@ def train_multiswag_component(
         raise ValueError(f"component {component}: first_path (component 0's meta) is needed exactly for components > 0")
     data = load_prepared(prepared_path)
     data["source"] = str(prepared_path)
-    t0 = time.perf_counter()
-    member_seed = component_seed(seed, component)
-    net, split = _build(data, model, member_seed), ValidationSplit.from_prepared(data)
-    methods.fit_on(net, split, train, member_seed, progress,
-                   f"multiswag {component + 1}/{method_cfg.get('components', '?')}")
-    first = None if first_path is None else load_json(first_path)
-    member, swag, candidate, selection = methods.multiswag_member(
-        data, net, method_cfg, component, member_seed, progress, None if first is None else first["candidate"],
-        num_samples=num_samples,
-    )
+    with TrainingClock() as clock:  # a resumed component's trainings count their earlier attempts
+        member_seed = component_seed(seed, component)
+        net, split = _build(data, model, member_seed), ValidationSplit.from_prepared(data)
+        methods.fit_on(net, split, train, member_seed, progress,
+                       f"multiswag {component + 1}/{method_cfg.get('components', '?')}")
+        first = None if first_path is None else load_json(first_path)
+        member, swag, candidate, selection = methods.multiswag_member(
+            data, net, method_cfg, component, member_seed, progress, None if first is None else first["candidate"],
+            num_samples=num_samples,
+        )
     if first is not None:
         selection = {"chosen_on": f"component 0 ({first_path})"}
     return _write_component(out_path, member, swag, candidate, component=component, seed=member_seed, model=model,
-                            train=train, method_cfg=method_cfg, selection=selection, seconds=time.perf_counter() - t0,
+                            train=train, method_cfg=method_cfg, selection=selection, seconds=clock.seconds(),
                             provenance=provenance)  # fmt: skip
 
 
