@@ -44,20 +44,25 @@ def test_estimates_per_family_and_per_data_set(bench):
 
 def test_a_resumed_job_counts_the_training_of_its_earlier_attempts(tmp_path):
     """A job that resumed saved training wrote ``<job>.attempts.json`` beside Snakemake's record of its last attempt:
-    its wall clock and the per-data-set requests count both, its CPU time the earlier part at the last attempt's ratio
-    of CPU time to wall clock; a record without one, or with an empty one, is the last attempt alone."""
+    its wall clock, CPU time and per-data-set request count both; a record of checkpoints without CPU time adds the
+    earlier wall clock at the last attempt's ratio of CPU time to wall clock; a record without one, or with an empty
+    one, is the last attempt alone."""
     root = tmp_path / "benchmarks"
     for rel, wall, cpu in [("train_backbone/uci/naval/split0", 600.0, 540.0),
-                           ("train_backbone/uci/naval/split1", 900.0, 800.0)]:  # fmt: skip
+                           ("train_backbone/uci/naval/split1", 900.0, 800.0),
+                           ("train_backbone/uci/naval/split2", 300.0, 290.0)]:  # fmt: skip
         path = root / f"{rel}.tsv"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(HEADER + f"{wall}\t0:00:00\tNA\tNA\tNA\tNA\tNA\tNA\tNA\t{cpu}\n")
     (root / "train_backbone/uci/naval/split0.attempts.json").write_text('{"earlier_seconds": 2400.0}')
     (root / "train_backbone/uci/naval/split1.attempts.json").write_text("")  # created by Snakemake, not written
+    (root / "train_backbone/uci/naval/split2.attempts.json").write_text(
+        '{"earlier_seconds": 1000.0, "earlier_cpu_seconds": 1900.0}')  # two threads in the earlier attempts
     rows = {r["split"]: r for r in resources.read_benchmarks(root)}
     assert (rows[0]["seconds"], rows[0]["attempt_seconds"], rows[0]["earlier_seconds"]) == (3000.0, 600.0, 2400.0)
     assert rows[0]["cpu_seconds"] == pytest.approx(540.0 + 2400.0 * 0.9)
     assert (rows[1]["seconds"], rows[1]["cpu_seconds"], rows[1]["earlier_seconds"]) == (900.0, 800.0, 0.0)
+    assert (rows[2]["seconds"], rows[2]["cpu_seconds"]) == (1300.0, 2190.0)
     assert resources.dataset_estimates(root, safety=2.0) == {"train_backbone": {"naval": 100}}  # 3000 s x 2
 
 

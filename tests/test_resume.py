@@ -447,7 +447,7 @@ def test_a_resumed_job_records_the_training_its_earlier_attempts_saved(tmp_path)
     from types import SimpleNamespace
 
     from stochattn.provenance import resume_checkpoint
-    from stochattn.training import resumable, saved_training_seconds
+    from stochattn.training import resumable, saved_training_time
 
     def sm(record=None):
         return SimpleNamespace(params={"seed": 1}, output=[str(tmp_path / "out.pt")], rule="uci_candidate",
@@ -455,10 +455,10 @@ def test_a_resumed_job_records_the_training_its_earlier_attempts_saved(tmp_path)
                                log=SimpleNamespace(attempts=record) if record else ["job.log"])  # fmt: skip
 
     ckpt = resume_checkpoint(sm())
-    assert saved_training_seconds(ckpt) == 0.0
+    assert saved_training_time(ckpt) == (0.0, 0.0)
     first = tmp_path / "first.json"
     assert resume_checkpoint(sm(first)) == ckpt  # nothing saved: a first attempt
-    assert json.loads(first.read_text())["earlier_seconds"] == 0.0
+    assert json.loads(first.read_text())["earlier_seconds"] == json.loads(first.read_text())["earlier_cpu_seconds"] == 0
 
     def job(second_step):
         with resumable(ckpt):
@@ -468,17 +468,18 @@ def test_a_resumed_job_records_the_training_its_earlier_attempts_saved(tmp_path)
     with pytest.raises(TrainingInterrupted):
         job(Step(signal_at=STEPS * 3 + 2))
     done, partial = (torch.load(ckpt.with_name(f"{ckpt.stem}.{i}.pt"), weights_only=True) for i in (0, 1))
-    saved = done["result"]["seconds"] + partial["seconds"]
-    assert done["completed"] and not partial.get("completed") and partial["seconds"] > 0
+    saved, cpu = done["result"]["seconds"] + partial["seconds"], done["cpu_seconds"] + partial["cpu_seconds"]
+    assert done["completed"] and not partial.get("completed") and partial["seconds"] > 0 and partial["cpu_seconds"] > 0
     (tmp_path / f"{ckpt.stem}.2.pt").write_bytes(b"half a checkpoint")  # unreadable: counts 0
     torch.save({"seconds": 1e6}, tmp_path / f"{ckpt.stem}.1.pt.corrupt")  # not a fit's file
     torch.save({"seconds": 1e6}, tmp_path / ".other.pt.resume-0123456789ab.0.pt")  # another job's
-    assert saved_training_seconds(ckpt) == pytest.approx(saved)
+    assert saved_training_time(ckpt) == pytest.approx((saved, cpu))
 
     record = tmp_path / "bench" / "split0.attempts.json"
     assert resume_checkpoint(sm(record)) == ckpt
     written = json.loads(record.read_text())
     assert written["earlier_seconds"] == pytest.approx(saved) and written["rule"] == "uci_candidate"
+    assert written["earlier_cpu_seconds"] == pytest.approx(cpu)
     assert written["wildcards"] == {"dataset": "naval", "split": "0"} and written["checkpoint"] == ckpt.name
     (tmp_path / f"{ckpt.stem}.2.pt").unlink()
     result = job(Step())
@@ -759,7 +760,7 @@ def test_a_uci_multiswag_component_signalled_in_its_swag_phase_resumes_in_its_jo
     not trained again) and writes the same network and posterior as an uninterrupted job."""
     from stochattn.experiments import methods
     from stochattn.io import save_json
-    from stochattn.training import resumable, saved_training_seconds
+    from stochattn.training import resumable, saved_training_time
 
     uci.prepare_sinusoid(tmp_path / "prepared.npz", n=160, seed=0)
     candidate = dict(methods.SWAG_DEFAULTS, lr=1e-3, epochs=3, max_rank=3, batch_size=16)
@@ -781,7 +782,7 @@ def test_a_uci_multiswag_component_signalled_in_its_swag_phase_resumes_in_its_jo
     with pytest.raises(TrainingInterrupted) as info:
         job("resumed", Step(signal_at=11), checkpoint=ckpt)
     assert info.value.checkpoint == ckpt.with_name(".1.pt.resume-0123456789ab.1.pt")  # the SWAG phase: 2nd fit
-    saved = saved_training_seconds(ckpt)  # the network's whole training and the SWAG phase's first part
+    saved, _ = saved_training_time(ckpt)  # the network's whole training and the SWAG phase's first part
     backbone, swag = Step(), Step()
     out = job("resumed", swag, backbone, checkpoint=ckpt)
     assert backbone.calls == 0 and 0 < swag.calls < 3 * 7

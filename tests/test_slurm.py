@@ -266,8 +266,9 @@ def test_training_killed_at_its_time_limit_resumes_on_slurm(slurm, tiny_chain, t
     (row,) = [r for r in read_benchmarks(work / "results/benchmarks") if r["rule"] == "train_backbone"]
     assert row["earlier_seconds"] == record["earlier_seconds"] > 0 and record["rule"] == "train_backbone"
     assert row["seconds"] == pytest.approx(row["attempt_seconds"] + record["earlier_seconds"])
+    assert row["cpu_seconds"] > record["earlier_cpu_seconds"] > 0
     print(f"train_backbone: {row['attempt_seconds']:.0f} s in its last attempt, {record['earlier_seconds']:.0f} s of "
-          "training saved by the earlier ones")
+          f"training saved by the earlier ones ({record['earlier_cpu_seconds']:.0f} CPU-s)")
 
     a, b = (torch.load(d / target, weights_only=True)["state_dict"] for d in (reference, work))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

@@ -649,16 +649,17 @@ _EARLIER_RECORDED: set[tuple[Path, str]] = set()
 
 
 def record_earlier_attempts(path: str | os.PathLike, checkpoint: Path, *, rule: str, wildcards: Mapping) -> float:
-    """Write ``path`` (JSON ``{"rule", "wildcards", "checkpoint", "earlier_seconds"}``) before the job trains:
-    ``earlier_seconds`` (:func:`stochattn.training.saved_training_seconds`) is the wall clock of the training its
-    checkpoint files (:func:`resume_checkpoint`) hold from earlier attempts, 0.0 in a first attempt, which
-    :func:`stochattn.resources.read_benchmarks` adds to the job's benchmark record. Left out: the work after an
-    attempt's last save (at most a few minutes by design) and each attempt's start-up. Returns the seconds."""
-    from stochattn.training import saved_training_seconds
+    """Write ``path`` (JSON ``{"rule", "wildcards", "checkpoint", "earlier_seconds", "earlier_cpu_seconds"}``) before
+    the job trains: the wall clock and CPU time of the training its checkpoint files (:func:`resume_checkpoint`) hold
+    from earlier attempts (:func:`stochattn.training.saved_training_time`; 0.0 in a first attempt, CPU None where a
+    checkpoint predates it), which :func:`stochattn.resources.read_benchmarks` adds to the job's benchmark record.
+    Left out: the work after an attempt's last save (at most a few minutes by design) and each attempt's start-up.
+    Returns the wall seconds."""
+    from stochattn.training import saved_training_time
 
-    seconds = saved_training_seconds(checkpoint)
+    seconds, cpu = saved_training_time(checkpoint)
     save_json(path, {"rule": rule, "wildcards": to_jsonable(wildcards), "checkpoint": checkpoint.name,
-                     "earlier_seconds": seconds})  # fmt: skip
+                     "earlier_seconds": seconds, "earlier_cpu_seconds": cpu})  # fmt: skip
     return seconds
 
 

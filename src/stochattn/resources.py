@@ -61,10 +61,11 @@ def read_benchmarks(root: str | Path) -> list[dict[str, Any]]:
 
     Snakemake's record (``<job>.tsv``: ``s``, ``cpu_time``) times the job's last attempt. A job that can resume saved
     training writes ``<job>.attempts.json`` beside it (:func:`stochattn.provenance.record_earlier_attempts`): the wall
-    clock of the training its earlier attempts saved, ``earlier_seconds``, is added to ``seconds``, and to
-    ``cpu_seconds`` at the last attempt's ratio of CPU time to wall clock (the earlier attempts' CPU time was not
-    measured; their saved work is the same training). An empty file (Snakemake creates a declared log that a job did
-    not write) counts 0. ``attempt_seconds``: the last attempt's own wall clock."""
+    clock of the training its earlier attempts saved, ``earlier_seconds``, is added to ``seconds``, and its CPU time,
+    ``earlier_cpu_seconds``, to ``cpu_seconds``; where a record has no CPU time (checkpoints written before
+    2026-12-05), the earlier wall clock at the last attempt's ratio of CPU time to wall clock (an estimate: a paused
+    last attempt lowers it). An empty file (Snakemake creates a declared log that a job did not write) counts 0.
+    ``attempt_seconds``: the last attempt's own wall clock."""
     root = Path(root)
     rows = []
     for tsv in sorted(root.rglob("*.tsv")):
@@ -74,13 +75,15 @@ def read_benchmarks(root: str | Path) -> list[dict[str, Any]]:
         dataset, split = _dataset_split(rel.parts)
         attempts = tsv.with_name(tsv.stem + ATTEMPTS_SUFFIX)
         text = attempts.read_text() if attempts.is_file() else ""
-        earlier = float(json.loads(text)["earlier_seconds"]) if text.strip() else 0.0
+        record = json.loads(text) if text.strip() else {}
+        earlier, earlier_cpu = float(record.get("earlier_seconds", 0.0)), record.get("earlier_cpu_seconds")
         with open(tsv, newline="") as fh:
             for rec in csv.DictReader(fh, delimiter="\t"):
                 rss, cpu, wall = rec.get("max_rss", "NA"), rec.get("cpu_time", "NA"), float(rec["s"])
                 cpu = None if cpu in ("NA", "", None) else float(cpu)
                 if cpu is not None and earlier:
-                    cpu += earlier * cpu / wall if wall > 0 else earlier
+                    ratio = cpu / wall if wall > 0 else 1.0
+                    cpu += float(earlier_cpu) if earlier_cpu is not None else earlier * ratio
                 rows.append({
                     "rule": rule, "family": family, "job": "/".join(rel.parts[1:]), "dataset": dataset, "split": split,
                     "seconds": wall + earlier, "cpu_seconds": cpu,

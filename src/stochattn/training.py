@@ -53,7 +53,7 @@ __all__ = [
     "TrainingClock",
     "TrainingInterrupted",
     "resumable",
-    "saved_training_seconds",
+    "saved_training_time",
     "as_generator",
     "as_tensor",
     "derive_seed",
@@ -428,25 +428,28 @@ def _loaded_from_earlier_attempts(seconds: float) -> None:
         clock.loaded += seconds
 
 
-def saved_training_seconds(checkpoint: str | Path) -> float:
-    """Seconds of training held in a job's checkpoint files: ``checkpoint`` itself (a fit given it) and the
-    ``<stem>.<i><suffix>`` files of the fits of a :func:`resumable` block on it. A fit's file holds its seconds so
-    far, over all the attempts that ran it (:func:`fit_regressor` continues its clock on a resume), or, once the fit
-    completed, the whole fit's. Read before a job trains, this is the training its earlier attempts saved; 0.0 where
-    there is none. A file that cannot be read counts 0 (the fit sets it aside and starts afresh)."""
+def saved_training_time(checkpoint: str | Path) -> tuple[float, float | None]:
+    """``(wall seconds, CPU seconds)`` of the training held in a job's checkpoint files: ``checkpoint`` itself (a fit
+    given it) and the ``<stem>.<i><suffix>`` files of the fits of a :func:`resumable` block on it. A fit's file holds
+    its clocks so far, over all the attempts that ran it (:func:`fit_regressor` continues them on a resume), or, once
+    the fit completed, the whole fit's. Read before a job trains, this is the training its earlier attempts saved;
+    ``(0.0, 0.0)`` where there is none. CPU seconds: the process's CPU time in the fits (every thread); None where a
+    file has none (written before 2026-12-05). A file that cannot be read counts 0 (the fit sets it aside and starts
+    afresh)."""
     path = Path(checkpoint)
     numbered = re.compile(rf"{re.escape(path.stem)}\.\d+{re.escape(path.suffix)}")
     files = [path, *sorted(p for p in path.parent.glob(f"*{path.suffix}") if numbered.fullmatch(p.name))]
-    total = 0.0
+    wall, cpu = 0.0, 0.0
     for file in files:
         if not file.is_file():
             continue
         try:  # mmap: only the few bytes read are loaded, not the saved model
             state = torch.load(file, map_location="cpu", weights_only=True, mmap=True)
-            total += float(state["result"]["seconds"] if state.get("completed") else state["seconds"])
+            wall += float(state["result"]["seconds"] if state.get("completed") else state["seconds"])
         except (EOFError, RuntimeError, OSError, KeyError, TypeError, pickle.UnpicklingError, UnicodeDecodeError):
             continue
-    return total
+        cpu = None if cpu is None or state.get("cpu_seconds") is None else cpu + float(state["cpu_seconds"])
+    return wall, cpu
 
 
 def _ambient_checkpoint() -> Path | None:
@@ -751,7 +754,7 @@ def fit_regressor(
     history: dict[str, list[float]] = {"epoch": [], "train_loss": [], "val_rmse": []}
     best_rmse, best_epoch, best_state = math.inf, 0, None
     stopped_early = False
-    first_epoch, partial, seconds_before = 1, None, 0.0
+    first_epoch, partial, seconds_before, cpu_before = 1, None, 0.0, 0.0
     saved = ckpt.load() if ckpt is not None else None
     # frozen parameters (a foundation model's backbone under LoRA) never change and are checked by the fingerprint's
     # initial_weights: the checkpoint leaves them out (TimesFM 2.5 200M: ~1 MB of adapters instead of 1.6 GB)
@@ -789,13 +792,14 @@ def fit_regressor(
         if best_state:  # a snapshot (model, optimizer) whose model part was saved without the frozen parameters
             best_state = (completed(best_state[0]), best_state[1])
         first_epoch, partial, seconds_before = saved["epoch"] + 1, saved["partial"], saved["seconds"]
+        cpu_before = saved.get("cpu_seconds", 0.0)  # not in the checkpoints written before 2026-12-05
         _loaded_from_earlier_attempts(seconds_before)
         where = (f"epoch {saved['epoch']}" if partial is None else f"epoch {first_epoch} step {partial['step']}"
                  if "validation" not in partial else
                  f"epoch {first_epoch}'s training and {len(partial['validation'])} validation batches")  # fmt: skip
         logger.info(f"resuming from {ckpt.path}: after {where} of max {max_epochs} (best epoch {best_epoch}, val RMSE"
                     f" {best_rmse:.6g})")  # fmt: skip
-    t0 = time.perf_counter() - seconds_before
+    t0, cpu0 = time.perf_counter() - seconds_before, time.process_time() - cpu_before
 
     def state(epoch: int, partial: dict | None) -> dict[str, Any]:
         """What :class:`_Checkpoint` saves: ``epoch`` epochs done, plus ``partial`` progress into the next one."""
@@ -807,6 +811,7 @@ def fit_regressor(
             "best_rmse": best_rmse, "best_epoch": best_epoch,
             "best_state": (changing(best_state[0]), best_state[1]) if best_state else best_state,
             "hooks": None if hook_state is None else hook_state.state_dict(), "seconds": time.perf_counter() - t0,
+            "cpu_seconds": time.process_time() - cpu0,  # this process's CPU time, every thread, over the attempts
         }  # fmt: skip
 
     def interrupt(epoch: int, partial: dict | None, step: int, validated: int | None = None) -> None:
