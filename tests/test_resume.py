@@ -870,7 +870,8 @@ def test_saves_at_epoch_ends_take_a_bounded_share_of_the_time(tmp_path, monkeypa
     from stochattn import training
 
     now = [0.0]
-    monkeypatch.setattr(training, "time", types.SimpleNamespace(perf_counter=lambda: now[0]))
+    clock = types.SimpleNamespace(perf_counter=lambda: now[0], process_time=lambda: now[0])
+    monkeypatch.setattr(training, "time", clock)
     monkeypatch.setattr(training, "_SAVE_SHARE", 0.1)
     saves, save_torch = [], training.save_torch
 
