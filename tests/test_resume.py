@@ -414,6 +414,24 @@ def test_a_training_clock_counts_the_training_its_fits_resume(tmp_path):
     assert plain.loaded == 0.0
 
 
+def test_a_checkpoint_without_cpu_time_leaves_the_fits_cpu_time_unknown(tmp_path):
+    """A fit resumed from a checkpoint written before checkpoints kept the CPU time keeps it unknown (None) in its
+    later saves, rather than counting the new attempts' alone; the wall clock goes on. The same fit from a current
+    checkpoint keeps counting it."""
+    from stochattn.training import saved_training_time
+
+    ckpt = tmp_path / "fit.ckpt"
+    with pytest.raises(TrainingInterrupted):
+        fit(Step(signal_at=2 * STEPS + 1), ckpt)
+    assert saved_training_time(ckpt)[1] > 0
+    old = torch.load(ckpt, weights_only=True)
+    torch.save({k: v for k, v in old.items() if k != "cpu_seconds"}, ckpt)
+    with pytest.raises(TrainingInterrupted):
+        fit(Step(signal_at=2 * STEPS + 1), ckpt)
+    wall, cpu = saved_training_time(ckpt)
+    assert cpu is None and wall > old["seconds"]
+
+
 def test_a_resumed_candidates_seconds_count_its_earlier_attempts(tmp_path):
     """stochattn.selection.fit_candidate (a grid candidate's record, which a method's train seconds sum): a candidate
     stopped near the end of its training and resumed records the stopped attempt's training too, not only the last

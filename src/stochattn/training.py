@@ -792,14 +792,15 @@ def fit_regressor(
         if best_state:  # a snapshot (model, optimizer) whose model part was saved without the frozen parameters
             best_state = (completed(best_state[0]), best_state[1])
         first_epoch, partial, seconds_before = saved["epoch"] + 1, saved["partial"], saved["seconds"]
-        cpu_before = saved.get("cpu_seconds", 0.0)  # not in the checkpoints written before 2026-12-05
+        cpu_before = saved.get("cpu_seconds")  # None (unknown from then on) in checkpoints written before 2026-12-05
         _loaded_from_earlier_attempts(seconds_before)
         where = (f"epoch {saved['epoch']}" if partial is None else f"epoch {first_epoch} step {partial['step']}"
                  if "validation" not in partial else
                  f"epoch {first_epoch}'s training and {len(partial['validation'])} validation batches")  # fmt: skip
         logger.info(f"resuming from {ckpt.path}: after {where} of max {max_epochs} (best epoch {best_epoch}, val RMSE"
                     f" {best_rmse:.6g})")  # fmt: skip
-    t0, cpu0 = time.perf_counter() - seconds_before, time.process_time() - cpu_before
+    t0 = time.perf_counter() - seconds_before
+    cpu0 = None if cpu_before is None else time.process_time() - cpu_before
 
     def state(epoch: int, partial: dict | None) -> dict[str, Any]:
         """What :class:`_Checkpoint` saves: ``epoch`` epochs done, plus ``partial`` progress into the next one."""
@@ -811,7 +812,8 @@ def fit_regressor(
             "best_rmse": best_rmse, "best_epoch": best_epoch,
             "best_state": (changing(best_state[0]), best_state[1]) if best_state else best_state,
             "hooks": None if hook_state is None else hook_state.state_dict(), "seconds": time.perf_counter() - t0,
-            "cpu_seconds": time.process_time() - cpu0,  # this process's CPU time, every thread, over the attempts
+            # this process's CPU time, every thread, over the attempts
+            "cpu_seconds": None if cpu0 is None else time.process_time() - cpu0,
         }  # fmt: skip
 
     def interrupt(epoch: int, partial: dict | None, step: int, validated: int | None = None) -> None:
