@@ -200,9 +200,9 @@ def benchmark_file(rule, wildcard_path):
 
 
 def attempts_file(rule, wildcard_path):
-    """Beside benchmark_file (a log named ``attempts``): the training a job's earlier attempts saved, written when the
-    job resumes (stochattn.provenance.resume_checkpoint) and added by stochattn.resources to the benchmark record,
-    which times the last attempt only. Rules whose jobs resume their training declare it with their benchmark."""
+    """Beside benchmark_file (a log named ``attempts``): the training a job's earlier attempts saved (0 in a first
+    attempt), written before the job trains (stochattn.provenance.resume_checkpoint) and added by stochattn.resources
+    to the benchmark record, which times the last attempt only. Rules whose jobs resume their training declare it."""
     return benchmark_file(rule, wildcard_path).removesuffix(".tsv") + ATTEMPTS_SUFFIX
 
 

@@ -46,6 +46,7 @@ __all__ = [
     "check_model_job",
     "check_gpu_arch",
     "resume_checkpoint",
+    "record_earlier_attempts",
 ]
 
 PROVENANCE_VERSION = 1
