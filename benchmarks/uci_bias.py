@@ -23,9 +23,12 @@ nu per split (from meta.json).
 SHA-256, and measures each one's mean residual on the TRAINING part: an offset the same there as on the calibration
 and test parts is the network's own intercept at its kept epoch, not a shift of the test data. Beside it the mean of
 20 passes with the backbone's dropout on (seeded by ``--seed``): where that mean is unbiased and the eval-mode point
-is not, the offset is dropout's train/eval shift. For each method whose point is one of those (checked on the test
-part: SA at both operating points and MC Dropout where the backbone's own rates won have the backbone's, SWAG the
-SWA mean's) it prints the W1 and PIT-mean z of the samples with their split's training-part offset added
+is not, the offset is dropout's train/eval shift. The same for the SWA mean, and, where MultiSWAG ran, for the mean
+of its components' SWA means (``swa_means``: SWAG's own and ``multiswag/components/*.pt``), whose dropout-on line
+is the mean of each component's 20 passes. For each method whose point is one of those (checked on the test part:
+SA at both operating points and MC Dropout where the backbone's own rates won have the backbone's, SWAG the SWA
+mean's; MultiSWAG's point, the mean of its pooled samples, is centred on ``swa_means`` and takes its offset) it
+prints the W1 and PIT-mean z of the samples with their split's training-part offset added
 (``bias_sources(shift=...)``): what removing that offset, learned from training data alone, would give.
 """
 
@@ -37,7 +40,6 @@ from pathlib import Path
 import numpy as np
 
 from stochattn.baselines.mc_dropout import dropout_modules, mc_dropout_samples
-from stochattn.experiments.methods import swa_point
 from stochattn.experiments.uci import _load_component as load_swag_component  # SWAG's posterior.pt: a component file
 from stochattn.experiments.uci import load_backbone, load_prepared
 from stochattn.io import load_json, load_npz, save_json
@@ -62,39 +64,85 @@ def pooled(run_dirs: list[Path], part: str) -> dict[str, np.ndarray]:
     }
 
 
-def _training_part(predict_std, prep) -> dict:
+def _training_part(predictions: dict[str, np.ndarray], prep) -> dict:
     """``point_residual`` of a point model on the training part (σ_y units: the prepared targets are standardised by
     the training part's σ_y) and its test-part prediction in the original units (which methods' point it is).
-    ``predict_std(x) -> (n,)`` in standardised units."""
+    ``predictions``: ``{"x_train": (n,), "x_test": (m,)}`` in standardised units."""
     return {
-        "residual": point_residual(predict_std(prep["x_train"]), prep["y_train"]),
-        "test_point": predict_std(prep["x_test"]) * float(prep["y_std"]) + float(prep["y_mean"]),
+        "residual": point_residual(predictions["x_train"], prep["y_train"]),
+        "test_point": predictions["x_test"] * float(prep["y_std"]) + float(prep["y_mean"]),
         "sigma_y": float(prep["y_std"]),
     }
 
 
+def _eval_predictions(net, prep) -> dict[str, np.ndarray]:
+    """``net``'s eval-mode predictions (standardised units) on the training and test parts."""
+    return {part: predict(net, prep[part]).numpy().ravel() for part in ("x_train", "x_test")}
+
+
+def _dropout_on_mean(net, x, passes: int, seed: int) -> np.ndarray | None:
+    """(n,) mean of ``passes`` forward passes of ``net`` with its dropout on (None if it has no dropout)."""
+    if not dropout_modules(net):
+        return None
+    return mc_dropout_samples(net, x, passes, seed, batch_size=8192).numpy().mean(axis=0)
+
+
+def _swa_means(prep, paths: list[Path], passes: int, seed: int) -> tuple[list, list]:
+    """Each SWAG component file's SWA mean (``paths``): its training- and test-part predictions in eval mode
+    ``[{"x_train": (n,), "x_test": (m,)}, ...]`` and its training-part mean with dropout on ``[(n,) or None, ...]``."""
+    points, dropout_on = [], []
+    for path in paths:
+        net, swag, _ = load_swag_component(prep, path)
+        swag.load_mean(net)  # the component's network is not used otherwise here
+        points.append(_eval_predictions(net, prep))
+        dropout_on.append(_dropout_on_mean(net, prep["x_train"], passes, seed))
+    return points, dropout_on
+
+
 def training_offsets(split_dir: Path, seed: int, dropout_passes: int = 20) -> dict[str, dict]:
-    """The split's point models on its training part (:func:`_training_part`): ``backbone`` (``backbone/model.pt``;
-    also ``dropout_on``: the mean of ``dropout_passes`` passes with its dropout on, the network as trained, where an
-    offset of the eval-mode point alone would be dropout's train/eval shift) and ``swa_mean`` (SWAG's SWA mean,
-    ``swag/posterior.pt``), each where its file exists (checked against its SHA-256)."""
+    """The split's point models on its training part (:func:`_training_part`): ``backbone`` (``backbone/model.pt``),
+    ``swa_mean`` (SWAG's SWA mean, ``swag/posterior.pt``) and ``swa_means`` (the mean of MultiSWAG's components' SWA
+    means: SWAG's and ``multiswag/components/*.pt``), each where its files exist (checked against their SHA-256).
+    Each also has ``dropout_on``: the mean of ``dropout_passes`` passes with dropout on (the network as trained; for
+    ``swa_means`` the mean over its components), where an offset of the eval-mode point alone would be dropout's
+    train/eval shift."""
     prep = load_prepared(split_dir / "prepared.npz")
     models = {}
     if (split_dir / "backbone" / "model.pt").exists():
         net = load_backbone(prep, split_dir / "backbone" / "model.pt")
-        models["backbone"] = _training_part(lambda x: predict(net, x).numpy().ravel(), prep)
-        if dropout_modules(net):
-            passes = mc_dropout_samples(net, prep["x_train"], dropout_passes, seed, batch_size=8192)
-            models["backbone"]["dropout_on"] = point_residual(passes.numpy().mean(axis=0), prep["y_train"])
-    if (split_dir / "swag" / "posterior.pt").exists():
-        member, swag, _ = load_swag_component(prep, split_dir / "swag" / "posterior.pt")
-        models["swa_mean"] = _training_part(lambda x: swa_point(member, swag, x).numpy().ravel(), prep)
+        models["backbone"] = _training_part(_eval_predictions(net, prep), prep)
+        on = _dropout_on_mean(net, prep["x_train"], dropout_passes, seed)
+        if on is not None:
+            models["backbone"]["dropout_on"] = point_residual(on, prep["y_train"])
+    swag_file = split_dir / "swag" / "posterior.pt"
+    components = sorted((split_dir / "multiswag" / "components").glob("*.pt"), key=lambda p: int(p.stem))
+    if swag_file.exists():
+        points, on = _swa_means(prep, [swag_file, *components], dropout_passes, seed)
+        for name, k in (("swa_mean", 1), ("swa_means", len(points))):
+            if name == "swa_means" and not components:
+                continue
+            mean = {part: np.mean([p[part] for p in points[:k]], axis=0) for part in ("x_train", "x_test")}
+            models[name] = _training_part(mean, prep)
+            if all(o is not None for o in on[:k]):
+                models[name]["dropout_on"] = point_residual(np.mean(on[:k], axis=0), prep["y_train"])
+            models[name]["components"] = k
+        if components:  # each component's own offsets (eval mode, dropout on), in the order of the files
+            models["swa_means"]["per_component"] = [
+                {"eval": point_residual(p["x_train"], prep["y_train"]),
+                 "dropout_on": None if o is None else point_residual(o, prep["y_train"])}
+                for p, o in zip(points, on)
+            ]  # fmt: skip
     return models
 
 
 def point_model(run_dir: Path, models: dict[str, dict]) -> str | None:
     """Which of the split's point models (:func:`training_offsets`) gives the run's test-part point (to float32
-    rounding); None if none does."""
+    rounding); None if none does. MultiSWAG's point, the mean of its pooled samples, is not one of them: it takes
+    ``swa_means``, the model its samples are drawn around, where its every component was loaded."""
+    if run_dir.name == "multiswag":
+        meta = load_json(run_dir / "meta.json")
+        n = len(meta.get("extra", meta).get("components", []))
+        return "swa_means" if "swa_means" in models and models["swa_means"]["components"] == n else None
     point = load_npz(run_dir / "samples.npz")["point"].ravel()
     for name, m in models.items():
         if point.shape == m["test_point"].shape and np.allclose(point, m["test_point"], atol=1e-5 * m["sigma_y"]):
@@ -129,7 +177,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--training-offset", action="store_true",
-                    help="also each backbone's and SWA mean's training-part mean residual; W1 without it")  # fmt: skip
+                    help="also each backbone's and SWA mean's training-part mean residual (eval mode, dropout "
+                         "on); W1 without it")  # fmt: skip
     args = ap.parse_args()
     report: dict = {}
     for ds in args.datasets:
@@ -156,10 +205,23 @@ def main() -> None:
         for split_info in info:
             for name, off in offsets.get(split_info["split"], {}).items():
                 r, d = off["residual"], off.get("dropout_on")
-                on = "" if d is None else f"; dropout on (mean of 20 passes) {d['mean']:+.4f} (z {d['z']:+.1f})"
+                on = (
+                    ""
+                    if d is None
+                    else (
+                        f"; dropout on (mean of 20 passes) {d['mean']:+.4f} (z {d['z']:+.1f}), "
+                        f"eval-mode point minus that {d['mean'] - r['mean']:+.4f}"
+                    )
+                )
                 print(f"{name} {split_info['split']}, training part ({r['n']:.0f} rows): y - point {r['mean']:+.4f} "
                       f"σ_y (z {r['z']:+.1f}){on}")  # fmt: skip
                 split_info.setdefault("training_residual", {})[name] = r
+                for k, c in enumerate(off.get("per_component", [])):
+                    d_k = c["dropout_on"]
+                    on_k = "" if d_k is None else f", dropout on {d_k['mean']:+.4f} (z {d_k['z']:+.1f})"
+                    print(f"  component {k}: y - point {c['eval']['mean']:+.4f} (z {c['eval']['z']:+.1f}){on_k}")
+                if "per_component" in off:
+                    split_info["training_residual"][f"{name}_per_component"] = off["per_component"]
                 if d is not None:
                     split_info["training_residual"][f"{name}_dropout_on"] = d
         print(
@@ -176,7 +238,7 @@ def main() -> None:
             if offsets:
                 entry["point_model"] = models
                 if not shifts:
-                    print(f"{m:<11} (its point is neither the backbone's nor the SWA mean's on every split: no shift)")
+                    print(f"{m:<11} (its point is none of the split's point models on every split: no shift)")
             for part in ("test", "cal"):
                 arrays = pooled(runs, part)
                 shift = training_shift(runs, offsets, models, part) if shifts else None

@@ -274,8 +274,9 @@ def test_dry_run_quick_config(tmp_path):
                   "evaluate": 1}  # fmt: skip
     assert job_stats(path.stdout) == split_jobs
     # sa_match comes out of the same calibrate_sa job; its evaluation reads SA's samples as the coverage reference
-    match = smk(tmp_path, "-n", "results/uci/energy/split1/sa_match/metrics.json",
-                configfile=REPO / "config" / "quick.yaml")
+    match = smk(
+        tmp_path, "-n", "results/uci/energy/split1/sa_match/metrics.json", configfile=REPO / "config" / "quick.yaml"
+    )
     assert match.returncode == 0, match.stdout[-3000:]
     assert job_stats(match.stdout) == split_jobs
     assert "results/uci/energy/split1/sa/samples.npz" in match.stdout
@@ -613,9 +614,10 @@ def test_uci_paper_slice_report_is_remade_from_its_kept_records(tiny_run, tmp_pa
 @pytest.mark.slow
 def test_uci_bias_measures_the_training_offset_of_each_point(tiny_run, tmp_path):
     """benchmarks/uci_bias.py --training-offset: each split's backbone residual on its training part (the same number
-    as recomputed here from the prepared split and the saved backbone) and the SWA mean's, and W1 with that offset
-    removed for the methods whose point is one of them (SA at both points: the backbone's; SWAG: the SWA mean's),
-    not for MultiSWAG (its point is the mixture's mean)."""
+    as recomputed here from the prepared split and the saved backbone), the SWA mean's and the mean of MultiSWAG's
+    components' SWA means (recomputed here too), each also with dropout on, and W1 with that offset removed for the
+    methods whose point is one of them (SA at both points: the backbone's; SWAG: the SWA mean's) and for MultiSWAG
+    (its samples' centre, the mean of its SWA means); not where a component is missing."""
     from stochattn.experiments.uci import load_backbone, load_prepared
     from stochattn.training import predict
 
@@ -634,13 +636,38 @@ def test_uci_bias_measures_the_training_offset_of_each_point(tiny_run, tmp_path)
     assert measured["backbone"]["n"] == measured["swa_mean"]["n"] == len(prep["y_train"])
     assert measured["backbone_dropout_on"]["mean"] != measured["backbone"]["mean"]  # the network as trained
     assert measured["swa_mean"]["mean"] != measured["backbone"]["mean"]
-    assert "backbone split0, training part" in res.stdout and "swa_mean split0, training part" in res.stdout
+    from stochattn.experiments.uci import _load_component
+
+    components = [split / "swag" / "posterior.pt", split / "multiswag" / "components" / "1.pt"]
+    swa_means = []
+    for path in components:
+        member, swag, _ = _load_component(prep, path)
+        swag.load_mean(member)
+        swa_means.append(predict(member, prep["x_train"]).numpy().ravel())
+    expected = float(np.mean(prep["y_train"] - np.mean(swa_means, axis=0)))
+    assert measured["swa_means"]["mean"] == pytest.approx(expected, rel=1e-6, abs=1e-9)
+    assert measured["swa_means"]["mean"] != measured["swa_mean"]["mean"]
+    assert measured["swa_means_dropout_on"]["mean"] != measured["swa_means"]["mean"]
+    per_component = measured["swa_means_per_component"]
+    assert [c["eval"]["mean"] for c in per_component] == pytest.approx(
+        [float(np.mean(prep["y_train"] - s)) for s in swa_means], rel=1e-6, abs=1e-9)  # fmt: skip
+    assert per_component[0]["eval"]["mean"] == measured["swa_mean"]["mean"]  # SWAG's own is component 0
+    for name in ("backbone", "swa_mean", "swa_means"):
+        assert f"{name} split0, training part" in res.stdout
     methods = report["methods"]
     assert methods["sa"]["point_model"] == methods["sa_match"]["point_model"] == ["backbone"]
-    assert methods["swag"]["point_model"] == ["swa_mean"] and methods["multiswag"]["point_model"] == [None]
-    for method in ("sa", "sa_match", "swag"):
+    assert methods["swag"]["point_model"] == ["swa_mean"] and methods["multiswag"]["point_model"] == ["swa_means"]
+    for method in ("sa", "sa_match", "swag", "multiswag"):
         assert {"w1_shifted", "pit_mean_z_shifted"} <= set(methods[method]["test"]["all"])
-    assert "w1_shifted" not in methods["multiswag"]["test"]["all"] and "multiswag   (its point is neither" in res.stdout
+    missing = tmp_path / "missing"  # a component file gone: MultiSWAG's samples are not those of the models loaded
+    shutil.copytree(tiny_run["work"] / "results", missing / "results")
+    (missing / "results" / "uci" / "yacht" / "split0" / "multiswag" / "components" / "1.pt").unlink()
+    res = subprocess.run([sys.executable, str(REPO / "benchmarks" / "uci_bias.py"), str(missing), "--datasets",
+                          "yacht", "--methods", "multiswag", "--training-offset", "--out", str(out)],
+                         capture_output=True, text=True)  # fmt: skip
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert json.loads(out.read_text())["yacht"]["methods"]["multiswag"]["point_model"] == [None]
+    assert "multiswag   (its point is none of" in res.stdout
 
 
 @pytest.mark.slow
