@@ -25,11 +25,13 @@ and test parts is the network's own intercept at its kept epoch, not a shift of 
 20 passes with the backbone's dropout on (seeded by ``--seed``): where that mean is unbiased and the eval-mode point
 is not, the offset is dropout's train/eval shift. The same for the SWA mean, and, where MultiSWAG ran, for the mean
 of its components' SWA means (``swa_means``: SWAG's own and ``multiswag/components/*.pt``), whose dropout-on line
-is the mean of each component's 20 passes. For each method whose point is one of those (checked on the test part:
-SA at both operating points and MC Dropout where the backbone's own rates won have the backbone's, SWAG the SWA
-mean's; MultiSWAG's point, the mean of its pooled samples, is centred on ``swa_means`` and takes its offset) it
-prints the W1 and PIT-mean z of the samples with their split's training-part offset added
-(``bias_sources(shift=...)``): what removing that offset, learned from training data alone, would give.
+is the mean of each component's 20 passes; and for IVON's mean network (``ivon_mean``: its chosen candidate's
+file, where the workflow fitted its grid one candidate a job). For each method whose point is one of those (checked
+on the test part: SA at both operating points and MC Dropout where the backbone's own rates won have the backbone's,
+SWAG the SWA mean's, IVON its mean network's; MultiSWAG's point, the mean of its pooled samples, is centred on
+``swa_means`` and takes its offset) it prints the W1 and PIT-mean z of the samples with their split's training-part
+offset added (``bias_sources(shift=...)``): what removing that offset, learned from training data alone, would
+give.
 """
 
 from __future__ import annotations
@@ -38,11 +40,14 @@ import argparse
 from pathlib import Path
 
 import numpy as np
+import torch
 
+from stochattn.backbones.ft_transformer import build_ft_transformer
 from stochattn.baselines.mc_dropout import dropout_modules, mc_dropout_samples
+from stochattn.experiments.methods import load_trainable
 from stochattn.experiments.uci import _load_component as load_swag_component  # SWAG's posterior.pt: a component file
 from stochattn.experiments.uci import load_backbone, load_prepared
-from stochattn.io import load_json, load_npz, save_json
+from stochattn.io import load_json, load_model, load_npz, save_json
 from stochattn.metrics import bias_sources, point_residual
 from stochattn.training import predict
 
@@ -99,6 +104,20 @@ def _swa_means(prep, paths: list[Path], passes: int, seed: int) -> tuple[list, l
     return points, dropout_on
 
 
+def _ivon_mean(split_dir: Path, prep) -> torch.nn.Module | None:
+    """IVON's mean network, the chosen candidate's file (``ivon/candidates/<index>.pt``, checked against its SHA-256),
+    or None where the run kept none (a grid of one candidate, or one chosen beyond the grid's edge)."""
+    meta_path = split_dir / "ivon" / "meta.json"
+    if not meta_path.exists():
+        return None
+    meta = load_json(meta_path)
+    path = split_dir / "ivon" / "candidates" / f"{meta['selection']['chosen']['index']}.pt"
+    if not path.exists():
+        return None
+    net = build_ft_transformer(prep["x_train"].shape[1], seed=int(meta["seed"]), **meta["model"])
+    return load_trainable(net, load_model(path)["state"]["net"]).eval()
+
+
 def training_offsets(split_dir: Path, seed: int, dropout_passes: int = 20) -> dict[str, dict]:
     """The split's point models on its training part (:func:`_training_part`): ``backbone`` (``backbone/model.pt``),
     ``swa_mean`` (SWAG's SWA mean, ``swag/posterior.pt``) and ``swa_means`` (the mean of MultiSWAG's components' SWA
@@ -108,12 +127,19 @@ def training_offsets(split_dir: Path, seed: int, dropout_passes: int = 20) -> di
     train/eval shift."""
     prep = load_prepared(split_dir / "prepared.npz")
     models = {}
-    if (split_dir / "backbone" / "model.pt").exists():
-        net = load_backbone(prep, split_dir / "backbone" / "model.pt")
-        models["backbone"] = _training_part(_eval_predictions(net, prep), prep)
+
+    def network(net) -> dict:  # a network's point model, and its dropout-on mean where it has dropout
+        model = _training_part(_eval_predictions(net, prep), prep)
         on = _dropout_on_mean(net, prep["x_train"], dropout_passes, seed)
         if on is not None:
-            models["backbone"]["dropout_on"] = point_residual(on, prep["y_train"])
+            model["dropout_on"] = point_residual(on, prep["y_train"])
+        return model
+
+    if (split_dir / "backbone" / "model.pt").exists():
+        models["backbone"] = network(load_backbone(prep, split_dir / "backbone" / "model.pt"))
+    ivon = _ivon_mean(split_dir, prep)
+    if ivon is not None:
+        models["ivon_mean"] = network(ivon)
     swag_file = split_dir / "swag" / "posterior.pt"
     components = sorted((split_dir / "multiswag" / "components").glob("*.pt"), key=lambda p: int(p.stem))
     if swag_file.exists():

@@ -616,15 +616,16 @@ def test_uci_bias_measures_the_training_offset_of_each_point(tiny_run, tmp_path)
     """benchmarks/uci_bias.py --training-offset: each split's backbone residual on its training part (the same number
     as recomputed here from the prepared split and the saved backbone), the SWA mean's and the mean of MultiSWAG's
     components' SWA means (recomputed here too), each also with dropout on, and W1 with that offset removed for the
-    methods whose point is one of them (SA at both points: the backbone's; SWAG: the SWA mean's) and for MultiSWAG
-    (its samples' centre, the mean of its SWA means); not where a component is missing."""
+    methods whose point is one of them (SA at both points: the backbone's; SWAG: the SWA mean's; IVON: its chosen
+    candidate's mean network) and for MultiSWAG (its samples' centre, the mean of its SWA means); not where a
+    component is missing."""
     from stochattn.experiments.uci import load_backbone, load_prepared
     from stochattn.training import predict
 
     out = tmp_path / "bias.json"
     res = subprocess.run([sys.executable, str(REPO / "benchmarks" / "uci_bias.py"), str(tiny_run["work"]), "--datasets",
-                          "yacht", "--methods", "sa", "sa_match", "swag", "multiswag", "--training-offset", "--out",
-                          str(out)], capture_output=True, text=True)  # fmt: skip
+                          "yacht", "--methods", "sa", "sa_match", "swag", "multiswag", "ivon", "--training-offset",
+                          "--out", str(out)], capture_output=True, text=True)  # fmt: skip
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     split = tiny_run["work"] / "results" / "uci" / "yacht" / "split0"
     prep = load_prepared(split / "prepared.npz")
@@ -657,7 +658,9 @@ def test_uci_bias_measures_the_training_offset_of_each_point(tiny_run, tmp_path)
     methods = report["methods"]
     assert methods["sa"]["point_model"] == methods["sa_match"]["point_model"] == ["backbone"]
     assert methods["swag"]["point_model"] == ["swa_mean"] and methods["multiswag"]["point_model"] == ["swa_means"]
-    for method in ("sa", "sa_match", "swag", "multiswag"):
+    assert methods["ivon"]["point_model"] == ["ivon_mean"]  # its chosen candidate's file gives IVON's own point
+    assert measured["ivon_mean_dropout_on"]["mean"] != measured["ivon_mean"]["mean"]
+    for method in ("sa", "sa_match", "swag", "multiswag", "ivon"):
         assert {"w1_shifted", "pit_mean_z_shifted"} <= set(methods[method]["test"]["all"])
     missing = tmp_path / "missing"  # a component file gone: MultiSWAG's samples are not those of the models loaded
     shutil.copytree(tiny_run["work"] / "results", missing / "results")
