@@ -92,16 +92,18 @@ def _dropout_on_mean(net, x, passes: int, seed: int) -> np.ndarray | None:
     return mc_dropout_samples(net, x, passes, seed, batch_size=8192).numpy().mean(axis=0)
 
 
-def _swa_means(prep, paths: list[Path], passes: int, seed: int) -> tuple[list, list]:
+def _swa_means(prep, paths: list[Path], passes: int, seed: int) -> tuple[list, list, list]:
     """Each SWAG component file's SWA mean (``paths``): its training- and test-part predictions in eval mode
-    ``[{"x_train": (n,), "x_test": (m,)}, ...]`` and its training-part mean with dropout on ``[(n,) or None, ...]``."""
-    points, dropout_on = [], []
+    ``[{"x_train": (n,), "x_test": (m,)}, ...]``, its training-part mean with dropout on ``[(n,) or None, ...]``, and
+    the training-part residual (:func:`point_residual`) of the file's network, the SWAG phase's last iterate."""
+    points, dropout_on, last = [], [], []
     for path in paths:
         net, swag, _ = load_swag_component(prep, path)
-        swag.load_mean(net)  # the component's network is not used otherwise here
+        last.append(point_residual(predict(net, prep["x_train"]).numpy().ravel(), prep["y_train"]))
+        swag.load_mean(net)  # the last iterate is not used after this
         points.append(_eval_predictions(net, prep))
         dropout_on.append(_dropout_on_mean(net, prep["x_train"], passes, seed))
-    return points, dropout_on
+    return points, dropout_on, last
 
 
 def _ivon_mean(split_dir: Path, prep) -> torch.nn.Module | None:
@@ -143,7 +145,7 @@ def training_offsets(split_dir: Path, seed: int, dropout_passes: int = 20) -> di
     swag_file = split_dir / "swag" / "posterior.pt"
     components = sorted((split_dir / "multiswag" / "components").glob("*.pt"), key=lambda p: int(p.stem))
     if swag_file.exists():
-        points, on = _swa_means(prep, [swag_file, *components], dropout_passes, seed)
+        points, on, last = _swa_means(prep, [swag_file, *components], dropout_passes, seed)
         for name, k in (("swa_mean", 1), ("swa_means", len(points))):
             if name == "swa_means" and not components:
                 continue
@@ -155,8 +157,8 @@ def training_offsets(split_dir: Path, seed: int, dropout_passes: int = 20) -> di
         if components:  # each component's own offsets (eval mode, dropout on), in the order of the files
             models["swa_means"]["per_component"] = [
                 {"eval": point_residual(p["x_train"], prep["y_train"]),
-                 "dropout_on": None if o is None else point_residual(o, prep["y_train"])}
-                for p, o in zip(points, on)
+                 "dropout_on": None if o is None else point_residual(o, prep["y_train"]), "last_iterate": r}
+                for p, o, r in zip(points, on, last)
             ]  # fmt: skip
     return models
 
@@ -245,7 +247,10 @@ def main() -> None:
                 for k, c in enumerate(off.get("per_component", [])):
                     d_k = c["dropout_on"]
                     on_k = "" if d_k is None else f", dropout on {d_k['mean']:+.4f} (z {d_k['z']:+.1f})"
-                    print(f"  component {k}: y - point {c['eval']['mean']:+.4f} (z {c['eval']['z']:+.1f}){on_k}")
+                    print(
+                        f"  component {k}: y - point {c['eval']['mean']:+.4f} (z {c['eval']['z']:+.1f}){on_k}; "
+                        f"the SWAG phase's last iterate {c['last_iterate']['mean']:+.4f}"
+                    )
                 if "per_component" in off:
                     split_info["training_residual"][f"{name}_per_component"] = off["per_component"]
                 if d is not None:

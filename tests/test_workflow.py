@@ -640,9 +640,10 @@ def test_uci_bias_measures_the_training_offset_of_each_point(tiny_run, tmp_path)
     from stochattn.experiments.uci import _load_component
 
     components = [split / "swag" / "posterior.pt", split / "multiswag" / "components" / "1.pt"]
-    swa_means = []
+    swa_means, last_iterates = [], []
     for path in components:
         member, swag, _ = _load_component(prep, path)
+        last_iterates.append(predict(member, prep["x_train"]).numpy().ravel())
         swag.load_mean(member)
         swa_means.append(predict(member, prep["x_train"]).numpy().ravel())
     expected = float(np.mean(prep["y_train"] - np.mean(swa_means, axis=0)))
@@ -653,6 +654,9 @@ def test_uci_bias_measures_the_training_offset_of_each_point(tiny_run, tmp_path)
     assert [c["eval"]["mean"] for c in per_component] == pytest.approx(
         [float(np.mean(prep["y_train"] - s)) for s in swa_means], rel=1e-6, abs=1e-9)  # fmt: skip
     assert per_component[0]["eval"]["mean"] == measured["swa_mean"]["mean"]  # SWAG's own is component 0
+    assert [c["last_iterate"]["mean"] for c in per_component] == pytest.approx(
+        [float(np.mean(prep["y_train"] - s)) for s in last_iterates], rel=1e-6, abs=1e-9)  # fmt: skip
+    assert per_component[1]["last_iterate"]["mean"] != per_component[1]["eval"]["mean"]
     for name in ("backbone", "swa_mean", "swa_means"):
         assert f"{name} split0, training part" in res.stdout
     methods = report["methods"]
