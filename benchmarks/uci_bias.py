@@ -122,8 +122,9 @@ def _ivon_mean(split_dir: Path, prep) -> torch.nn.Module | None:
 
 def training_offsets(split_dir: Path, seed: int, dropout_passes: int = 20) -> dict[str, dict]:
     """The split's point models on its training part (:func:`_training_part`): ``backbone`` (``backbone/model.pt``),
-    ``swa_mean`` (SWAG's SWA mean, ``swag/posterior.pt``) and ``swa_means`` (the mean of MultiSWAG's components' SWA
-    means: SWAG's and ``multiswag/components/*.pt``), each where its files exist (checked against their SHA-256).
+    ``ivon_mean`` (:func:`_ivon_mean`), ``swa_mean`` (SWAG's SWA mean, ``swag/posterior.pt``) and ``swa_means`` (the
+    mean of MultiSWAG's components' SWA means: SWAG's and ``multiswag/components/*.pt``; with ``per_component``, each
+    one's offsets and its last iterate's), each where its files exist (checked against their SHA-256).
     Each also has ``dropout_on``: the mean of ``dropout_passes`` passes with dropout on (the network as trained; for
     ``swa_means`` the mean over its components), where an offset of the eval-mode point alone would be dropout's
     train/eval shift."""
@@ -205,8 +206,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--training-offset", action="store_true",
-                    help="also each backbone's and SWA mean's training-part mean residual (eval mode, dropout "
-                         "on); W1 without it")  # fmt: skip
+                    help="also the training-part mean residual of each backbone, IVON mean network and SWA "
+                         "mean (eval mode, dropout on); W1 without it")  # fmt: skip
     args = ap.parse_args()
     report: dict = {}
     for ds in args.datasets:
