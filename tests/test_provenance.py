@@ -265,6 +265,11 @@ def test_a_stage_record_names_the_cpu_kernels_torch_runs_and_the_variable_that_s
     rec = stage_provenance(rule="r", inputs=[], code=None)
     assert rec["cpu_capability"] == torch.backends.cpu.get_cpu_capability() and rec["cpu_capability"]
     assert rec["cpu"] is None or (isinstance(rec["cpu"], str) and rec["cpu"])
+    first = Path("/proc/cpuinfo").read_text().split("\n\n")[0] if Path("/proc/cpuinfo").is_file() else ""
+    fields = {k.strip(): v.strip() for k, _, v in (line.partition(":") for line in first.splitlines())}
+    if "cpu family" in fields:  # the generation behind the name (VMs often name every one alike)
+        generation = f"family {fields['cpu family']}, model {fields['model']}, stepping {fields['stepping']}"
+        assert rec["cpu_model"] == generation
     code = ("import json, torch; from stochattn.provenance import stage_provenance; "
             "print(json.dumps(stage_provenance(rule='r', inputs=[], code=None)['cpu_capability']))")  # fmt: skip
     env = dict(os.environ, ATEN_CPU_CAPABILITY="default", PYTHONPATH=os.pathsep.join(sys.path))

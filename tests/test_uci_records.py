@@ -100,3 +100,8 @@ def test_the_cpu_column_names_a_change_of_torch_cpu_kernels_and_leaves_the_verdi
     frame = compare_records(rerun, records, ["yacht"]).set_index(["split", "method"])
     assert frame.loc[(0, "swag"), "cpu"] == "AMD EPYC -> Intel(R) Xeon(R) Processor (AVX2)"
     assert frame.loc[(0, "sa"), "cpu"] == "AVX2 -> AVX512"  # a change of kernels is named first
+    for folder, model in ((kept, "family 25, model 17, stepping 1"), (run, "family 26, model 2, stepping 1")):
+        edit(folder / "swag" / "meta.json", lambda d, m=model: d["provenance"].update(cpu="AMD EPYC", cpu_model=m))
+    frame = compare_records(rerun, records, ["yacht"]).set_index(["split", "method"])
+    generations = "AMD EPYC (family 25, model 17, stepping 1) -> AMD EPYC (family 26, model 2, stepping 1) (AVX2)"
+    assert frame.loc[(0, "swag"), "cpu"] == generations  # one name, two generations

@@ -149,19 +149,31 @@ def device_info() -> dict[str, Any]:
 
 
 def cpu_info() -> dict[str, Any]:
-    """``{"cpu": the processor's model name, "cpu_capability": the instruction set of torch's CPU kernels}`` (e.g.
-    "AVX2", "AVX512"; None in a process that never imported torch). A CPU run repeats its floating-point results bit
-    for bit only on the same kernels: an AVX-512 machine reproduces an AVX2 machine's with ``ATEN_CPU_CAPABILITY=avx2``
-    (docs/measurements.md#cpu-kernels)."""
-    name = platform.processor() or None
+    """``{"cpu": the processor's model name, "cpu_model": its family, model and stepping, "cpu_capability": the
+    instruction set of torch's CPU kernels}`` (e.g. "AVX2", "AVX512"; None in a process that never imported torch;
+    ``cpu_model`` e.g. "family 26, model 2, stepping 1", None where /proc/cpuinfo does not say). A CPU run repeats its
+    floating-point results bit for bit only on the same kernels: an AVX-512 machine reproduces an AVX2 machine's with
+    ``ATEN_CPU_CAPABILITY=avx2`` (docs/measurements.md#cpu-kernels). Virtual machines often name every generation
+    alike ("AMD EPYC"): ``cpu_model`` tells them apart (2026-12-06: one commit's ``make run`` on two such VMs moved
+    four verdicts of the reproduction report)."""
+    name, fields = platform.processor() or None, {}
     try:
         with open("/proc/cpuinfo") as f:
-            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
+            for line in f:
+                key, sep, value = line.partition(":")
+                if not sep:
+                    if fields:  # the first processor's block ends at its blank line
+                        break
+                    continue
+                fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
+    name = fields.get("model name", name)
+    model = ", ".join(f"{k} {fields[k]}" for k in ("cpu family", "model", "stepping") if k in fields)
+    model = model.replace("cpu family", "family") or None
     torch = sys.modules.get("torch")
     capability = torch.backends.cpu.get_cpu_capability() if torch is not None else None
-    return {"cpu": name, "cpu_capability": capability}
+    return {"cpu": name, "cpu_model": model, "cpu_capability": capability}
 
 
 def _as_datetime(value: Any, name: str) -> _dt.datetime:
@@ -495,9 +507,10 @@ def stage_provenance(
     params: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The ``provenance`` block of a run's meta.json / metrics.json: ``{"rule", "inputs": [file_record],
-    "code": code_version, "params", "git_commit", "git_dirty", "cpu", "cpu_capability"}`` (``params``: the config
-    values the rule read, seed included; the commit: :func:`library_git_state`; the CPU: :func:`cpu_info`). The code
-    hash says which code ran, the commit where to read it, the CPU's kernels whether a CPU rerun can repeat its bits."""
+    "code": code_version, "params", "git_commit", "git_dirty", "cpu", "cpu_model", "cpu_capability"}`` (``params``:
+    the config values the rule read, seed included; the commit: :func:`library_git_state`; the CPU:
+    :func:`cpu_info`). The code hash says which code ran, the commit where to read it, the CPU's kernels whether a CPU
+    rerun can repeat its bits."""
     return {
         "rule": rule,
         "inputs": [file_record(p) for p in _paths(inputs, "inputs")],

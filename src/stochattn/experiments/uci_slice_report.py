@@ -396,13 +396,17 @@ def _cpu_change(kept: dict, rerun: dict) -> str:
     "same" for the same processor and kernels, else what changed: "AVX2 -> AVX512", or "AMD EPYC -> Intel(R) Xeon(R)
     Processor (AVX512)" (the same kernels on another vendor's processor: the math libraries may take other code paths
     there: protein's split-0 backbone, trained on an AMD EPYC and on an Intel Xeon, both AVX512, had its best epoch at
-    95 and at 82, docs/measurements.md#uci-paper-protein)."""
+    95 and at 82, docs/measurements.md#uci-paper-protein), or "AMD EPYC (family 25, ...) -> AMD EPYC (family 26, ...)
+    (AVX512)" (one name, two generations: records that name ``cpu_model``, since 2026-12-06)."""
     cap_a, cap_b = kept.get("cpu_capability"), rerun.get("cpu_capability")
     if not (cap_a and cap_b):
         return "-"
     if cap_a != cap_b:
         return f"{cap_a} -> {cap_b}"
     name_a, name_b = kept.get("cpu"), rerun.get("cpu")
+    model_a, model_b = kept.get("cpu_model"), rerun.get("cpu_model")
+    if model_a and model_b and model_a != model_b:  # one name, another generation (VMs often name them alike)
+        return f"{name_a} ({model_a}) -> {name_b} ({model_b}) ({cap_b})"
     return "same" if not (name_a and name_b) or name_a == name_b else f"{name_a} -> {name_b} ({cap_b})"
 
 
