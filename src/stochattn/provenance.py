@@ -155,7 +155,7 @@ def cpu_info() -> dict[str, Any]:
     floating-point results bit for bit only on the same kernels: an AVX-512 machine reproduces an AVX2 machine's with
     ``ATEN_CPU_CAPABILITY=avx2`` (docs/measurements.md#cpu-kernels). Virtual machines often name every generation
     alike ("AMD EPYC"): ``cpu_model`` tells them apart (2026-12-06: one commit's ``make run`` on two such VMs moved
-    four verdicts of the reproduction report)."""
+    the reproduction report's verdict counts by four)."""
     name, fields = platform.processor() or None, {}
     try:
         with open("/proc/cpuinfo") as f:
