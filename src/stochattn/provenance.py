@@ -169,8 +169,8 @@ def cpu_info() -> dict[str, Any]:
     except OSError:
         pass
     name = fields.get("model name", name)
-    model = ", ".join(f"{k} {fields[k]}" for k in ("cpu family", "model", "stepping") if k in fields)
-    model = model.replace("cpu family", "family") or None
+    labels = (("cpu family", "family"), ("model", "model"), ("stepping", "stepping"))
+    model = ", ".join(f"{label} {fields[key]}" for key, label in labels if key in fields) or None
     torch = sys.modules.get("torch")
     capability = torch.backends.cpu.get_cpu_capability() if torch is not None else None
     return {"cpu": name, "cpu_model": model, "cpu_capability": capability}
