@@ -19,24 +19,25 @@ Prints one block per data set and writes everything to ``--out`` (JSON). Also th
 nu per split (from meta.json).
 
 ``--training-offset`` (a labelled extra, not the paper's method) also loads each split's backbone
-(``backbone/model.pt``) and, where SWAG ran, its SWA mean (``swag/posterior.pt``), each checked against its
-SHA-256, and measures each one's mean residual on the TRAINING part: an offset the same there as on the calibration
-and test parts is the network's own intercept at its kept epoch, not a shift of the test data. Beside it the mean of
-20 passes with the backbone's dropout on (seeded by ``--seed``): where that mean is unbiased and the eval-mode point
-is not, the offset is dropout's train/eval shift. The same for the SWA mean, and, where MultiSWAG ran, for the mean
-of its components' SWA means (``swa_means``: SWAG's own and ``multiswag/components/*.pt``), whose dropout-on line
-is the mean of each component's 20 passes; and for IVON's mean network (``ivon_mean``: its chosen candidate's
-file, where the workflow fitted its grid one candidate a job). For each method whose point is one of those (checked
-on the test part: SA at both operating points and MC Dropout where the backbone's own rates won have the backbone's,
-SWAG the SWA mean's, IVON its mean network's; MultiSWAG's point, the mean of its pooled samples, is centred on
-``swa_means`` and takes its offset) it prints the W1 and PIT-mean z of the samples with their split's training-part
-offset added (``bias_sources(shift=...)``): what removing that offset, learned from training data alone, would
-give.
+(``backbone/model.pt``) and, where SWAG ran, its SWA mean (``swag/posterior.pt``), each checked against its SHA-256, and
+measures each one's mean residual on the TRAINING part: an offset the same there as on the calibration and test parts is
+the network's own intercept at its kept epoch, not a shift of the test data. Beside it the mean of 20 passes with the
+backbone's dropout on (seeded by ``--seed``): where that mean is unbiased and the eval-mode point is not, the offset is
+dropout's train/eval shift. The same for the SWA mean, and, where MultiSWAG ran, for the mean of its components' SWA
+means (``swa_means``: SWAG's own and ``multiswag/components/*.pt``), whose dropout-on line is the mean of each
+component's 20 passes (each at the candidate MultiSWAG's run chose; component 0, the SWAG run, repeated from the
+backbone where MultiSWAG chose another candidate than SWAG); and for IVON's mean network (``ivon_mean``: its chosen
+candidate's file, where the workflow fitted its grid one candidate a job). For each method whose point is one of those
+(checked on the test part: SA at both operating points and MC Dropout where the backbone's own rates won have the
+backbone's, SWAG the SWA mean's, IVON its mean network's; MultiSWAG's point, the mean of its pooled samples, is centred
+on ``swa_means`` and takes its offset) it prints the W1 and PIT-mean z of the samples with their split's training-part
+offset added (``bias_sources(shift=...)``): what removing that offset, learned from training data alone, would give.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 from pathlib import Path
 
 import numpy as np
@@ -44,11 +45,12 @@ import torch
 
 from stochattn.backbones.ft_transformer import build_ft_transformer
 from stochattn.baselines.mc_dropout import dropout_modules, mc_dropout_samples
-from stochattn.experiments.methods import load_trainable
-from stochattn.experiments.uci import _load_component as load_swag_component  # SWAG's posterior.pt: a component file
-from stochattn.experiments.uci import load_backbone, load_prepared
+from stochattn.experiments.methods import load_trainable, swag_phase
+from stochattn.experiments.uci import _load_component as load_swag_component  # SWAG's posterior.pt
+from stochattn.experiments.uci import load_backbone, load_prepared, multiswag_component_networks
 from stochattn.io import load_json, load_model, load_npz, save_json
 from stochattn.metrics import bias_sources, point_residual
+from stochattn.selection import ValidationSplit
 from stochattn.training import predict
 
 
@@ -92,18 +94,49 @@ def _dropout_on_mean(net, x, passes: int, seed: int) -> np.ndarray | None:
     return mc_dropout_samples(net, x, passes, seed, batch_size=8192).numpy().mean(axis=0)
 
 
-def _swa_means(prep, paths: list[Path], passes: int, seed: int) -> tuple[list, list, list]:
-    """Each SWAG component file's SWA mean (``paths``): its training- and test-part predictions in eval mode
-    ``[{"x_train": (n,), "x_test": (m,)}, ...]``, its training-part mean with dropout on ``[(n,) or None, ...]``, and
-    the training-part residual (:func:`point_residual`) of the file's network, the SWAG phase's last iterate."""
+def _swa_means(prep, networks: list[tuple], passes: int, seed: int) -> tuple[list, list, list]:
+    """Each SWAG component's SWA mean (``networks``: ``(last iterate, SWA mean)`` pairs): its training- and
+    test-part predictions in eval mode ``[{"x_train": (n,), "x_test": (m,)}, ...]``, its training-part mean with
+    dropout on ``[(n,) or None, ...]``, and the training-part residual (:func:`point_residual`) of the SWAG phase's
+    last iterate."""
     points, dropout_on, last = [], [], []
-    for path in paths:
-        net, swag, _ = load_swag_component(prep, path)
+    for net, mean in networks:
         last.append(point_residual(predict(net, prep["x_train"]).numpy().ravel(), prep["y_train"]))
-        swag.load_mean(net)  # the last iterate is not used after this
-        points.append(_eval_predictions(net, prep))
-        dropout_on.append(_dropout_on_mean(net, prep["x_train"], passes, seed))
+        points.append(_eval_predictions(mean, prep))
+        dropout_on.append(_dropout_on_mean(mean, prep["x_train"], passes, seed))
     return points, dropout_on, last
+
+
+def _swag_networks(prep, path: Path) -> tuple:
+    """``(last iterate, SWA mean)`` of SWAG's posterior file (``swag/posterior.pt``)."""
+    net, swag, _ = load_swag_component(prep, path)
+    mean = copy.deepcopy(net)
+    swag.load_mean(mean)
+    return net, mean
+
+
+def _multiswag_networks(split_dir: Path, prep) -> list[tuple]:
+    """MultiSWAG's components at the candidate its run chose (``multiswag/meta.json``), each ``(last iterate, SWA
+    mean)``: component 0, the SWAG run, from ``swag/posterior.pt`` where SWAG chose the same candidate, else its
+    SWAG phase repeated from the backbone at SWAG's seed (the phase MultiSWAG's run drew from); components 1..L-1
+    from their files (``multiswag/components/*.pt``). Empty where MultiSWAG did not run or a phase diverged."""
+    meta_path = split_dir / "multiswag" / "meta.json"
+    paths = sorted((split_dir / "multiswag" / "components").glob("*.pt"), key=lambda p: int(p.stem))
+    if not meta_path.exists() or not paths:
+        return []
+    chosen = load_json(meta_path)["selection"]["chosen"]
+    swag_record = load_json(split_dir / "swag" / "posterior.json")
+    if swag_record["candidate"] == chosen["candidate"]:
+        first = _swag_networks(prep, split_dir / "swag" / "posterior.pt")
+    else:
+        backbone = load_backbone(prep, split_dir / "backbone" / "model.pt")
+        member, swag = swag_phase(backbone, chosen["candidate"], ValidationSplit.from_prepared(prep),
+                                  int(swag_record["seed"]), False)  # fmt: skip
+        mean = copy.deepcopy(member)
+        swag.load_mean(mean)
+        first = (member, mean)
+    rest = [multiswag_component_networks(prep, p, int(chosen["index"])) for p in paths]
+    return [] if any(r is None for r in rest) else [first, *rest]
 
 
 def _ivon_mean(split_dir: Path, prep) -> torch.nn.Module | None:
@@ -123,11 +156,11 @@ def _ivon_mean(split_dir: Path, prep) -> torch.nn.Module | None:
 def training_offsets(split_dir: Path, seed: int, dropout_passes: int = 20) -> dict[str, dict]:
     """The split's point models on its training part (:func:`_training_part`): ``backbone`` (``backbone/model.pt``),
     ``ivon_mean`` (:func:`_ivon_mean`), ``swa_mean`` (SWAG's SWA mean, ``swag/posterior.pt``) and ``swa_means`` (the
-    mean of MultiSWAG's components' SWA means: SWAG's and ``multiswag/components/*.pt``; with ``per_component``, each
-    one's offsets and its last iterate's), each where its files exist (checked against their SHA-256).
-    Each also has ``dropout_on``: the mean of ``dropout_passes`` passes with dropout on (the network as trained; for
-    ``swa_means`` the mean over its components), where an offset of the eval-mode point alone would be dropout's
-    train/eval shift."""
+    mean of MultiSWAG's components' SWA means at the candidate its run chose, :func:`_multiswag_networks`; with
+    ``per_component``, each one's offsets and its last iterate's), each where its files exist (checked against their
+    SHA-256). Each also has ``dropout_on``: the mean of ``dropout_passes`` passes with dropout on (the network as
+    trained; for ``swa_means`` the mean over its components), where an offset of the eval-mode point alone would be
+    dropout's train/eval shift."""
     prep = load_prepared(split_dir / "prepared.npz")
     models = {}
 
@@ -144,23 +177,23 @@ def training_offsets(split_dir: Path, seed: int, dropout_passes: int = 20) -> di
     if ivon is not None:
         models["ivon_mean"] = network(ivon)
     swag_file = split_dir / "swag" / "posterior.pt"
-    components = sorted((split_dir / "multiswag" / "components").glob("*.pt"), key=lambda p: int(p.stem))
-    if swag_file.exists():
-        points, on, last = _swa_means(prep, [swag_file, *components], dropout_passes, seed)
-        for name, k in (("swa_mean", 1), ("swa_means", len(points))):
-            if name == "swa_means" and not components:
+    if swag_file.exists():  # SWAG's SWA mean, then MultiSWAG's components' at the candidate its run chose
+        for name, networks in (("swa_mean", [_swag_networks(prep, swag_file)]),
+                               ("swa_means", _multiswag_networks(split_dir, prep))):  # fmt: skip
+            if not networks:
                 continue
-            mean = {part: np.mean([p[part] for p in points[:k]], axis=0) for part in ("x_train", "x_test")}
+            points, on, last = _swa_means(prep, networks, dropout_passes, seed)
+            mean = {part: np.mean([p[part] for p in points], axis=0) for part in ("x_train", "x_test")}
             models[name] = _training_part(mean, prep)
-            if all(o is not None for o in on[:k]):
-                models[name]["dropout_on"] = point_residual(np.mean(on[:k], axis=0), prep["y_train"])
-            models[name]["components"] = k
-        if components:  # each component's own offsets (eval mode, dropout on), in the order of the files
-            models["swa_means"]["per_component"] = [
-                {"eval": point_residual(p["x_train"], prep["y_train"]),
-                 "dropout_on": None if o is None else point_residual(o, prep["y_train"]), "last_iterate": r}
-                for p, o, r in zip(points, on, last)
-            ]  # fmt: skip
+            if all(o is not None for o in on):
+                models[name]["dropout_on"] = point_residual(np.mean(on, axis=0), prep["y_train"])
+            models[name]["components"] = len(points)
+            if name == "swa_means":  # each component's own offsets (eval mode, dropout on), component 0 first
+                models[name]["per_component"] = [
+                    {"eval": point_residual(p["x_train"], prep["y_train"]),
+                     "dropout_on": None if o is None else point_residual(o, prep["y_train"]), "last_iterate": r}
+                    for p, o, r in zip(points, on, last)
+                ]  # fmt: skip
     return models
 
 

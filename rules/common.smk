@@ -295,7 +295,7 @@ def method_inputs(wildcards):
     """Inputs of a baseline run: the prepared split, and the backbone for the methods that start from it."""
     run = f"results/{wildcards.experiment}/{wildcards.dataset}/split{wildcards.split}"
     inputs = {"prepared": f"{run}/prepared.npz"}
-    if wildcards.method in BACKBONE_METHODS:
+    if wildcards.method in BACKBONE_METHODS or wildcards.method == "multiswag":  # MultiSWAG: component 0's start
         inputs["backbone"] = f"{run}/backbone/model.pt"
         inputs["backbone_meta"] = f"{run}/backbone/meta.json"
     if wildcards.method == "multiswag":  # component 0: the SWAG run's posterior (rule run_swag)
@@ -325,12 +325,10 @@ def candidate_inputs(wildcards):
 
 
 def component_inputs(wildcards):
-    """Inputs of one MultiSWAG component: the prepared split, and component 0's meta (the SWAG run's settings)."""
+    """Inputs of one MultiSWAG component 1..L-1: the prepared split, and component 0's meta (the candidates the
+    SWAG run scored, at which the component draws)."""
     run = f"results/{wildcards.experiment}/{wildcards.dataset}/split{wildcards.split}"
-    inputs = {"prepared": f"{run}/prepared.npz"}
-    if int(wildcards.component) > 0:
-        inputs["first"] = f"{run}/swag/posterior.json"
-    return inputs
+    return {"prepared": f"{run}/prepared.npz", "first": f"{run}/swag/posterior.json"}
 
 
 def samples_and_metrics(dataset):
@@ -397,8 +395,8 @@ def _rows(dataset):
 def _trainings(experiment, method, dataset=None):
     """Full trainings a job does, in units of one backbone training (the cost model of facts.md)."""
     cfg = method_cfg(experiment, method, dataset)
-    if method == "multiswag_component":
-        return 1.5  # one backbone training and one SWAG phase
+    if method == "multiswag_component":  # one backbone training and SWAG's phases (every candidate SWAG scored)
+        return 1 + _trainings(experiment, "swag", dataset)
     if method in ("ivon", "hsa"):
         return len(cfg.get("grid", [{}]))
     model = model_cfg(experiment, dataset)
@@ -410,7 +408,9 @@ def _trainings(experiment, method, dataset=None):
         grid = len(grid_entries(cfg))
         trained = sum(not needs_backbone(method, model, cfg, k) for k in range(grid))
         return max(0.25, trained + widening_bound(method, model, cfg))
-    return 0.25  # sa (BO passes) and multiswag (sampling only) on trained networks
+    if method == "multiswag":  # component 0's draws: SWAG's phases again, from the backbone
+        return 0.25 + _trainings(experiment, "swag", dataset)
+    return 0.25  # sa (BO passes) on the trained backbone
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -211,8 +211,9 @@ rule era5_adapt:
 
 
 rule era5_multiswag_member:
-    """One MultiSWAG-LoRA member 1..L-1: a fresh adapter from its own seed, then its SWAG-LoRA phase at the settings
-    SWAG-LoRA chose (member 0 is the SWAG-LoRA run itself, written by rule era5_swag). One job per member: the
+    """One MultiSWAG-LoRA member 1..L-1: a fresh adapter from its own seed, then its SWAG-LoRA phase and its share of
+    the samples at every candidate SWAG-LoRA scored (member 0 is the SWAG-LoRA run itself, written by rule
+    era5_swag; rule era5_method chooses one setting on the pooled validation samples). One job per member: the
     paper's ten members took ~12 V100 days together."""
     input:
         unpack(era5_member_inputs),

@@ -149,7 +149,6 @@ def era5_method_runtime(method=None):
     def work(sizes, w):
         m = method or w.era5_method
         return method_work(m, sizes, era5_method_cfg(m), ERA5["train"], config["num_samples"],
-                           components=int(era5_method_cfg("multiswag").get("components", 1)),
                            swag_scales=len(ERA5["swag_scales"]) if m == "swag" else 0)  # fmt: skip
 
     return era5_runtime("era5_method" if method is None else f"era5_method ({method})", 480, work)
@@ -159,8 +158,8 @@ def era5_member_runtime():
     from stochattn.resources import member_work
 
     return era5_runtime("era5_multiswag_member", 480,
-                        lambda sizes, w: member_work(int(w.component), sizes, era5_method_cfg("multiswag"),
-                                                     ERA5["train"], config["num_samples"]), resumable=True)  # fmt: skip
+                        lambda sizes, w: member_work(sizes, era5_method_cfg("multiswag"), ERA5["train"],
+                                                     config["num_samples"]), resumable=True)  # fmt: skip
 
 
 def era5_analyses_sweep_runtime():
@@ -362,7 +361,7 @@ def era5_member_inputs(w):
     d = f"{ERA5_DIR}{w.era5_sub}"
     inputs = {"prepared": f"{d}/pairs.npz", "backbone": era5_backbone(), "adapter": f"{d}/adapter.pt",
               "adapter_meta": f"{d}/adapter.json"}  # fmt: skip
-    if int(w.component) > 0:  # member 0 (the SWAG run) chose the SWAG settings
+    if int(w.component) > 0:  # member 0 (the SWAG run): the candidates it scored, where the member draws
         inputs["first"] = f"{d}/runs/swag/posterior.json"
     return inputs
 

@@ -178,8 +178,9 @@ rule ett_calibrate_sa:
 
 rule ett_multiswag_member:
     """One MultiSWAG-LoRA member 1..L-1 of one configuration: a fresh adapter from its own seed, then its SWAG-LoRA
-    phase at the settings SWAG-LoRA chose (member 0 is the SWAG-LoRA run itself, written by rule ett_swag). One job
-    per member bounds every job's runtime."""
+    phase and its share of the samples at every candidate SWAG-LoRA scored (member 0 is the SWAG-LoRA run itself,
+    written by rule ett_swag; rule ett_method chooses one setting on the pooled validation samples). One job per
+    member bounds every job's runtime."""
     input:
         unpack(lambda w: ett_member_inputs(w)),
     output:

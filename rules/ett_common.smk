@@ -186,7 +186,7 @@ def ett_member_inputs(w):
     run = f"results/ett/{w.ett_dataset}/H{w.horizon}"
     inputs = {"prepared": f"{run}/prepared.npz", "backbone": ett_backbone(w), "adapter": f"{run}/adapter.pt",
               "adapter_meta": f"{run}/adapter.json"}  # fmt: skip
-    if int(w.component) > 0:  # member 0 (the SWAG run) chose the SWAG settings
+    if int(w.component) > 0:  # member 0 (the SWAG run): the candidates it scored, where the member draws
         inputs["first"] = f"{run}/swag/posterior.json"
     return inputs
 
@@ -239,8 +239,7 @@ def ett_method_runtime(method=None):
 
     def work(sizes, w):
         m = method or w.ett_method
-        return method_work(m, sizes, ett_method_cfg(m), ETT["train"], config["num_samples"],
-                           components=int(ett_method_cfg("multiswag").get("components", 1)))  # fmt: skip
+        return method_work(m, sizes, ett_method_cfg(m), ETT["train"], config["num_samples"])
 
     return ett_runtime("ett_method" if method is None else f"ett_method ({method})", 240, work)
 
@@ -249,7 +248,7 @@ def ett_member_runtime():
     from stochattn.resources import member_work
 
     return ett_runtime("ett_multiswag_member", 240,
-                       lambda sizes, w: member_work(int(w.component), sizes, ett_method_cfg("multiswag"), ETT["train"],
+                       lambda sizes, w: member_work(sizes, ett_method_cfg("multiswag"), ETT["train"],
                                                     config["num_samples"]), resumable=True)  # fmt: skip
 
 

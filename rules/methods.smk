@@ -46,8 +46,9 @@ use rule run_method as run_swag with:
 
 
 rule multiswag_component:
-    """One MultiSWAG component 1..L-1: a network trained from its own seed, then its SWAG phase at the settings SWAG
-    chose (component 0 is the SWAG run on the shared backbone, rule run_swag). One job per component bounds every
+    """One MultiSWAG component 1..L-1: a network trained from its own seed, then its SWAG phase and its share of the
+    samples at every candidate SWAG scored (component 0 is the SWAG run on the shared backbone, rule run_swag;
+    MultiSWAG's run chooses one setting on the pooled validation samples). One job per component bounds every
     job's runtime."""
     input:
         unpack(component_inputs),

@@ -192,29 +192,10 @@ def test_adapt_and_methods_write_runs_in_the_contract(csvs, tmp_path):
     with pytest.raises(ValueError, match="unknown method"):
         ett.run_method("mc_dropout", tmp_path / "p.npz", tmp_path / "bb.pt", tmp_path / "adapter.pt", tmp_path / "x",
                        lora=lora, train=train, method_cfg={}, num_samples=3, seed=0)  # fmt: skip
-    # MultiSWAG-LoRA: one job per member (member 0 chooses the SWAG settings, member 1 reads them) pools exactly the
-    # samples of the members trained inside one job, for the same seed
-    ms_cfg = {"components": 2, "epochs": 1, "collect_per_epoch": 3, "grid": [{"lr": 1e-3}]}
-    members = []
-    for c in range(2):
-        path = tmp_path / "members" / f"{c}.pt"
-        rec = ett.train_multiswag_member(tmp_path / "p.npz", tmp_path / "bb.pt", tmp_path / "adapter.pt", path,
-                                         component=c, lora=lora, train=train, method_cfg=ms_cfg, num_samples=4,
-                                         seed=5, first_path=None if c == 0 else tmp_path / "members" / "0.json",
-                                         progress=False)  # fmt: skip
-        assert rec["component"] == c and (c == 0) == ("metric" in rec["selection"])
-        members.append(path)
-    for name, kw in (("ms_jobs", {"members": members}), ("ms_one_job", {})):
-        ett.run_method("multiswag", tmp_path / "p.npz", tmp_path / "bb.pt", tmp_path / "adapter.pt", tmp_path / name,
-                       lora=lora, train=train, method_cfg=ms_cfg, num_samples=4, seed=5, progress=False, **kw)
-    jobs, one = np.load(tmp_path / "ms_jobs" / "samples.npz"), np.load(tmp_path / "ms_one_job" / "samples.npz")
-    np.testing.assert_allclose(jobs["samples"], one["samples"], rtol=1e-5, atol=1e-6)
-    assert np.std(jobs["samples"], axis=0).mean() > 0
-    with pytest.raises(ValueError, match="first_path"):
-        ett.train_multiswag_member(tmp_path / "p.npz", tmp_path / "bb.pt", tmp_path / "adapter.pt", tmp_path / "m.pt",
-                                   component=1, lora=lora, train=train, method_cfg=ms_cfg, num_samples=4, seed=5)
-    # the workflow's member 0 is the SWAG-LoRA run: it keeps the posterior it sampled from (adapter tensors and SWAG
-    # moments as a member file), member 1 reads its settings, and MultiSWAG-LoRA pools the two
+    # MultiSWAG-LoRA: member 0 is the SWAG-LoRA run, which keeps its posterior and its record (the candidates it
+    # scored); member 1, one job, draws its share at each of them; the pool chooses one setting on the pooled
+    # validation samples, the very samples of the same members run inside one job for the same seed
+    ms_cfg = {"components": 2, "epochs": 1, "collect_per_epoch": 3, "grid": [{"lr": 1e-3}, {"lr": 3e-3}]}
     swag_cfg = {k: v for k, v in ms_cfg.items() if k != "components"}
     post = tmp_path / "swag_m" / "posterior.pt"
     swag_meta = ett.run_method("swag", tmp_path / "p.npz", tmp_path / "bb.pt", tmp_path / "adapter.pt",
@@ -224,16 +205,23 @@ def test_adapt_and_methods_write_runs_in_the_contract(csvs, tmp_path):
     adapter_seconds = json.loads((tmp_path / "adapter.json").read_text())["seconds"]
     assert rec["component"] == 0 and rec["selection"]["member_of"] == "swag"
     assert rec["seconds"] == pytest.approx(adapter_seconds + swag_meta["seconds"]["train"])
-    m1 = tmp_path / "from_swag" / "1.pt"
+    m1 = tmp_path / "members" / "1.pt"
     rec1 = ett.train_multiswag_member(tmp_path / "p.npz", tmp_path / "bb.pt", tmp_path / "adapter.pt", m1, component=1,
                                       lora=lora, train=train, method_cfg=ms_cfg, num_samples=4, seed=5,
                                       first_path=post.with_suffix(".json"), progress=False)  # fmt: skip
-    assert rec1["candidate"] == rec["candidate"]
-    ett.run_method("multiswag", tmp_path / "p.npz", tmp_path / "bb.pt", tmp_path / "adapter.pt", tmp_path / "ms_swag",
-                   lora=lora, train=train, method_cfg=ms_cfg, num_samples=4, seed=5, members=[post, m1],
-                   progress=False)  # fmt: skip
-    pooled = np.load(tmp_path / "ms_swag" / "samples.npz")["samples"]
-    assert np.all(np.isfinite(pooled)) and np.std(pooled, axis=0).mean() > 0
+    assert rec1["component"] == 1 and rec1["grid"] == rec["selection"]["grid"] and len(rec1["grid"]) == 2
+    for name, kw in (("ms_jobs", {"members": [post, m1]}), ("ms_one_job", {})):
+        ett.run_method("multiswag", tmp_path / "p.npz", tmp_path / "bb.pt", tmp_path / "adapter.pt", tmp_path / name,
+                       lora=lora, train=train, method_cfg=ms_cfg, num_samples=4, seed=5, progress=False, **kw)
+    jobs, one = np.load(tmp_path / "ms_jobs" / "samples.npz"), np.load(tmp_path / "ms_one_job" / "samples.npz")
+    np.testing.assert_allclose(jobs["samples"], one["samples"], rtol=1e-5, atol=1e-6)
+    assert np.all(np.isfinite(jobs["samples"])) and np.std(jobs["samples"], axis=0).mean() > 0
+    sel = json.loads((tmp_path / "ms_jobs" / "meta.json").read_text())["selection"]
+    assert sel["grid"] == rec1["grid"] and len(sel["val_crps"]) == 2 and sel["chosen_on"].startswith("pooled")
+    with pytest.raises(ValueError, match="member 0"):
+        ett.train_multiswag_member(tmp_path / "p.npz", tmp_path / "bb.pt", tmp_path / "adapter.pt", tmp_path / "m.pt",
+                                   component=0, lora=lora, train=train, method_cfg=ms_cfg, num_samples=4, seed=5,
+                                   first_path=post.with_suffix(".json"))  # fmt: skip
     with pytest.raises(ValueError, match="swag_member"):
         ett.run_method("hsa", tmp_path / "p.npz", tmp_path / "bb.pt", tmp_path / "adapter.pt", tmp_path / "x",
                        lora=lora, train=train, method_cfg={}, num_samples=3, seed=0, swag_member=post)  # fmt: skip

@@ -121,15 +121,19 @@ def test_method_writes_contracted_samples_meta_and_metrics(workdir, sa_run, meth
 def test_swag_run_keeps_the_posterior_it_sampled_as_multiswag_component_0(workdir, tmp_path):
     """SWAG with ``swag_member`` writes the very posterior it sampled from as MultiSWAG's component 0 (the workflow
     trains components 1..L-1 only): redrawn from the file with SWAG's seed it gives SWAG's samples; component 1
-    reuses its settings; MultiSWAG pools both; the file's seconds are a member's (training + SWAG phases)."""
-    from stochattn.baselines.swag import swag_samples
+    draws at every candidate SWAG scored; MultiSWAG chooses one of them on the pooled validation samples, its
+    component 0 drawn again from the backbone at SWAG's seed (the draws SWAG's posterior gives, where it chose the
+    same); the file's seconds are a member's (training + SWAG phases)."""
+    from stochattn.baselines.swag import component_counts, swag_samples
     from stochattn.experiments import methods
+    from stochattn.selection import ValidationSplit
 
+    cfg = dict(CFG["multiswag"], grid=[{"lr": 1e-3}, {"lr": 3e-3}])
     post = tmp_path / "swag" / "posterior.pt"
     swag_meta = uci.run_method("swag", workdir / "prepared.npz", tmp_path / "swag",
                                backbone_path=workdir / "backbone/model.pt", model=MODEL, train=TRAIN,
-                               method_cfg=CFG["swag"], num_samples=S, seed=1, swag_member=post,
-                               progress=False)  # fmt: skip
+                               method_cfg={k: v for k, v in cfg.items() if k != "components"}, num_samples=S, seed=1,
+                               swag_member=post, progress=False)  # fmt: skip
     rec = load_json(post.with_suffix(".json"))
     assert rec["component"] == 0 and rec["selection"]["member_of"] == "swag"
     assert rec["seconds"] == pytest.approx(load_json(workdir / "backbone/meta.json")["seconds"]
@@ -139,16 +143,36 @@ def test_swag_run_keeps_the_posterior_it_sampled_as_multiswag_component_0(workdi
     redrawn = methods.to_original(swag_samples(net, swag, data["x_test"], S, 1, scale=candidate["scale"]), data)
     np.testing.assert_allclose(redrawn, load_npz(tmp_path / "swag" / "samples.npz")["samples"], rtol=1e-6)
     comp1 = tmp_path / "components" / "1.pt"
-    uci.train_multiswag_component(workdir / "prepared.npz", comp1, component=1, model=MODEL, train=TRAIN,
-                                  method_cfg=CFG["multiswag"], seed=2, num_samples=S,
-                                  first_path=post.with_suffix(".json"), progress=False)  # fmt: skip
-    assert load_json(comp1.with_suffix(".json"))["candidate"] == candidate
+    rec1 = uci.train_multiswag_component(workdir / "prepared.npz", comp1, component=1, model=MODEL,
+                                         train=dict(TRAIN, max_epochs=30),  # a network with skill, as the backbone's
+                                         method_cfg=cfg, seed=2, num_samples=S, first_path=post.with_suffix(".json"),
+                                         progress=False)  # fmt: skip
+    assert rec1["grid"] == rec["selection"]["grid"] and len(rec1["grid"]) == 2
+    drawn = methods.load_multiswag_component(comp1, networks=True)
+    n0, n1 = component_counts(S, 2)  # 3 and 2 of the 5 samples
+    assert [d["val"].shape[0] for d in drawn["draws"]] == [n1] * 2  # its share of S at each candidate
     meta = uci.run_method("multiswag", workdir / "prepared.npz", tmp_path / "multiswag", components=[post, comp1],
-                          model=MODEL, train=TRAIN, method_cfg=CFG["multiswag"], num_samples=S, seed=3,
-                          progress=False)  # fmt: skip
+                          backbone_path=workdir / "backbone/model.pt", model=MODEL, train=TRAIN, method_cfg=cfg,
+                          num_samples=S, seed=3, progress=False)  # fmt: skip
     pooled = load_npz(tmp_path / "multiswag" / "samples.npz")["samples"]
     assert np.all(np.isfinite(pooled)) and pooled.std(0).mean() > 0
-    assert meta["seconds"]["train"] == pytest.approx(rec["seconds"] + load_json(comp1.with_suffix(".json"))["seconds"])
+    assert meta["seconds"]["train"] == pytest.approx(rec["seconds"] + rec1["seconds"])
+    sel = meta["selection"]
+    assert sel["grid"] == rec["selection"]["grid"] and sel["chosen_on"].startswith("pooled validation samples")
+    chosen = sel["chosen"]["index"]
+    # component 0's rows: SWAG's seed and stream at the chosen candidate (SWAG's own posterior where it chose it)
+    if sel["chosen"]["candidate"] != candidate:
+        backbone = uci.load_backbone(data, workdir / "backbone/model.pt")
+        net, swag = methods.swag_phase(backbone, sel["chosen"]["candidate"], ValidationSplit.from_prepared(data), 1,
+                                       False)  # fmt: skip
+    scale = sel["chosen"]["candidate"]["scale"]
+    first = methods.to_original(swag_samples(net, swag, data["x_test"], n0, 1, scale=scale), data)
+    np.testing.assert_allclose(pooled[:n0], first, rtol=1e-5)
+    np.testing.assert_allclose(pooled[n0:], methods.to_original(drawn["draws"][chosen]["test"], data), rtol=1e-6)
+    with pytest.raises(ValueError, match="component 0 is the SWAG run"):
+        uci.train_multiswag_component(workdir / "prepared.npz", tmp_path / "c0.pt", component=0, model=MODEL,
+                                      train=TRAIN, method_cfg=cfg, seed=2, num_samples=S,
+                                      first_path=post.with_suffix(".json"))  # fmt: skip
     with pytest.raises(ValueError, match="swag_member"):
         uci.run_method("mc_dropout", workdir / "prepared.npz", tmp_path / "x",
                        backbone_path=workdir / "backbone/model.pt", model=MODEL, train=TRAIN, method_cfg={},

@@ -147,9 +147,13 @@ def test_each_job_counts_its_steps_and_passes():
     sa_cfg = {"budget": 12, "num_batches": 4, "batch_size": 512, "num_passes": 16}
     sa = resources.method_work("sa", SIZES, sa_cfg, TRAIN, 4)
     assert sa.sa_inputs == 12 * 4 * 50 * 16 + 8 * 250  # a BO batch holds at most the 50 cal inputs
-    member0 = resources.member_work(0, SIZES, swag_cfg, TRAIN, 4)
-    member1 = resources.member_work(1, SIZES, swag_cfg, TRAIN, 4)
-    assert member0.train_steps == 30 + 45 and member1.train_steps == 30 + 15
+    multiswag_cfg = dict(swag_cfg, components=2)  # each component draws 2 of the 4 samples at each candidate
+    member = resources.member_work(SIZES, multiswag_cfg, TRAIN, 4)
+    adapter = resources.adapt_work(SIZES, TRAIN)
+    assert member.train_steps == adapter.train_steps + 45  # a fresh adapter and a SWAG phase per candidate
+    assert member.forward_inputs == adapter.forward_inputs + 3 * 2 * (100 + 200 + 50)
+    pool = resources.method_work("multiswag", SIZES, multiswag_cfg, TRAIN, 4)  # component 0 drawn, no training
+    assert (pool.train_steps, pool.forward_inputs) == (45, 3 * 2 * (100 + 200 + 50))
     analyses = resources.analyses_work(SIZES, sa_cfg, {"nu_grid": [1, 2, 4], "bo_seeds": [0, 1],
                                                        "bo_second_range": [2, 512]}, 4)  # fmt: skip
     assert analyses.sa_inputs == 3 * 4 * 50 + 2 * 4 * 200 + 2 * 2 * 12 * 4 * 50 * 16

@@ -775,14 +775,14 @@ def test_the_temporary_files_of_a_save_cut_short_are_removed_at_the_next_start(r
 def test_a_uci_multiswag_component_signalled_in_its_swag_phase_resumes_in_its_job(tmp_path, monkeypatch):
     """The workflow's job (workflow_scripts/multiswag_component.py: the call inside stochattn.training.resumable): a
     component signalled in its SWAG phase resumes there (its network's training returned from the completed state,
-    not trained again) and writes the same network and posterior as an uninterrupted job."""
+    not trained again) and writes the same draws and networks as an uninterrupted job."""
     from stochattn.experiments import methods
     from stochattn.io import save_json
     from stochattn.training import resumable, saved_training_time
 
     uci.prepare_sinusoid(tmp_path / "prepared.npz", n=160, seed=0)
     candidate = dict(methods.SWAG_DEFAULTS, lr=1e-3, epochs=3, max_rank=3, batch_size=16)
-    save_json(tmp_path / "first.json", {"candidate": candidate})
+    save_json(tmp_path / "first.json", {"selection": {"grid": [candidate]}})  # component 0's: the candidates it scored
     model, train = dict(n_blocks=1, d_block=8, attention_n_heads=2), dict(max_epochs=3, lr=1e-2, batch_size=16)
 
     def job(name, swag_step, backbone_step=None, checkpoint=None):
@@ -804,7 +804,7 @@ def test_a_uci_multiswag_component_signalled_in_its_swag_phase_resumes_in_its_jo
     backbone, swag = Step(), Step()
     out = job("resumed", swag, backbone, checkpoint=ckpt)
     assert backbone.calls == 0 and 0 < swag.calls < 3 * 7
-    assert same(ref["swag"], out["swag"]) and same(ref["state_dict"], out["state_dict"])
+    assert same(ref["draws"], out["draws"]) and same(ref["networks"], out["networks"])
     # the component's recorded training counts the attempt that was stopped (MultiSWAG's train seconds sum these)
     assert json.loads((tmp_path / "resumed" / "1.json").read_text())["seconds"] > saved > 0
 

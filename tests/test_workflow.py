@@ -8,6 +8,7 @@ reads the shared offline data mirror (../shared/data); tests that need it are sk
 from __future__ import annotations
 
 import ast
+import copy
 import hashlib
 import json
 import os
@@ -637,15 +638,25 @@ def test_uci_bias_measures_the_training_offset_of_each_point(tiny_run, tmp_path)
     assert measured["backbone"]["n"] == measured["swa_mean"]["n"] == len(prep["y_train"])
     assert measured["backbone_dropout_on"]["mean"] != measured["backbone"]["mean"]  # the network as trained
     assert measured["swa_mean"]["mean"] != measured["backbone"]["mean"]
-    from stochattn.experiments.uci import _load_component
+    from stochattn.experiments.methods import swag_phase
+    from stochattn.experiments.uci import _load_component, multiswag_component_networks
+    from stochattn.selection import ValidationSplit
 
-    components = [split / "swag" / "posterior.pt", split / "multiswag" / "components" / "1.pt"]
-    swa_means, last_iterates = [], []
-    for path in components:
-        member, swag, _ = _load_component(prep, path)
-        last_iterates.append(predict(member, prep["x_train"]).numpy().ravel())
-        swag.load_mean(member)
-        swa_means.append(predict(member, prep["x_train"]).numpy().ravel())
+    # MultiSWAG's components at the candidate its run chose on the pooled validation samples: component 0 is the
+    # SWAG run (its file where SWAG chose that candidate too, else its phase repeated), component 1 its file's
+    chosen = json.loads((split / "multiswag" / "meta.json").read_text())["selection"]["chosen"]
+    swag_record = json.loads((split / "swag" / "posterior.json").read_text())
+    if swag_record["candidate"] == chosen["candidate"]:
+        member, swag, _ = _load_component(prep, split / "swag" / "posterior.pt")
+    else:
+        member, swag = swag_phase(net, chosen["candidate"], ValidationSplit.from_prepared(prep), swag_record["seed"],
+                                  False)  # fmt: skip
+    mean = copy.deepcopy(member)
+    swag.load_mean(mean)
+    networks = [(member, mean), multiswag_component_networks(prep, split / "multiswag" / "components" / "1.pt",
+                                                             chosen["index"])]  # fmt: skip
+    swa_means = [predict(m, prep["x_train"]).numpy().ravel() for _, m in networks]
+    last_iterates = [predict(n, prep["x_train"]).numpy().ravel() for n, _ in networks]
     expected = float(np.mean(prep["y_train"] - np.mean(swa_means, axis=0)))
     assert measured["swa_means"]["mean"] == pytest.approx(expected, rel=1e-6, abs=1e-9)
     assert measured["swa_means"]["mean"] != measured["swa_mean"]["mean"]
@@ -653,7 +664,8 @@ def test_uci_bias_measures_the_training_offset_of_each_point(tiny_run, tmp_path)
     per_component = measured["swa_means_per_component"]
     assert [c["eval"]["mean"] for c in per_component] == pytest.approx(
         [float(np.mean(prep["y_train"] - s)) for s in swa_means], rel=1e-6, abs=1e-9)  # fmt: skip
-    assert per_component[0]["eval"]["mean"] == measured["swa_mean"]["mean"]  # SWAG's own is component 0
+    if swag_record["candidate"] == chosen["candidate"]:
+        assert per_component[0]["eval"]["mean"] == measured["swa_mean"]["mean"]  # SWAG's own is component 0
     assert [c["last_iterate"]["mean"] for c in per_component] == pytest.approx(
         [float(np.mean(prep["y_train"] - s)) for s in last_iterates], rel=1e-6, abs=1e-9)  # fmt: skip
     assert per_component[1]["last_iterate"]["mean"] != per_component[1]["eval"]["mean"]

@@ -128,7 +128,7 @@ else:
         with resumable(resume_checkpoint(sm)):  # a rerun after a kill resumes the training inside
             meta = ett.train_multiswag_member(sm.input.prepared, sm.input.backbone, sm.input.adapter, sm.output.state,
                                               component=p.component, lora=p.lora, train=p.train, method_cfg=p.method_cfg,
-                                              num_samples=p.num_samples, seed=p.seed, first_path=sm.input.get("first"),
+                                              num_samples=p.num_samples, seed=p.seed, first_path=sm.input.first,
                                               require_skill=p.require_skill, progress=progress,
                                               provenance=job.stage())  # fmt: skip
         print(f"multiswag member {p.component}: {meta['seconds']:.1f} s", flush=True)

@@ -27,7 +27,7 @@ with resumable(resume_checkpoint(sm)):
         method_cfg=p.method_cfg,
         seed=p.seed,
         num_samples=p.num_samples,
-        first_path=sm.input.get("first"),
+        first_path=sm.input.first,
         device=sm.config["device"],
         progress=sm.config["progress"],
         provenance=stage_provenance(

@@ -291,9 +291,11 @@ def _swag_phase(sizes: Sizes, cfg: Mapping[str, Any]) -> Work:
     return Work(train_steps=epochs * math.ceil(sizes.train / int(cfg.get("batch_size", 256))))
 
 
-def _swag_select(sizes: Sizes, cfg: Mapping[str, Any], num_samples: int) -> Work:
-    """Every candidate's SWAG phase, its SWA-mean point and ``num_samples`` samples on val."""
-    return _grid(cfg) * candidate_work("swag", sizes, cfg, {}, num_samples) + Work(forward_inputs=sizes.val)
+def _component_draws(sizes: Sizes, cfg: Mapping[str, Any], num_samples: int) -> Work:
+    """One MultiSWAG component at every candidate of its grid: a SWAG phase and its share of ``num_samples`` (L =
+    ``cfg["components"]``) on val, test and cal (:func:`stochattn.experiments.methods.multiswag_draws`)."""
+    share = math.ceil(num_samples / int(cfg.get("components", 1)))
+    return _grid(cfg) * (_swag_phase(sizes, cfg) + Work(forward_inputs=share * (sizes.val + sizes.test + sizes.cal)))
 
 
 def _final(sizes: Sizes, num_samples: int, kind: str = "forward_inputs") -> Work:
@@ -338,27 +340,26 @@ def selection_work(method: str, sizes: Sizes, num_samples: int, *, swag_scales: 
 
 
 def method_work(method: str, sizes: Sizes, cfg: Mapping[str, Any], train: Mapping[str, Any], num_samples: int, *,
-                components: int = 1, swag_scales: int = 0) -> Work:  # fmt: skip
+                swag_scales: int = 0) -> Work:  # fmt: skip
     """One method job (``cfg``: the method's settings with its grid; ``train``: the adapter's): SA's calibration
     and sampling; SWAG's selection, sampling and ``swag_scales`` variance scales (val and test); MultiSWAG's
-    pooled sampling of ``components`` members (their training is :func:`member_work`); IVON, Contextual Dropout
-    and HSA: every candidate trained to ``max_epochs`` from a fresh adapter, sampled on val, the chosen one on
-    test and cal."""
+    component 0 drawn at every candidate and the pooled samples scored (members 1..L-1 are :func:`member_work`);
+    IVON, Contextual Dropout and HSA: every candidate trained to ``max_epochs`` from a fresh adapter, sampled on
+    val, the chosen one on test and cal."""
     if method == "sa":
         return _bo(sizes, cfg) + _final(sizes, 2 * num_samples, "sa_inputs")
-    if method == "multiswag":
-        return _final(sizes, num_samples) + Work(forward_inputs=(components - 1) * (sizes.test + sizes.cal))
+    if method == "multiswag":  # component 0's draws (the SWAG run's phases again) and the pooled val scored
+        return _component_draws(sizes, cfg, num_samples)
     if method != "swag" and method not in _TRAINED:
         raise ValueError(f"no cost model for method {method!r}")
     return (_grid(cfg) * candidate_work(method, sizes, cfg, train, num_samples)
             + selection_work(method, sizes, num_samples, swag_scales=swag_scales))  # fmt: skip
 
 
-def member_work(component: int, sizes: Sizes, cfg: Mapping[str, Any], train: Mapping[str, Any],
-                num_samples: int) -> Work:  # fmt: skip
-    """One MultiSWAG member: a fresh adapter, then its SWAG phase (member 0 chooses the settings on val)."""
-    swag = _swag_select(sizes, cfg, num_samples) if component == 0 else _swag_phase(sizes, cfg)
-    return adapt_work(sizes, train) + swag
+def member_work(sizes: Sizes, cfg: Mapping[str, Any], train: Mapping[str, Any], num_samples: int) -> Work:
+    """One MultiSWAG member 1..L-1: a fresh adapter, then its SWAG phase and its share of the samples at every
+    candidate of the grid."""
+    return adapt_work(sizes, train) + _component_draws(sizes, cfg, num_samples)
 
 
 def analyses_work(sizes: Sizes, sa: Mapping[str, Any], analyses: Mapping[str, Any], num_samples: int) -> Work:

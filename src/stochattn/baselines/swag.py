@@ -437,6 +437,12 @@ def swag_samples(
     return torch.stack(out) if out else torch.empty(0, len(x))
 
 
+def component_counts(num_samples: int, components: int) -> list[int]:
+    """How MultiSWAG splits ``num_samples`` draws over ``components`` posteriors: component ``l`` (0-based) gets
+    ``S // L + (1 if l < S % L else 0)``, so every component contributes when ``S >= L``."""
+    return [num_samples // components + (1 if c < num_samples % components else 0) for c in range(components)]
+
+
 def multiswag_samples(
     members: Sequence[tuple[nn.Module, SWAG]],
     x: Tensor | np.ndarray,
@@ -452,10 +458,10 @@ def multiswag_samples(
     """MultiSWAG predictive samples ``(num_samples, n)``: samples pooled from ``L`` independent SWAG posteriors.
 
     ``members`` is a sequence of ``(model, swag)`` pairs (each model trained from its own initialisation and its
-    own SWAG phase). The sample budget is split as evenly as possible: component ``l`` (0-based) gets
-    ``S // L + (1 if l < S % L else 0)`` draws, so every component contributes when ``S >= L`` and the first
-    ``S`` components one draw each when ``S < L``. Rows are ordered component by component (component 0 first);
-    that order carries no meaning for the pooled predictive distribution (an equal-weight mixture).
+    own SWAG phase). The sample budget is split as evenly as possible (:func:`component_counts`): every
+    component contributes when ``S >= L``, the first ``S`` components one draw each when ``S < L``. Rows are
+    ordered component by component (component 0 first); that order carries no meaning for the pooled predictive
+    distribution (an equal-weight mixture).
     """
     members = list(members)
     if not members:
@@ -466,8 +472,7 @@ def multiswag_samples(
     if isinstance(num_samples, bool) or not isinstance(num_samples, (int, np.integer)) or num_samples < 1:
         raise ValueError(f"num_samples: must be a positive int, got {num_samples!r}")
     gen = as_generator(generator)
-    L = len(members)
-    counts = [num_samples // L + (1 if l < num_samples % L else 0) for l in range(L)]  # noqa: E741 - keeps the code hash
+    counts = component_counts(num_samples, len(members))
     parts = [
         swag_samples(
             model, swag, x, c, gen, scale=scale, diag_only=diag_only, batch_size=batch_size, device=device,

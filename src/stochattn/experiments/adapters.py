@@ -155,23 +155,23 @@ def _swag(data, setup, cfg, num_samples, seed, progress):
 
 
 def train_multiswag_member(data, setup: AdapterSetup, cfg: Mapping[str, Any], component: int, seed: int,
-                           progress: bool, first_candidate: Optional[Mapping[str, Any]], num_samples: int):  # fmt: skip
-    """One MultiSWAG-LoRA member: a fresh adapter from its own seed (:func:`stochattn.experiments.methods.
-    component_seed`) trained like the configuration's adapter, then its SWAG-LoRA phase (component 0 chooses the
-    SWAG settings on the validation part, the others reuse ``first_candidate``). Returns ``(net, swag, candidate,
-    selection, seconds)``."""
+                           progress: bool, grid: Sequence[Mapping[str, Any]], num_samples: int):  # fmt: skip
+    """One MultiSWAG-LoRA member 1..L-1: a fresh adapter from its own seed (:func:`stochattn.experiments.methods.
+    component_seed`) trained like the configuration's adapter, then its SWAG-LoRA phase and its share of the
+    samples at every candidate of ``grid``. Returns ``((draws, networks), seconds)``
+    (:func:`stochattn.experiments.methods.multiswag_draws`)."""
+    from ..baselines.swag import component_counts
     from ..selection import ValidationSplit
 
     cfg = swag_lora_cfg(cfg, setup)
+    count = component_counts(num_samples, int(cfg["components"]))[component]
     with TrainingClock() as clock:  # a resumed member's trainings count their earlier attempts
         member_seed = methods.component_seed(seed, component)
         net = setup.fresh(member_seed)
         methods.fit_on(net, ValidationSplit.from_prepared(data), setup.train, member_seed, progress,
                        f"multiswag {component + 1}/{cfg['components']}")  # fmt: skip
-        member, swag, candidate, selection = methods.multiswag_member(data, net, cfg, component, member_seed,
-                                                                      progress, first_candidate,
-                                                                      num_samples=num_samples)  # fmt: skip
-    return member, swag, candidate, selection, clock.seconds()
+        drawn = methods.multiswag_draws(net, grid, data, member_seed, count, progress)
+    return drawn, clock.seconds()
 
 
 def save_multiswag_member(path: str | Path, net: torch.nn.Module, swag, candidate: Mapping[str, Any]) -> Dict[str, str]:
@@ -180,20 +180,14 @@ def save_multiswag_member(path: str | Path, net: torch.nn.Module, swag, candidat
     return save_model(path, {"adapter": _adapter_state(net), "swag": swag.state_dict(), "candidate": dict(candidate)})
 
 
-def load_multiswag_member(setup: AdapterSetup, path: str | Path, seed: int):
-    """``(net, swag, candidate)`` of a member written by :func:`save_multiswag_member` (``seed``: its own)."""
-    from ..baselines.swag import SWAG
-
-    ckpt = load_model(path)
-    net = load_adapter(setup.fresh(seed), path)
-    return net, SWAG.from_state_dict(ckpt["swag"]), ckpt["candidate"]
-
-
 def _multiswag(data, setup, cfg, num_samples, seed, progress):
-    """MultiSWAG-LoRA: L adapters from their own initialisations, each with its own SWAG phase over the adapter
-    (:func:`train_multiswag_member`). The members written by the workflow's per-member jobs
-    (``setup.extra["multiswag_members"]``: their files, in order, a ``.json`` record beside each) are pooled as
-    they are; without them the L members are trained here one after the other.
+    """MultiSWAG-LoRA: L adapters from their own initialisations, each with its own SWAG-LoRA phase
+    (:func:`train_multiswag_member`), one SWAG setting for all chosen on the pooled validation samples
+    (:func:`stochattn.experiments.methods.multiswag_pool`). Component 0 is the SWAG-LoRA run on the
+    configuration's adapter. The workflow's files (``setup.extra["multiswag_members"]``: SWAG's member-0 record
+    (:func:`write_swag_as_member`) then members 1..L-1 of :func:`write_multiswag_member`) are pooled as they are;
+    without them the SWAG-LoRA search and the L-1 members run here (``setup.extra["adapter_seconds"]``: the
+    configuration adapter's training, component 0's).
 
     NOTE[DIFF]: a member here is a LoRA fit, not a full network; each member's SWAG phase follows SWAG-LoRA's recipe
     (:func:`swag_lora_cfg`)."""
@@ -201,75 +195,64 @@ def _multiswag(data, setup, cfg, num_samples, seed, progress):
 
     paths = setup.extra.get("multiswag_members")
     if paths:
-        metas = [load_json(Path(p).with_suffix(".json")) for p in paths]
-        if [m["component"] for m in metas] != list(range(len(metas))):
-            raise ValueError(f"MultiSWAG members must be 0..L-1 in order, got {[m['component'] for m in metas]}")
-        loaded = [load_multiswag_member(setup, p, m["seed"]) for p, m in zip(paths, metas)]
-        members = [(net, swag) for net, swag, _ in loaded]
-        run = methods.multiswag_run(data, members, loaded[0][2], metas[0]["selection"],
-                                    sum(m["seconds"] for m in metas), num_samples, seed)  # fmt: skip
+        first = load_json(Path(paths[0]).with_suffix(".json"))
+        components = [methods.load_multiswag_component(p) for p in paths[1:]]
+    else:
+        swag_run = _swag(data, setup, cfg, num_samples, seed, progress)
+        first = {"seed": seed, "selection": swag_run["extra"]["selection"],
+                 "seconds": float(setup.extra.get("adapter_seconds", 0.0)) + swag_run["seconds"]["train"]}
+        grid = first["selection"]["grid"]
+        components = []
+        for c in range(1, int(cfg["components"])):
+            (draws, _), sec = train_multiswag_member(data, setup, cfg, c, seed, progress, grid, num_samples)
+            components.append({"component": c, "grid": grid, "draws": draws, "seconds": sec})
+    if first.get("component", 0) != 0:
+        raise ValueError(f"MultiSWAG-LoRA's first file must be member 0 (the SWAG run), got {first['component']}")
+    run = methods.multiswag_pool(data, setup.adapted(), first, components, num_samples, progress)
+    if paths:
         run["extra"]["components"] = [str(p) for p in paths]
-        return run
-    members, first, first_selection, seconds = [], None, None, 0.0
-    for c in range(int(cfg["components"])):
-        member, swag, candidate, selection, sec = train_multiswag_member(data, setup, cfg, c, seed, progress, first,
-                                                                         num_samples)  # fmt: skip
-        if first is None:
-            first, first_selection = candidate, selection
-        members.append((member, swag))
-        seconds += sec
-    return methods.multiswag_run(data, members, first, first_selection, seconds, num_samples, seed)
+    return run
 
 
 def write_multiswag_member(data, setup: AdapterSetup, cfg: Mapping[str, Any], out_path: str | Path, *,
-                           component: int, seed: int, num_samples: int, first_path: Optional[str | Path] = None,
+                           component: int, seed: int, num_samples: int, first_path: str | Path,
                            progress: bool = True, provenance: Optional[Mapping[str, Any]] = None
                            ) -> Dict[str, Any]:  # fmt: skip
-    """One MultiSWAG-LoRA member (:func:`train_multiswag_member`) -> ``out_path`` and its record ``<stem>.json``
-    (component, seed, SWAG settings and how they were chosen, seconds); component 0 chooses the settings, the
-    others read them from component 0's record ``first_path``. One job per member, so no cluster job trains more
-    than one adapter (MultiSWAG-LoRA with L = 10 members is ~12 V100 days on ClimaX, the paper's figure)."""
+    """One MultiSWAG-LoRA member 1..L-1 (:func:`train_multiswag_member`, drawn at every candidate member 0, the
+    SWAG-LoRA run, scored: its record ``first_path``) -> ``out_path`` and its record ``<stem>.json``
+    (:func:`stochattn.experiments.methods.write_multiswag_component`). One job per member, so no cluster job trains
+    more than one adapter (MultiSWAG-LoRA with L = 10 members is ~12 V100 days on ClimaX, the paper's figure)."""
     from ..io import load_json
 
-    if component < 0 or (component > 0) != (first_path is not None):
-        raise ValueError(f"component {component}: first_path (component 0's record) is needed exactly for "
-                         f"components > 0")  # fmt: skip
-    first = None if first_path is None else load_json(first_path)["candidate"]
-    net, swag, candidate, selection, seconds = train_multiswag_member(data, setup, cfg, component, seed, progress,
-                                                                      first, num_samples)  # fmt: skip
-    if first_path is not None:
-        selection = {"chosen_on": f"component 0 ({first_path})"}
-    return _write_member(out_path, net, swag, candidate, component=component,
-                         seed=methods.component_seed(seed, component), selection=selection, seconds=seconds,
-                         provenance=provenance)  # fmt: skip
+    if not 0 < component < int(cfg["components"]):
+        raise ValueError(f"component {component}: members 1..{int(cfg['components']) - 1} are trained here, member 0 "
+                         f"is the SWAG-LoRA run (write_swag_as_member)")  # fmt: skip
+    grid = load_json(first_path)["selection"]["grid"]
+    drawn, seconds = train_multiswag_member(data, setup, cfg, component, seed, progress, grid, num_samples)
+    record = {"component": component, "seed": methods.component_seed(seed, component), "seconds": seconds,
+              "selection": {"drawn_at": f"the candidates member 0 scored ({first_path})"}}  # fmt: skip
+    return methods.write_multiswag_component(out_path, grid, drawn, record, provenance)
 
 
 def write_swag_as_member(out_path: str | Path, setup: AdapterSetup, run: Mapping[str, Any], *, seed: int,
                          adapter_seconds: float, provenance: Optional[Mapping[str, Any]] = None
                          ) -> Dict[str, Any]:  # fmt: skip
     """The SWAG-LoRA run's posterior (``setup.extra["swag_fitted"]``, left there by :func:`_swag`; ``run``: its
-    run dict) -> MultiSWAG-LoRA's member 0 at ``out_path``, in :func:`write_multiswag_member`'s format; its
-    ``seconds`` are the adapter's training and the SWAG phases (a member's cost: a training and a SWAG phase).
+    run dict) -> MultiSWAG-LoRA's member 0 at ``out_path`` and its record ``<stem>.json``: seed, the SWAG
+    selection (every candidate scored, which members 1..L-1 are drawn at) and ``seconds``, the adapter's training
+    and the SWAG phases (a member's cost: a training and a SWAG phase per candidate).
 
     MultiSWAG (Wilson & Izmailov 2020) is an ensemble of SWAG runs from independent initialisations; the SWAG run
     on the configuration's adapter is one of them, so the workflow trains only members 1..L-1 (each from its own
-    seed, with the SWAG settings this run chose) instead of L, whose first would repeat SWAG's selection on
-    another adapter. With the quick config's L = 3 that is a third of MultiSWAG-LoRA's trainings."""
-    member, swag, candidate = setup.extra["swag_fitted"]
-    return _write_member(out_path, member, swag, candidate, component=0, seed=seed,
-                         selection=dict(run["extra"]["selection"], member_of="swag"),
-                         seconds=float(adapter_seconds) + float(run["seconds"]["train"]),
-                         provenance=provenance)  # fmt: skip
-
-
-def _write_member(out_path, net, swag, candidate, *, component, seed, selection, seconds, provenance):
-    """One member's file (:func:`save_multiswag_member`) and its record ``<stem>.json``; returns the record."""
+    seed) instead of L. With the quick config's L = 3 that is a third of MultiSWAG-LoRA's trainings."""
     from ..io import save_json
     from ..provenance import device_info
 
-    recorded = save_multiswag_member(out_path, net, swag, candidate)
-    meta = {"method": "multiswag", "component": component, "seed": seed, "candidate": dict(candidate),
-            "seconds": seconds, "device": device_info(), "selection": selection, RECORD_KEY: recorded}  # fmt: skip
+    member, swag, candidate = setup.extra["swag_fitted"]
+    recorded = save_multiswag_member(out_path, member, swag, candidate)
+    meta = {"method": "multiswag", "component": 0, "seed": seed, "candidate": dict(candidate),
+            "seconds": float(adapter_seconds) + float(run["seconds"]["train"]), "device": device_info(),
+            "selection": dict(run["extra"]["selection"], member_of="swag"), RECORD_KEY: recorded}  # fmt: skip
     if provenance is not None:
         meta["provenance"] = dict(provenance)
     save_json(Path(out_path).with_suffix(".json"), meta)

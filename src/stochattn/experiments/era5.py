@@ -483,7 +483,7 @@ def run_method(
     ``meta.json`` in ``out_dir`` (SA: also ``sa_match`` and ``calibration.json``; SWAG with ``swag_scales``: also
     ``scale_sweep.json``, :func:`swag_scale_sweep`). ``require_skill=False`` lets the baselines' selection keep
     a candidate that does not beat the training climatology (smoke runs; recorded in meta.json). MultiSWAG pools
-    ``members`` (:func:`train_multiswag_member`'s files, in order) when given, else trains its members here. SWAG
+    ``members`` (SWAG's member 0, then :func:`train_multiswag_member`'s files) when given, else runs them here. SWAG
     with ``swag_member``: also its posterior, as MultiSWAG-LoRA's member 0 (:func:`adapters.write_swag_as_member`).
     ``candidates``: the method's grid fitted one candidate per job (:func:`fit_candidate`'s files, in grid order): only
     the choice and the sampling run here."""
@@ -492,6 +492,7 @@ def run_method(
     data["require_skill"] = bool(require_skill)
     adapter_meta = load_json(Path(adapter_path).with_suffix(".json"))
     ctx = setup(backbone_path, adapter_path, lora, train, sa_sites=sa_sites, allow_pickle=allow_pickle)
+    ctx.extra["adapter_seconds"] = adapter_meta["seconds"]  # MultiSWAG's member 0 (the SWAG run) trained it
     if members:
         ctx.extra["multiswag_members"] = [str(m) for m in members]
     if method == "swag" and swag_scales:  # the sweep samples the very SWAG posterior of the run
@@ -823,14 +824,15 @@ def train_multiswag_member(
     method_cfg: Mapping[str, Any],
     num_samples: int,
     seed: int,
-    first_path: Optional[str | Path] = None,
+    first_path: str | Path,
     allow_pickle: bool = False,
     require_skill: bool = True,
     progress: bool = True,
     provenance: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
-    """One MultiSWAG-LoRA member -> ``out_path`` and its record
-    (:func:`stochattn.experiments.adapters.write_multiswag_member`); ``seed``: the multiswag run's."""
+    """One MultiSWAG-LoRA member 1..L-1 -> ``out_path`` and its record, drawn at every candidate member 0 (the
+    SWAG-LoRA run, its record ``first_path``) scored (:func:`stochattn.experiments.adapters.write_multiswag_member`);
+    ``seed``: the multiswag run's."""
     data = load_pairs(prepared_path)
     data["require_skill"] = bool(require_skill)
     ctx = setup(backbone_path, adapter_path, lora, train, allow_pickle=allow_pickle)

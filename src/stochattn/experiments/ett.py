@@ -351,7 +351,7 @@ def run_method(
 ) -> Dict[str, Any]:
     """One method on one configuration: ``samples.npz`` (series flattened by the evaluation; arrays (S, n, H))
     and ``meta.json`` in ``out_dir`` (SA: also ``sa_match`` beside it and ``calibration.json``). MultiSWAG pools
-    ``members`` (:func:`train_multiswag_member`'s files, in order) when given, else trains its members here.
+    ``members`` (SWAG's member 0, then :func:`train_multiswag_member`'s files) when given, else runs them here.
     ``require_skill=False`` lets the baselines' selection keep a candidate that does not beat the training mean
     (recorded; the rehearsal's random weights). SWAG with ``swag_member``: also its posterior, as MultiSWAG-LoRA's
     member 0 (:func:`stochattn.experiments.adapters.write_swag_as_member`). ``candidates``: the method's grid fitted one
@@ -361,6 +361,7 @@ def run_method(
     data["require_skill"] = bool(require_skill)
     adapter_meta = load_json(Path(adapter_path).with_suffix(".json"))
     ctx = setup(backbone_path, adapter_path, int(adapter_meta["horizon"]), lora, train)
+    ctx.extra["adapter_seconds"] = adapter_meta["seconds"]  # MultiSWAG's member 0 (the SWAG run) trained it
     if members:
         ctx.extra["multiswag_members"] = [str(m) for m in members]
     run = adapters.method_run(method, data, ctx, method_cfg, num_samples, seed, progress, candidates)
@@ -384,12 +385,13 @@ def train_multiswag_member(
     method_cfg: Mapping[str, Any],
     num_samples: int,
     seed: int,
-    first_path: Optional[str | Path] = None,
+    first_path: str | Path,
     require_skill: bool = True,
     progress: bool = True,
     provenance: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
-    """One MultiSWAG-LoRA member of one configuration -> ``out_path`` and its record
+    """One MultiSWAG-LoRA member 1..L-1 of one configuration -> ``out_path`` and its record, drawn at every
+    candidate member 0 (the SWAG-LoRA run, its record ``first_path``) scored
     (:func:`stochattn.experiments.adapters.write_multiswag_member`); ``seed``: the multiswag run's."""
     data = load_windows(prepared_path)
     data["require_skill"] = bool(require_skill)

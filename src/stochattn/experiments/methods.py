@@ -554,36 +554,134 @@ def contextual_dropout_search(data, build: Callable[[int], torch.nn.Module], sit
                                  seed, extra=resolved)  # fmt: skip
 
 
-def multiswag_member(data, net, method_cfg, component: int, seed: int, progress: bool,
-                     first_candidate: Optional[Mapping[str, Any]] = None, *, num_samples: int):  # fmt: skip
-    """The SWAG phase of one MultiSWAG member ``net`` (already trained from its own initialisation):
-    ``(member, swag, candidate, selection record)``. Component 0 (``first_candidate=None``) chooses the SWAG
-    settings on the validation part as SWAG does (CRPS of ``num_samples`` samples of its own posterior); the
-    others reuse ``first_candidate``."""
+def multiswag_draws(net, grid: Sequence[Mapping[str, Any]], data, seed: int, count: int, progress: bool):
+    """One MultiSWAG component's draws at every candidate of ``grid`` (MultiSWAG's shared SWAG settings are chosen
+    among them, :func:`multiswag_choose`): per candidate one SWAG phase from a copy of ``net`` (its seed ``seed``,
+    :func:`swag_phase`) and ``count`` posterior samples on the validation (seed ``seed + 2``), test (``seed``) and
+    calibration (``seed + 1``) parts, SWAG's own streams.
+
+    Returns ``(draws, networks)`` in grid order: ``draws[i]`` ``{"val": (count, m, ...), "test": (count, n, ...),
+    "cal": (count, n_cal, ...)}``, ``networks[i]`` the trainable tensors (:func:`trainable_state`) of the phase's
+    last iterate and of its SWA mean ``{"last": ..., "swa_mean": ...}`` (for audits such as
+    ``benchmarks/uci_bias.py``); both ``None`` where the phase diverged. Samples, not posteriors, are kept: |grid|
+    rank-20 posteriors of the paper's FT-Transformer are ~0.7 GB per component."""
+    from ..baselines.swag import swag_samples
     from ..selection import ValidationSplit
 
-    if first_candidate is None:
-        sel = swag_select("multiswag", data, net, method_cfg, seed, progress, num_samples)
-        (member, swag), candidate, selection = sel.result, dict(sel.candidate), sel.record
-    else:
-        candidate, selection = dict(first_candidate), {"chosen_on": "component 0"}
-        member, swag = swag_phase(net, candidate, ValidationSplit.from_prepared(data), seed, progress)
-    return member, swag, candidate, selection
+    split, draws, networks = ValidationSplit.from_prepared(data), [], []
+    for candidate in grid:
+        try:
+            member, swag = swag_phase(net, candidate, split, seed, progress)
+        except FloatingPointError:
+            draws.append(None)
+            networks.append(None)
+            continue
+        scale = float(candidate["scale"])
+        draws.append({part: swag_samples(member, swag, x, count, s, scale=scale)
+                      for part, x, s in (("val", split.x_val, seed + 2), ("test", data["x_test"], seed),
+                                         ("cal", data["x_cal"], seed + 1))})  # fmt: skip
+        mean = copy.deepcopy(member)
+        swag.load_mean(mean)
+        networks.append({"last": trainable_state(member), "swa_mean": trainable_state(mean)})
+    return draws, networks
 
 
-def multiswag_run(data, members, candidate, selection, seconds: float, num_samples: int, seed: int) -> Dict[str, Any]:
-    """MultiSWAG samples pooled over its members ``[(net, swag), ...]``; point = mean of the pooled samples (the
-    mixture's mean); ``seconds``: the members' training."""
-    from ..baselines.swag import multiswag_samples
+def multiswag_choose(data, grid: Sequence[Mapping[str, Any]], draws: Sequence[Sequence[Any]], seconds: float,
+                     num_samples: int) -> Dict[str, Any]:  # fmt: skip
+    """MultiSWAG's run from its L components' draws (``draws[l]``: :func:`multiswag_draws` of component ``l`` at
+    every candidate of ``grid``, its share :func:`stochattn.baselines.swag.component_counts` of ``num_samples``):
+    the one SWAG setting all components share (Wilson & Izmailov 2020) chosen by the validation CRPS of the pooled
+    samples (:func:`select`), the chosen candidate's pooled test and cal samples the run's; point = their mean (the
+    mixture's mean). ``seconds``: the components' training and SWAG phases."""
+    from ..baselines.swag import component_counts
 
     t0 = time.perf_counter()
-    scale = candidate["scale"]
-    samples = multiswag_samples(members, data["x_test"], num_samples, seed, scale=scale)
-    cal_samples = multiswag_samples(members, data["x_cal"], num_samples, seed + 1, scale=scale)
-    record = dict(selection, chosen_on="component 0 of %d, reused for the others" % len(members))  # noqa: UP031 - keeps the code hash
+    grid = [dict(c) for c in grid]
+    counts = component_counts(num_samples, len(draws))
+    if min(counts) < 1:
+        raise ValueError(f"multiswag: {num_samples} samples for {len(draws)} components; every component needs a draw")
+    for l, component in enumerate(draws):  # noqa: E741
+        if len(component) != len(grid):
+            raise ValueError(f"multiswag: component {l} has draws at {len(component)} candidates, the grid {len(grid)}")
+        for d in component:
+            if d is not None and any(len(v) != counts[l] for v in d.values()):
+                raise ValueError(f"multiswag: component {l} drew {[len(v) for v in d.values()]} samples, its share is "
+                                 f"{counts[l]} of {num_samples}")  # fmt: skip
+
+    def pooled(index: int, part: str) -> torch.Tensor:
+        parts = [component[index] for component in draws]
+        failed = [l for l, d in enumerate(parts) if d is None]  # noqa: E741
+        if failed:
+            raise FloatingPointError(f"the SWAG phase of component(s) {failed} diverged at {grid[index]}")
+        return torch.cat([torch.as_tensor(d[part]) for d in parts])
+
+    def fit(candidate, split):  # the draws are made: only the pooled validation samples are scored here
+        index = grid.index(candidate)
+        val = pooled(index, "val")
+        return CandidateFit(index, val.mean(0), val)
+
+    sel = select("multiswag", data, grid, fit)
+    samples, cal_samples = pooled(sel.result, "test"), pooled(sel.result, "cal")
+    record = dict(sel.record, chosen_on=f"pooled validation samples of the {len(draws)} components, one setting")
     return {"point": samples.mean(0), "samples": samples, "cal_point": cal_samples.mean(0), "cal_samples": cal_samples,
             "seconds": {"train": seconds, "calibrate": 0.0, "predict": time.perf_counter() - t0},
             "extra": {"selection": record}}
+
+
+def write_multiswag_component(out_path: str | Path, grid: Sequence[Mapping[str, Any]], drawn: tuple,
+                              record: Mapping[str, Any], provenance: Optional[Mapping[str, Any]] = None
+                              ) -> Dict[str, Any]:  # fmt: skip
+    """One MultiSWAG component's ``(draws, networks)`` (:func:`multiswag_draws` at ``grid``) -> ``out_path`` (torch,
+    atomic) and its record ``<stem>.json``: ``record`` (component, seed, seconds, ...) with the grid, the device and
+    the file's SHA-256 (checked by :func:`load_multiswag_component`). Returns the record."""
+    from ..io import save_model
+
+    draws, networks = drawn
+    recorded = save_model(out_path, {"grid": [dict(c) for c in grid], "draws": list(draws), "networks": list(networks)})
+    meta = {"method": "multiswag", **record, "grid": [dict(c) for c in grid], "device": device_info(),
+            RECORD_KEY: recorded}  # fmt: skip
+    if provenance is not None:
+        meta["provenance"] = dict(provenance)
+    save_json(Path(out_path).with_suffix(".json"), meta)
+    return meta
+
+
+def load_multiswag_component(path: str | Path, networks: bool = False) -> Dict[str, Any]:
+    """A component of :func:`write_multiswag_component`: its record with ``draws`` added, and ``networks`` if
+    asked (the file checked against the SHA-256 its record holds, :func:`stochattn.io.load_model`)."""
+    from ..io import load_json, load_model
+
+    saved = load_model(path)
+    return {**load_json(Path(path).with_suffix(".json")), "draws": saved["draws"],
+            **({"networks": saved["networks"]} if networks else {})}  # fmt: skip
+
+
+def multiswag_pool(data, start_net, first: Mapping[str, Any], components: Sequence[Mapping[str, Any]],
+                   num_samples: int, progress: bool) -> Dict[str, Any]:  # fmt: skip
+    """MultiSWAG's run (:func:`multiswag_choose`) from component 0, the SWAG run (``first``: its record, with
+    ``seed``, ``seconds`` and ``selection``, whose ``grid`` lists every candidate SWAG scored, widened ones
+    included), and components 1..L-1 (``components``: :func:`load_multiswag_component`, drawn at that grid).
+
+    Component 0's draws are made here from ``start_net``, the network SWAG started from (its SWAG phases repeated
+    at SWAG's seed: the same posteriors SWAG scored, which the SWAG job does not keep). Their seconds are recorded
+    as ``component0_redrawn_seconds``, not counted as training: SWAG's seconds in ``first`` count those phases."""
+    from ..baselines.swag import component_counts
+
+    grid = [dict(c) for c in first["selection"]["grid"]]
+    for c in components:
+        if c["grid"] != grid:
+            raise ValueError(f"multiswag: component {c['component']} was drawn at {c['grid']}, component 0 (the SWAG "
+                             f"run) scored {grid}: written under another SWAG run?")  # fmt: skip
+    if [c["component"] for c in components] != list(range(1, len(components) + 1)):
+        raise ValueError(f"MultiSWAG components must be 1..L-1 in order, got {[c['component'] for c in components]}")
+    t0 = time.perf_counter()
+    count = component_counts(num_samples, len(components) + 1)[0]
+    first_draws, _ = multiswag_draws(start_net, grid, data, int(first["seed"]), count, progress)
+    redrawn = time.perf_counter() - t0
+    seconds = float(first["seconds"]) + sum(float(c["seconds"]) for c in components)
+    run = multiswag_choose(data, grid, [first_draws, *(c["draws"] for c in components)], seconds, num_samples)
+    run["extra"]["selection"]["component0_redrawn_seconds"] = redrawn
+    return run
 
 
 def to_original(values: np.ndarray, data: Mapping[str, Any]) -> np.ndarray:

@@ -228,43 +228,37 @@ def train_multiswag_component(
     method_cfg: Mapping[str, Any],
     seed: int,
     num_samples: int,
-    first_path: Optional[str | Path] = None,
+    first_path: str | Path,
     device: Optional[str] = None,
     progress: bool = True,
     provenance: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
-    """One MultiSWAG component (Wilson & Izmailov 2020): a backbone trained from its own initialisation, then its
-    own SWAG phase. Writes ``out_path`` (torch: network state, SWAG posterior, SWAG settings) and the meta.json
-    beside it (``<stem>.json``); returns the meta.
-
-    Component 0 chooses the SWAG settings on the validation part (as for SWAG, by the CRPS of ``num_samples``
-    samples of its posterior); components 1..L-1 read the choice
-    from component 0's meta (``first_path``). NOTE[DIFF]: one grid for the L components (they differ only in their
-    seed) instead of L grids. In the workflow component 0 is the SWAG run on the shared backbone (:func:`run_method`
-    with ``swag_member``) and one job per component 1..L-1, so no cluster job trains more than one network
-    (MultiSWAG on protein is otherwise ~15 backbone trainings in one job).
-    """
+    """One MultiSWAG component 1..L-1 (Wilson & Izmailov 2020): a backbone trained from its own initialisation,
+    then its own SWAG phase and its share of the samples at every candidate component 0 (the SWAG run on the
+    shared backbone, its meta ``first_path``) scored (:func:`stochattn.experiments.methods.multiswag_draws`);
+    MultiSWAG's run chooses one setting for all on their pooled validation samples. Writes ``out_path`` (torch:
+    the draws) and its record ``<stem>.json``; returns the record. One job per component, so no cluster job trains
+    more than one network (MultiSWAG on protein is otherwise ~15 backbone trainings in one job)."""
+    from ..baselines.swag import component_counts
     from ..selection import ValidationSplit
 
-    if component < 0 or (component > 0) != (first_path is not None):
-        raise ValueError(f"component {component}: first_path (component 0's meta) is needed exactly for components > 0")
+    n = int(method_cfg["components"])
+    if not 0 < component < n:
+        raise ValueError(f"component {component}: components 1..{n - 1} are trained here, component 0 is the SWAG "
+                         f"run (run_method('swag', ..., swag_member=...))")  # fmt: skip
     data = load_prepared(prepared_path)
     data["source"] = str(prepared_path)
+    grid = load_json(first_path)["selection"]["grid"]
     with TrainingClock() as clock:  # a resumed component's trainings count their earlier attempts
         member_seed = component_seed(seed, component)
         net, split = _build(data, model, member_seed), ValidationSplit.from_prepared(data)
-        methods.fit_on(net, split, train, member_seed, progress,
-                       f"multiswag {component + 1}/{method_cfg.get('components', '?')}")
-        first = None if first_path is None else load_json(first_path)
-        member, swag, candidate, selection = methods.multiswag_member(
-            data, net, method_cfg, component, member_seed, progress, None if first is None else first["candidate"],
-            num_samples=num_samples,
-        )
-    if first is not None:
-        selection = {"chosen_on": f"component 0 ({first_path})"}
-    return _write_component(out_path, member, swag, candidate, component=component, seed=member_seed, model=model,
-                            train=train, method_cfg=method_cfg, selection=selection, seconds=clock.seconds(),
-                            provenance=provenance)  # fmt: skip
+        methods.fit_on(net, split, train, member_seed, progress, f"multiswag {component + 1}/{n}")
+        drawn = methods.multiswag_draws(net, grid, data, member_seed, component_counts(num_samples, n)[component],
+                                        progress)  # fmt: skip
+    record = {"component": component, "seed": member_seed, "model": dict(model), "train": dict(train),
+              "hyperparameters": dict(method_cfg), "seconds": clock.seconds(), "packages": package_versions(),
+              "selection": {"drawn_at": f"the candidates component 0 scored ({first_path})"}}  # fmt: skip
+    return methods.write_multiswag_component(out_path, grid, drawn, record, provenance)
 
 
 def _write_component(out_path, member, swag, candidate, *, component, seed, model, train, method_cfg, selection,
@@ -295,15 +289,26 @@ def _load_component(data: Mapping[str, Any], path: str | Path):
     return net.eval(), SWAG.from_state_dict(ckpt["swag"]), ckpt["candidate"]
 
 
-def _multiswag(data, components, num_samples, seed) -> Dict[str, Any]:
-    """MultiSWAG from its L trained components (``components``: paths of :func:`train_multiswag_component`):
-    samples pooled; point = mean of the pooled samples (the mixture's mean). ``train`` seconds: the components'."""
-    loaded = [_load_component(data, p) for p in components]
-    metas = [load_json(Path(p).with_suffix(".json")) for p in components]
-    if [m["component"] for m in metas] != list(range(len(metas))):
-        raise ValueError(f"MultiSWAG components must be 0..L-1 in order, got {[m['component'] for m in metas]}")
-    run = methods.multiswag_run(data, [(net, swag) for net, swag, _ in loaded], loaded[0][2], metas[0]["selection"],
-                                sum(m["seconds"] for m in metas), num_samples, seed)
+def multiswag_component_networks(data: Mapping[str, Any], path: str | Path, index: int):
+    """The last iterate and the SWA mean (FT-Transformers in eval mode) of a component file of
+    :func:`train_multiswag_component` at candidate ``index`` of its grid, or None where that SWAG phase diverged."""
+    record = load_json(Path(path).with_suffix(".json"))
+    networks = methods.load_multiswag_component(path, networks=True)["networks"][index]
+    if networks is None:
+        return None
+    build = lambda: build_ft_transformer(data["x_train"].shape[1], seed=int(record["seed"]), **record["model"])  # noqa: E731
+    return tuple(methods.load_trainable(build(), networks[k]).eval() for k in ("last", "swa_mean"))
+
+
+def _multiswag(data, backbone, components, num_samples, progress) -> Dict[str, Any]:
+    """MultiSWAG from component 0, the SWAG run on ``backbone`` (``components[0]``: its posterior, whose record
+    holds its seed, seconds and scored candidates), and components 1..L-1 (``components[1:]``:
+    :func:`train_multiswag_component`'s files): :func:`stochattn.experiments.methods.multiswag_pool`."""
+    first = load_json(Path(components[0]).with_suffix(".json"))
+    if first["component"] != 0:
+        raise ValueError(f"MultiSWAG's first file must be component 0 (the SWAG run), got {first['component']}")
+    run = methods.multiswag_pool(data, backbone, first, [methods.load_multiswag_component(p) for p in components[1:]],
+                                 num_samples, progress)  # fmt: skip
     run["extra"]["components"] = [str(p) for p in components]
     return run
 
@@ -437,6 +442,22 @@ def _swag(data, net, cfg, num_samples, seed, progress, fitted=None) -> Dict[str,
     return methods.swag_run(data, net, cfg, num_samples, seed, progress, on_fitted=on_fitted)
 
 
+def _swag_component0(data, net, backbone_meta, swag_member, *, model, train, method_cfg, num_samples, seed, progress,
+                     provenance) -> Dict[str, Any]:  # fmt: skip
+    """SWAG's run on the backbone ``net``; with ``swag_member`` its posterior is also written there as MultiSWAG's
+    component 0 (:func:`_write_component`, its record the SWAG selection: every candidate scored, at which
+    components 1..L-1 are drawn), whose ``seconds`` are the backbone's training and the SWAG phases."""
+    fitted: Dict[str, Any] = {}
+    run = _swag(data, net, method_cfg, num_samples, seed, progress, fitted)
+    if swag_member is not None:
+        _write_component(swag_member, fitted["member"], fitted["swag"], fitted["candidate"], component=0, seed=seed,
+                         model=model, train=train, method_cfg=method_cfg,
+                         selection=dict(run["extra"]["selection"], member_of="swag"),
+                         seconds=float(backbone_meta["seconds"]) + float(run["seconds"]["train"]),
+                         provenance=provenance)  # fmt: skip
+    return run
+
+
 def run_method(
     method: str,
     prepared_path: str | Path,
@@ -488,31 +509,32 @@ def run_method(
         if method == "mc_dropout":
             run = _mc_dropout(data, net, dict(model), train, method_cfg, num_samples, seed, progress)
         elif method == "swag":
-            fitted = {}
-            run = _swag(data, net, method_cfg, num_samples, seed, progress, fitted)
-            if swag_member is not None:
-                _write_component(swag_member, fitted["member"], fitted["swag"], fitted["candidate"], component=0,
-                                 seed=seed, model=model, train=train, method_cfg=method_cfg,
-                                 selection=dict(run["extra"]["selection"], member_of="swag"),
-                                 seconds=float(backbone_meta["seconds"]) + float(run["seconds"]["train"]),
-                                 provenance=provenance)  # fmt: skip
+            run = _swag_component0(data, net, backbone_meta, swag_member, model=model, train=train,
+                                   method_cfg=method_cfg, num_samples=num_samples, seed=seed, progress=progress,
+                                   provenance=provenance)  # fmt: skip
         else:
             run = _sa(data, net, method_cfg, num_samples, seed, progress)
         run["seconds"]["backbone_train"] = backbone_meta["seconds"]
     elif method == "multiswag":
+        if backbone_path is None:
+            raise ValueError("multiswag needs backbone_path: its component 0 is the SWAG run on the shared backbone")
         n = int(method_cfg["components"])
-        if components is None:  # train them here, one after the other (the workflow runs one job per component)
+        net = load_backbone(data, backbone_path, device)
+        if components is None:  # run them here, one after the other (the workflow runs one job per component)
             components = [Path(out_dir) / "components" / f"{c}.pt" for c in range(n)]
-            for c, path in enumerate(components):
+            _swag_component0(data, net, load_json(Path(backbone_path).with_name("meta.json")), components[0],
+                             model=model, train=train, method_cfg=method_cfg, num_samples=num_samples, seed=seed,
+                             progress=progress, provenance=provenance)  # fmt: skip
+            for c, path in enumerate(components[1:], 1):
                 train_multiswag_component(
                     prepared_path, path, component=c, model=model, train=train, method_cfg=method_cfg, seed=seed,
-                    num_samples=num_samples, first_path=None if c == 0 else components[0].with_suffix(".json"),
-                    device=device, progress=progress, provenance=provenance,
+                    num_samples=num_samples, first_path=components[0].with_suffix(".json"), device=device,
+                    progress=progress, provenance=provenance,
                 )
         if len(components) != n:
             raise ValueError(f"multiswag: method_cfg says {n} components, got {len(components)} paths")
-        run = _multiswag(data, components, num_samples, seed)
-        run["seconds"]["backbone_train"] = 0.0
+        run = _multiswag(data, net, components, num_samples, progress)
+        run["seconds"]["backbone_train"] = 0.0  # component 0's seconds (the SWAG run's) count the backbone
     else:
         run = {"ivon": _ivon, "hsa": _hsa}[method](data, model, train, method_cfg, num_samples, seed, progress)
         run["seconds"]["backbone_train"] = 0.0
