@@ -361,8 +361,8 @@ def era5_member_inputs(w):
     d = f"{ERA5_DIR}{w.era5_sub}"
     inputs = {"prepared": f"{d}/pairs.npz", "backbone": era5_backbone(), "adapter": f"{d}/adapter.pt",
               "adapter_meta": f"{d}/adapter.json"}  # fmt: skip
-    if int(w.component) > 0:  # member 0 (the SWAG run): the candidates it scored, where the member draws
-        inputs["first"] = f"{d}/runs/swag/posterior.json"
+    # member 0 (the SWAG run): the candidates it scored, where the member draws
+    inputs["first"] = f"{d}/runs/swag/posterior.json"
     return inputs
 
 

@@ -186,8 +186,8 @@ def ett_member_inputs(w):
     run = f"results/ett/{w.ett_dataset}/H{w.horizon}"
     inputs = {"prepared": f"{run}/prepared.npz", "backbone": ett_backbone(w), "adapter": f"{run}/adapter.pt",
               "adapter_meta": f"{run}/adapter.json"}  # fmt: skip
-    if int(w.component) > 0:  # member 0 (the SWAG run): the candidates it scored, where the member draws
-        inputs["first"] = f"{run}/swag/posterior.json"
+    # member 0 (the SWAG run): the candidates it scored, where the member draws
+    inputs["first"] = f"{run}/swag/posterior.json"
     return inputs
 
 

@@ -479,8 +479,9 @@ def run_method(
 
     samples.npz (original units): ``y`` (n,), ``point`` (n,), ``samples`` (S, n) on the test split; ``cal_y``,
     ``cal_point``, ``cal_samples`` on the calibration split (for post-hoc scaling); ``sigma_y`` (training-part std).
-    ``"multiswag"`` pools the components written by :func:`train_multiswag_component` (``components``, in order;
-    when None they are trained here first, into ``<out_dir>/components/``). ``"swag"`` with ``swag_member`` also
+    ``"multiswag"`` pools component 0, the SWAG run on the backbone (``backbone_path``), and components 1..L-1
+    (:func:`train_multiswag_component`): ``components``, the SWAG run's posterior file then theirs, in order; when
+    None all L run here first, into ``<out_dir>/components/``. ``"swag"`` with ``swag_member`` also
     writes its posterior there as MultiSWAG's component 0 (the SWAG run is one of MultiSWAG's independently
     initialised SWAG runs; the workflow then trains components 1..L-1 only); its ``seconds`` are the backbone's
     training and the SWAG phases.
