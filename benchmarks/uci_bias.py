@@ -37,7 +37,6 @@ offset added (``bias_sources(shift=...)``): what removing that offset, learned f
 from __future__ import annotations
 
 import argparse
-import copy
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +44,7 @@ import torch
 
 from stochattn.backbones.ft_transformer import build_ft_transformer
 from stochattn.baselines.mc_dropout import dropout_modules, mc_dropout_samples
-from stochattn.experiments.methods import load_trainable, swag_phase
+from stochattn.experiments.methods import load_trainable, swa_mean_network, swag_phase
 from stochattn.experiments.uci import _load_component as load_swag_component  # SWAG's posterior.pt
 from stochattn.experiments.uci import load_backbone, load_prepared, multiswag_component_networks
 from stochattn.io import load_json, load_model, load_npz, save_json
@@ -110,9 +109,7 @@ def _swa_means(prep, networks: list[tuple], passes: int, seed: int) -> tuple[lis
 def _swag_networks(prep, path: Path) -> tuple:
     """``(last iterate, SWA mean)`` of SWAG's posterior file (``swag/posterior.pt``)."""
     net, swag, _ = load_swag_component(prep, path)
-    mean = copy.deepcopy(net)
-    swag.load_mean(mean)
-    return net, mean
+    return net, swa_mean_network(net, swag)
 
 
 def _multiswag_networks(split_dir: Path, prep) -> list[tuple]:
@@ -132,9 +129,7 @@ def _multiswag_networks(split_dir: Path, prep) -> list[tuple]:
         backbone = load_backbone(prep, split_dir / "backbone" / "model.pt")
         member, swag = swag_phase(backbone, chosen["candidate"], ValidationSplit.from_prepared(prep),
                                   int(swag_record["seed"]), False)  # fmt: skip
-        mean = copy.deepcopy(member)
-        swag.load_mean(mean)
-        first = (member, mean)
+        first = (member, swa_mean_network(member, swag))
     rest = [multiswag_component_networks(prep, p, int(chosen["index"])) for p in paths]
     return [] if any(r is None for r in rest) else [first, *rest]
 

@@ -8,7 +8,6 @@ reads the shared offline data mirror (../shared/data); tests that need it are sk
 from __future__ import annotations
 
 import ast
-import copy
 import hashlib
 import json
 import os
@@ -638,7 +637,7 @@ def test_uci_bias_measures_the_training_offset_of_each_point(tiny_run, tmp_path)
     assert measured["backbone"]["n"] == measured["swa_mean"]["n"] == len(prep["y_train"])
     assert measured["backbone_dropout_on"]["mean"] != measured["backbone"]["mean"]  # the network as trained
     assert measured["swa_mean"]["mean"] != measured["backbone"]["mean"]
-    from stochattn.experiments.methods import swag_phase
+    from stochattn.experiments.methods import swa_mean_network, swag_phase
     from stochattn.experiments.uci import _load_component, multiswag_component_networks
     from stochattn.selection import ValidationSplit
 
@@ -651,10 +650,8 @@ def test_uci_bias_measures_the_training_offset_of_each_point(tiny_run, tmp_path)
     else:
         member, swag = swag_phase(net, chosen["candidate"], ValidationSplit.from_prepared(prep), swag_record["seed"],
                                   False)  # fmt: skip
-    mean = copy.deepcopy(member)
-    swag.load_mean(mean)
-    networks = [(member, mean), multiswag_component_networks(prep, split / "multiswag" / "components" / "1.pt",
-                                                             chosen["index"])]  # fmt: skip
+    component1 = multiswag_component_networks(prep, split / "multiswag" / "components" / "1.pt", chosen["index"])
+    networks = [(member, swa_mean_network(member, swag)), component1]
     swa_means = [predict(m, prep["x_train"]).numpy().ravel() for _, m in networks]
     last_iterates = [predict(n, prep["x_train"]).numpy().ravel() for n, _ in networks]
     expected = float(np.mean(prep["y_train"] - np.mean(swa_means, axis=0)))

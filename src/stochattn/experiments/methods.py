@@ -250,6 +250,13 @@ def swa_point(net, swag, x) -> torch.Tensor:
     return out
 
 
+def swa_mean_network(net, swag) -> torch.nn.Module:
+    """A copy of ``net`` (a SWAG phase's last iterate) with ``swag``'s SWA mean loaded."""
+    mean = copy.deepcopy(net)
+    swag.load_mean(mean)
+    return mean
+
+
 def swag_phase(net, candidate: Mapping[str, Any], split, seed: int, progress: bool):
     """One SWAG phase (settings ``candidate``, SWAG_KEYS) from a copy of ``net`` on ``split``'s fitting part:
     ``(member, swag)``."""
@@ -580,9 +587,7 @@ def multiswag_draws(net, grid: Sequence[Mapping[str, Any]], data, seed: int, cou
         draws.append({part: swag_samples(member, swag, x, count, s, scale=scale)
                       for part, x, s in (("val", split.x_val, seed + 2), ("test", data["x_test"], seed),
                                          ("cal", data["x_cal"], seed + 1))})  # fmt: skip
-        mean = copy.deepcopy(member)
-        swag.load_mean(mean)
-        networks.append({"last": trainable_state(member), "swa_mean": trainable_state(mean)})
+        networks.append({"last": trainable_state(member), "swa_mean": trainable_state(swa_mean_network(member, swag))})
     return draws, networks
 
 
