@@ -130,7 +130,7 @@ def _multiswag_networks(split_dir: Path, prep) -> list[tuple]:
         member, swag = swag_phase(backbone, chosen["candidate"], ValidationSplit.from_prepared(prep),
                                   int(swag_record["seed"]), False)  # fmt: skip
         first = (member, swa_mean_network(member, swag))
-    rest = [multiswag_component_networks(prep, p, int(chosen["index"])) for p in paths]
+    rest = [multiswag_component_networks(prep, p, chosen["candidate"]) for p in paths]
     return [] if any(r is None for r in rest) else [first, *rest]
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 
 from stochattn.data.uci import SHARPNESS_GRID_DATASETS, UCI_DATASETS, dataset_registry, locate_uci_file
-from stochattn.experiments.grids import needs_backbone, widening_bound
+from stochattn.experiments.grids import needs_backbone, pooled_widening_bound, widening_bound
 from stochattn.staging import set_staged_only
 from stochattn.protocol import NOT_PROTOCOL, adapter_method_params, dataset_section, load_paper_protocol, merged
 from stochattn.protocol import check_multiswag_matches_swag
@@ -408,8 +408,10 @@ def _trainings(experiment, method, dataset=None):
         grid = len(grid_entries(cfg))
         trained = sum(not needs_backbone(method, model, cfg, k) for k in range(grid))
         return max(0.25, trained + widening_bound(method, model, cfg))
-    if method == "multiswag":  # component 0's draws: SWAG's phases again, from the backbone
-        return 0.25 + _trainings(experiment, "swag", dataset)
+    if method == "multiswag":  # component 0's draws: SWAG's phases again, from the backbone; where the pooled
+        # choice widens the grid, every component's phase at each candidate added (one phase: 1 / grid trainings)
+        added = int(cfg["components"]) * pooled_widening_bound(cfg) / len(grid_entries(cfg))
+        return 0.25 + _trainings(experiment, "swag", dataset) + added
     return 0.25  # sa (BO passes) on the trained backbone
 
 

@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 
 from stochattn.data.uci import load_prepared
 from stochattn.experiments import grids, uci
@@ -177,6 +178,55 @@ def test_swag_run_keeps_the_posterior_it_sampled_as_multiswag_component_0(workdi
         uci.run_method("mc_dropout", workdir / "prepared.npz", tmp_path / "x",
                        backbone_path=workdir / "backbone/model.pt", model=MODEL, train=TRAIN, method_cfg={},
                        num_samples=S, seed=1, swag_member=tmp_path / "p.pt")  # fmt: skip
+
+
+def test_multiswag_widens_its_pooled_choice_with_every_component_drawn_as_its_job_would(workdir, tmp_path):
+    """A pooled choice on the grid's edge (two rates: both are edges) adds the rate beyond it (``widen``), drawn by
+    component 0 from the backbone and by component 1 from its trained network, rebuilt from its file: the rebuilt
+    network draws at the grid's candidates exactly what the component's job drew, and at the added one the run's
+    rows. The added phases' seconds count as training; a component file without its network is refused."""
+    from stochattn.baselines.swag import component_counts
+    from stochattn.experiments import methods
+
+    grid = [{"lr": 1e-3}, {"lr": 3e-3}]
+    cfg = dict(CFG["multiswag"], grid=grid, widen={"keys": ["lr"], "factor": 3.0, "low": 1e-6, "high": 0.1,
+                                                   "max_steps": 1})  # fmt: skip
+    post = tmp_path / "swag" / "posterior.pt"
+    swag_cfg = {k: v for k, v in cfg.items() if k not in ("components", "widen")}  # SWAG keeps its 2 rates
+    uci.run_method("swag", workdir / "prepared.npz", tmp_path / "swag", backbone_path=workdir / "backbone/model.pt",
+                   model=MODEL, train=TRAIN, method_cfg=swag_cfg, num_samples=S, seed=1, swag_member=post,
+                   progress=False)  # fmt: skip
+    comp1 = tmp_path / "1.pt"
+    rec1 = uci.train_multiswag_component(workdir / "prepared.npz", comp1, component=1, model=MODEL,
+                                         train=dict(TRAIN, max_epochs=30), method_cfg=cfg, seed=2, num_samples=S,
+                                         first_path=post.with_suffix(".json"), progress=False)  # fmt: skip
+    data = load_prepared(workdir / "prepared.npz")
+    loaded = methods.load_multiswag_component(comp1, networks=True)
+    n0, n1 = component_counts(S, 2)
+    again, _ = methods.multiswag_draws(uci.component_network(data, loaded), loaded["grid"], data, rec1["seed"], n1,
+                                       False)  # fmt: skip
+    for drawn, kept in zip(again, loaded["draws"]):
+        for part in ("val", "test", "cal"):
+            assert torch.equal(drawn[part], kept[part])
+    meta = uci.run_method("multiswag", workdir / "prepared.npz", tmp_path / "multiswag", components=[post, comp1],
+                          backbone_path=workdir / "backbone/model.pt", model=MODEL, train=TRAIN, method_cfg=cfg,
+                          num_samples=S, seed=3, progress=False)  # fmt: skip
+    sel = meta["selection"]
+    assert sel["grid"][:2] == load_json(post.with_suffix(".json"))["selection"]["grid"]
+    assert len(sel["widened"]) == 1 and len(sel["val_crps"]) == 3 and sel["widened"][0]["lr"] in (1e-3 / 3, 9e-3)
+    assert meta["seconds"]["train"] == pytest.approx(load_json(post.with_suffix(".json"))["seconds"]
+                                                     + rec1["seconds"] + sel["widened_seconds"])  # fmt: skip
+    added, networks = methods.multiswag_draws(uci.component_network(data, loaded), sel["widened"], data, rec1["seed"],
+                                              n1, False)  # fmt: skip
+    # the audit's networks at the added rate (benchmarks/uci_bias.py): the same phase, repeated from the file
+    _, swa_mean = uci.multiswag_component_networks(data, comp1, sel["widened"][0])
+    for name, tensor in methods.trainable_state(swa_mean).items():
+        assert torch.equal(tensor, networks[0]["swa_mean"][name])
+    pooled = load_npz(tmp_path / "multiswag" / "samples.npz")["samples"]
+    if sel["chosen"]["index"] == 2:  # component 1's rows at the added rate
+        np.testing.assert_allclose(pooled[n0:], methods.to_original(added[0]["test"], data), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="holds no trained network"):
+        uci.component_network(data, dict(loaded, start=None))
 
 
 def test_bad_method_and_missing_backbone(workdir):

@@ -414,3 +414,45 @@ def test_multiswag_chooses_its_one_setting_on_the_pooled_validation_samples():
         multiswag_choose(data, grid, draws, seconds=7.0, num_samples=5)
     with pytest.raises(ValueError, match="every component needs a draw"):
         multiswag_choose(data, grid, draws * 4, seconds=7.0, num_samples=6)
+
+
+def test_multiswag_widens_its_pooled_choice_beyond_the_grid_edge_as_swag_does():
+    """Where the pooled validation CRPS is least at the grid's edge, every component draws at the candidate beyond
+    it (``extend``), which is scored like the others, as SWAG's own search widens (selection.Widening): here 3e-1
+    beyond the edge 1e-1 is better and is chosen, then 9e-1 beyond it is worse and the choice stays at 3e-1, off
+    the edge. The components' draws there are the run's samples; the phases' seconds count as training."""
+    from stochattn.experiments.methods import multiswag_choose
+
+    rng = np.random.default_rng(1)
+    n, y_val = 60, rng.normal(size=60)
+    data = {"x_train": rng.normal(size=(200, 1)), "y_train": rng.normal(size=200), "x_val": np.zeros((n, 1)),
+            "y_val": y_val}  # fmt: skip
+    error = {1e-2: 1.2, 3e-2: 0.9, 1e-1: 0.6, 3e-1: 0.3, 9e-1: 1.5}  # the rate's distance from y, its draws' spread
+
+    def draw(lr, count):
+        return {part: torch.as_tensor(y_val + error[lr] * rng.normal(size=(count, n)))
+                for part in ("val", "test", "cal")}  # fmt: skip
+
+    grid = [{"lr": lr, "scale": 1.0} for lr in (1e-2, 3e-2, 1e-1)]
+    draws = [[draw(c["lr"], 3) for c in grid], [draw(c["lr"], 2) for c in grid]]
+    asked = []
+
+    def extend(candidate):
+        asked.append(candidate["lr"])
+        return [draw(round(candidate["lr"], 6), 3), draw(round(candidate["lr"], 6), 2)]
+
+    widen = {"keys": ["lr"], "factor": 3.0, "low": 1e-6, "high": 1.0, "max_steps": 3}
+    run = multiswag_choose(data, grid, draws, seconds=7.0, num_samples=5, widen=widen, extend=extend)
+    record = run["extra"]["selection"]
+    assert asked == pytest.approx([0.3, 0.9])
+    assert [c["lr"] for c in record["widened"]] == pytest.approx([0.3, 0.9]) and len(record["val_crps"]) == 5
+    assert record["chosen"]["candidate"]["lr"] == pytest.approx(0.3) and record["edge_chosen"] is False
+    assert run["samples"].shape == (5, n) and run["seconds"]["train"] == pytest.approx(7.0 + record["widened_seconds"])
+    assert float((run["samples"] - torch.as_tensor(y_val)).std()) < 0.5  # 3e-1's draws' spread (0.3), not the grid's
+    # without widen the choice stays on the edge; a widening without a way to draw fails before any choice
+    assert multiswag_choose(data, grid, draws, seconds=7.0, num_samples=5)["extra"]["selection"]["chosen"]["index"] == 2
+    with pytest.raises(ValueError, match="no way to draw"):
+        multiswag_choose(data, grid, draws, seconds=7.0, num_samples=5, widen=widen)
+    with pytest.raises(ValueError, match="share is 3 of 5"):
+        multiswag_choose(data, grid, draws, seconds=7.0, num_samples=5, widen=widen,
+                         extend=lambda c: [draw(0.3, 2), draw(0.3, 2)])  # fmt: skip

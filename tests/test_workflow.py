@@ -650,7 +650,7 @@ def test_uci_bias_measures_the_training_offset_of_each_point(tiny_run, tmp_path)
     else:
         member, swag = swag_phase(net, chosen["candidate"], ValidationSplit.from_prepared(prep), swag_record["seed"],
                                   False)  # fmt: skip
-    component1 = multiswag_component_networks(prep, split / "multiswag" / "components" / "1.pt", chosen["index"])
+    component1 = multiswag_component_networks(prep, split / "multiswag" / "components" / "1.pt", chosen["candidate"])
     networks = [(member, swa_mean_network(member, swag)), component1]
     swa_means = [predict(m, prep["x_train"]).numpy().ravel() for _, m in networks]
     last_iterates = [predict(n, prep["x_train"]).numpy().ravel() for n, _ in networks]

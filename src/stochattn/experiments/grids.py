@@ -67,6 +67,14 @@ def widening_bound(method: str, model: Mapping[str, Any], cfg: Mapping[str, Any]
     return 0 if widen is None else widen.max_added(search_grid(method, model, cfg))
 
 
+def pooled_widening_bound(cfg: Mapping[str, Any]) -> int:
+    """The most candidates MultiSWAG's pooled choice can add beyond the grid SWAG scored (``cfg["widen"]``'s
+    ``max_steps``, 0 without one): its pooling job draws every component at each, and its runtime request counts
+    those SWAG phases (:func:`stochattn.experiments.methods.multiswag_choose`)."""
+    widen = Widening.from_config(cfg.get("widen"))
+    return 0 if widen is None else widen.max_steps
+
+
 def needs_backbone(method: str, model: Mapping[str, Any], cfg: Mapping[str, Any], index: int) -> bool:
     """Whether candidate ``index`` of ``method``'s grid is the shared backbone (MC Dropout at the backbone's own
     rates): its job reads the trained backbone, the others train their own networks and do not wait for it."""

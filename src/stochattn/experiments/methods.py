@@ -18,7 +18,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -592,26 +592,56 @@ def multiswag_draws(net, grid: Sequence[Mapping[str, Any]], data, seed: int, cou
 
 
 def multiswag_choose(data, grid: Sequence[Mapping[str, Any]], draws: Sequence[Sequence[Any]], seconds: float,
-                     num_samples: int) -> Dict[str, Any]:  # fmt: skip
+                     num_samples: int, widen: Optional[Mapping[str, Any]] = None,
+                     extend: Optional[Callable[[Dict[str, Any]], List[Any]]] = None) -> Dict[str, Any]:  # fmt: skip
     """MultiSWAG's run from its L components' draws (``draws[l]``: :func:`multiswag_draws` of component ``l`` at
     every candidate of ``grid``, its share :func:`stochattn.baselines.swag.component_counts` of ``num_samples``):
     the one SWAG setting all components share (Wilson & Izmailov 2020) chosen by the validation CRPS of the pooled
     samples (:func:`select`), the chosen candidate's pooled test and cal samples the run's; point = their mean (the
-    mixture's mean). ``seconds``: the components' training and SWAG phases."""
+    mixture's mean). ``seconds``: the components' training and SWAG phases.
+
+    ``widen`` (the SWAG grid's ``widen`` setting, :class:`stochattn.selection.Widening`): where the pooled choice
+    lies on the grid's edge, the candidate beyond it is drawn by every component (``extend(candidate)``: the L
+    components' draws there, in order) and scored like the others, as SWAG's own search widens; the record's
+    ``widened`` and ``edge_chosen`` say what was added, and its phases' seconds count as training
+    (``widened_seconds``)."""
     from ..baselines.swag import component_counts
 
     t0 = time.perf_counter()
     grid = [dict(c) for c in grid]
+    draws = [list(component) for component in draws]
     counts = component_counts(num_samples, len(draws))
     if min(counts) < 1:
         raise ValueError(f"multiswag: {num_samples} samples for {len(draws)} components; every component needs a draw")
+
+    def check_share(l: int, d: Any) -> None:  # noqa: E741
+        if d is not None and any(len(v) != counts[l] for v in d.values()):
+            raise ValueError(f"multiswag: component {l} drew {[len(v) for v in d.values()]} samples, its share is "
+                             f"{counts[l]} of {num_samples}")  # fmt: skip
+
     for l, component in enumerate(draws):  # noqa: E741
         if len(component) != len(grid):
             raise ValueError(f"multiswag: component {l} has draws at {len(component)} candidates, the grid {len(grid)}")
         for d in component:
-            if d is not None and any(len(v) != counts[l] for v in d.values()):
-                raise ValueError(f"multiswag: component {l} drew {[len(v) for v in d.values()]} samples, its share is "
-                                 f"{counts[l]} of {num_samples}")  # fmt: skip
+            check_share(l, d)
+    widened_seconds = 0.0
+
+    def drawn_at(candidate: Mapping[str, Any]) -> int:
+        """``candidate``'s index in ``grid``; a widening's new candidate is drawn by every component first."""
+        nonlocal widened_seconds
+        if candidate not in grid:
+            if extend is None:
+                raise ValueError(f"multiswag: no draws at {dict(candidate)} and no way to draw them (extend)")
+            with TrainingClock() as clock:  # a resumed job's phases count their earlier attempts
+                new = list(extend(dict(candidate)))
+            widened_seconds += clock.seconds()
+            if len(new) != len(draws):
+                raise ValueError(f"multiswag: extend drew {len(new)} components at {dict(candidate)}, not {len(draws)}")
+            for l, (component, d) in enumerate(zip(draws, new)):  # noqa: E741
+                check_share(l, d)
+                component.append(d)
+            grid.append(dict(candidate))
+        return grid.index(candidate)
 
     def pooled(index: int, part: str) -> torch.Tensor:
         parts = [component[index] for component in draws]
@@ -621,28 +651,34 @@ def multiswag_choose(data, grid: Sequence[Mapping[str, Any]], draws: Sequence[Se
         return torch.cat([torch.as_tensor(d[part]) for d in parts])
 
     def fit(candidate, split):  # the draws are made: only the pooled validation samples are scored here
-        index = grid.index(candidate)
+        index = drawn_at(candidate)
         val = pooled(index, "val")
         return CandidateFit(index, val.mean(0), val)
 
-    sel = select("multiswag", data, grid, fit)
+    sel = select("multiswag", data, list(grid), fit, widen=widen)
     samples, cal_samples = pooled(sel.result, "test"), pooled(sel.result, "cal")
     record = dict(sel.record, chosen_on=f"pooled validation samples of the {len(draws)} components, one setting")
+    if widen is not None:
+        record["widened_seconds"] = widened_seconds
     return {"point": samples.mean(0), "samples": samples, "cal_point": cal_samples.mean(0), "cal_samples": cal_samples,
-            "seconds": {"train": seconds, "calibrate": 0.0, "predict": time.perf_counter() - t0},
+            "seconds": {"train": seconds + widened_seconds, "calibrate": 0.0,
+                        "predict": max(0.0, time.perf_counter() - t0 - widened_seconds)},
             "extra": {"selection": record}}
 
 
 def write_multiswag_component(out_path: str | Path, grid: Sequence[Mapping[str, Any]], drawn: tuple,
-                              record: Mapping[str, Any], provenance: Optional[Mapping[str, Any]] = None
-                              ) -> Dict[str, Any]:  # fmt: skip
+                              record: Mapping[str, Any], provenance: Optional[Mapping[str, Any]] = None,
+                              start: Optional[Mapping[str, torch.Tensor]] = None) -> Dict[str, Any]:  # fmt: skip
     """One MultiSWAG component's ``(draws, networks)`` (:func:`multiswag_draws` at ``grid``) -> ``out_path`` (torch,
     atomic) and its record ``<stem>.json``: ``record`` (component, seed, seconds, ...) with the grid, the device and
-    the file's SHA-256 (checked by :func:`load_multiswag_component`). Returns the record."""
+    the file's SHA-256 (checked by :func:`load_multiswag_component`). ``start``: the trained network's trainable
+    tensors (:func:`trainable_state`), from which MultiSWAG draws at a candidate its widening adds
+    (:func:`multiswag_pool`). Returns the record."""
     from ..io import save_model
 
     draws, networks = drawn
-    recorded = save_model(out_path, {"grid": [dict(c) for c in grid], "draws": list(draws), "networks": list(networks)})
+    saved = {"grid": [dict(c) for c in grid], "draws": list(draws), "networks": list(networks)}
+    recorded = save_model(out_path, saved if start is None else dict(saved, start=dict(start)))
     meta = {"method": "multiswag", **record, "grid": [dict(c) for c in grid], "device": device_info(),
             RECORD_KEY: recorded}  # fmt: skip
     if provenance is not None:
@@ -652,24 +688,32 @@ def write_multiswag_component(out_path: str | Path, grid: Sequence[Mapping[str, 
 
 
 def load_multiswag_component(path: str | Path, networks: bool = False) -> Dict[str, Any]:
-    """A component of :func:`write_multiswag_component`: its record with ``draws`` added, and ``networks`` if
-    asked (the file checked against the SHA-256 its record holds, :func:`stochattn.io.load_model`)."""
+    """A component of :func:`write_multiswag_component`: its record with ``draws`` and ``start`` (the trained
+    network's trainable tensors, None where not written) added, and ``networks`` if asked (the file checked against
+    the SHA-256 its record holds, :func:`stochattn.io.load_model`)."""
     from ..io import load_json, load_model
 
     saved = load_model(path)
-    return {**load_json(Path(path).with_suffix(".json")), "draws": saved["draws"],
+    return {**load_json(Path(path).with_suffix(".json")), "draws": saved["draws"], "start": saved.get("start"),
             **({"networks": saved["networks"]} if networks else {})}  # fmt: skip
 
 
 def multiswag_pool(data, start_net, first: Mapping[str, Any], components: Sequence[Mapping[str, Any]],
-                   num_samples: int, progress: bool) -> Dict[str, Any]:  # fmt: skip
+                   num_samples: int, progress: bool, widen: Optional[Mapping[str, Any]] = None,
+                   component_net: Optional[Callable[[Mapping[str, Any]], torch.nn.Module]] = None
+                   ) -> Dict[str, Any]:  # fmt: skip
     """MultiSWAG's run (:func:`multiswag_choose`) from component 0, the SWAG run (``first``: its record, with
     ``seed``, ``seconds`` and ``selection``, whose ``grid`` lists every candidate SWAG scored, widened ones
     included), and components 1..L-1 (``components``: :func:`load_multiswag_component`, drawn at that grid).
 
     Component 0's draws are made here from ``start_net``, the network SWAG started from (its SWAG phases repeated
     at SWAG's seed: the same posteriors SWAG scored, which the SWAG job does not keep). Their seconds are recorded
-    as ``component0_redrawn_seconds``, not counted as training: SWAG's seconds in ``first`` count those phases."""
+    as ``component0_redrawn_seconds``, not counted as training: SWAG's seconds in ``first`` count those phases.
+
+    ``widen`` (MultiSWAG's, SWAG's ``widen`` setting): where the pooled choice lies on the grid's edge, every
+    component draws at the candidate beyond it here, component 0 from ``start_net`` and component ``l`` from its
+    trained network ``component_net(components[l - 1])`` (its ``start`` tensors loaded into the network it was
+    built as), each from its own seed: the draws its job would have made at that candidate."""
     from ..baselines.swag import component_counts
 
     grid = [dict(c) for c in first["selection"]["grid"]]
@@ -679,12 +723,21 @@ def multiswag_pool(data, start_net, first: Mapping[str, Any], components: Sequen
                              f"run) scored {grid}: written under another SWAG run?")  # fmt: skip
     if [c["component"] for c in components] != list(range(1, len(components) + 1)):
         raise ValueError(f"MultiSWAG components must be 1..L-1 in order, got {[c['component'] for c in components]}")
+    if widen and component_net is None and components:
+        raise ValueError("multiswag: a widening needs every component's trained network (component_net)")
     t0 = time.perf_counter()
-    count = component_counts(num_samples, len(components) + 1)[0]
-    first_draws, _ = multiswag_draws(start_net, grid, data, int(first["seed"]), count, progress)
+    counts = component_counts(num_samples, len(components) + 1)
+    first_draws, _ = multiswag_draws(start_net, grid, data, int(first["seed"]), counts[0], progress)
     redrawn = time.perf_counter() - t0
+
+    def extend(candidate: Dict[str, Any]) -> List[Any]:
+        nets = [(start_net, int(first["seed"]))] + [(component_net(c), int(c["seed"])) for c in components]
+        return [multiswag_draws(net, [candidate], data, seed, count, progress)[0][0]
+                for (net, seed), count in zip(nets, counts)]  # fmt: skip
+
     seconds = float(first["seconds"]) + sum(float(c["seconds"]) for c in components)
-    run = multiswag_choose(data, grid, [first_draws, *(c["draws"] for c in components)], seconds, num_samples)
+    run = multiswag_choose(data, grid, [first_draws, *(c["draws"] for c in components)], seconds, num_samples,
+                           widen=widen, extend=extend)  # fmt: skip
     run["extra"]["selection"]["component0_redrawn_seconds"] = redrawn
     return run
 

@@ -253,12 +253,13 @@ def train_multiswag_component(
         member_seed = component_seed(seed, component)
         net, split = _build(data, model, member_seed), ValidationSplit.from_prepared(data)
         methods.fit_on(net, split, train, member_seed, progress, f"multiswag {component + 1}/{n}")
+        start = methods.trainable_state(net)
         drawn = methods.multiswag_draws(net, grid, data, member_seed, component_counts(num_samples, n)[component],
                                         progress)  # fmt: skip
     record = {"component": component, "seed": member_seed, "model": dict(model), "train": dict(train),
               "hyperparameters": dict(method_cfg), "seconds": clock.seconds(), "packages": package_versions(),
               "selection": {"drawn_at": f"the candidates component 0 scored ({first_path})"}}  # fmt: skip
-    return methods.write_multiswag_component(out_path, grid, drawn, record, provenance)
+    return methods.write_multiswag_component(out_path, grid, drawn, record, provenance, start=start)
 
 
 def _write_component(out_path, member, swag, candidate, *, component, seed, model, train, method_cfg, selection,
@@ -289,26 +290,49 @@ def _load_component(data: Mapping[str, Any], path: str | Path):
     return net.eval(), SWAG.from_state_dict(ckpt["swag"]), ckpt["candidate"]
 
 
-def multiswag_component_networks(data: Mapping[str, Any], path: str | Path, index: int):
+def multiswag_component_networks(data: Mapping[str, Any], path: str | Path, candidate: Mapping[str, Any]):
     """The last iterate and the SWA mean (FT-Transformers in eval mode) of a component file of
-    :func:`train_multiswag_component` at candidate ``index`` of its grid, or None where that SWAG phase diverged."""
-    record = load_json(Path(path).with_suffix(".json"))
-    networks = methods.load_multiswag_component(path, networks=True)["networks"][index]
-    if networks is None:
+    :func:`train_multiswag_component` at ``candidate``, or None where that SWAG phase diverged. A candidate
+    MultiSWAG's widening added (not in the file's grid): its phase repeated from the component's trained network at
+    the component's seed, as the run drew it (:func:`stochattn.experiments.methods.multiswag_pool`)."""
+    from ..selection import ValidationSplit
+
+    component = methods.load_multiswag_component(path, networks=True)
+    if dict(candidate) in component["grid"]:
+        networks = component["networks"][component["grid"].index(dict(candidate))]
+        if networks is None:
+            return None
+        build = lambda: _build(data, component["model"], int(component["seed"]))  # noqa: E731
+        return tuple(methods.load_trainable(build(), networks[k]).eval() for k in ("last", "swa_mean"))
+    try:
+        split = ValidationSplit.from_prepared(data)
+        member, swag = methods.swag_phase(component_network(data, component), candidate, split,
+                                          int(component["seed"]), False)  # fmt: skip
+    except FloatingPointError:
         return None
-    build = lambda: build_ft_transformer(data["x_train"].shape[1], seed=int(record["seed"]), **record["model"])  # noqa: E731
-    return tuple(methods.load_trainable(build(), networks[k]).eval() for k in ("last", "swa_mean"))
+    return member.eval(), methods.swa_mean_network(member, swag).eval()
 
 
-def _multiswag(data, backbone, components, num_samples, progress) -> Dict[str, Any]:
+def component_network(data: Mapping[str, Any], component: Mapping[str, Any]) -> torch.nn.Module:
+    """The trained network of a MultiSWAG component 1..L-1 (:func:`methods.load_multiswag_component` of a
+    :func:`train_multiswag_component` file): built as its job built it, its ``start`` tensors loaded."""
+    if component.get("start") is None:
+        raise ValueError(f"MultiSWAG component {component['component']}: its file holds no trained network (written "
+                         "before MultiSWAG's choice could widen SWAG's grid); run its job again")  # fmt: skip
+    return methods.load_trainable(_build(data, component["model"], int(component["seed"])), component["start"])
+
+
+def _multiswag(data, backbone, components, num_samples, progress, widen=None) -> Dict[str, Any]:
     """MultiSWAG from component 0, the SWAG run on ``backbone`` (``components[0]``: its posterior, whose record
     holds its seed, seconds and scored candidates), and components 1..L-1 (``components[1:]``:
-    :func:`train_multiswag_component`'s files): :func:`stochattn.experiments.methods.multiswag_pool`."""
+    :func:`train_multiswag_component`'s files): :func:`stochattn.experiments.methods.multiswag_pool`, its choice
+    widened beyond the grid's edge as SWAG's is (``widen``)."""
     first = load_json(Path(components[0]).with_suffix(".json"))
     if first["component"] != 0:
         raise ValueError(f"MultiSWAG's first file must be component 0 (the SWAG run), got {first['component']}")
     run = methods.multiswag_pool(data, backbone, first, [methods.load_multiswag_component(p) for p in components[1:]],
-                                 num_samples, progress)  # fmt: skip
+                                 num_samples, progress, widen=widen,
+                                 component_net=lambda c: component_network(data, c))  # fmt: skip
     run["extra"]["components"] = [str(p) for p in components]
     return run
 
@@ -534,7 +558,7 @@ def run_method(
                 )
         if len(components) != n:
             raise ValueError(f"multiswag: method_cfg says {n} components, got {len(components)} paths")
-        run = _multiswag(data, net, components, num_samples, progress)
+        run = _multiswag(data, net, components, num_samples, progress, method_cfg.get("widen"))
         run["seconds"]["backbone_train"] = 0.0  # component 0's seconds (the SWAG run's) count the backbone
     else:
         run = {"ivon": _ivon, "hsa": _hsa}[method](data, model, train, method_cfg, num_samples, seed, progress)
