@@ -302,8 +302,7 @@ def multiswag_component_networks(data: Mapping[str, Any], path: str | Path, cand
         networks = component["networks"][component["grid"].index(dict(candidate))]
         if networks is None:
             return None
-        build = lambda: _build(data, component["model"], int(component["seed"]))  # noqa: E731
-        return tuple(methods.load_trainable(build(), networks[k]).eval() for k in ("last", "swa_mean"))
+        return tuple(_component_loaded(data, component, networks[k]).eval() for k in ("last", "swa_mean"))
     try:
         split = ValidationSplit.from_prepared(data)
         member, swag = methods.swag_phase(component_network(data, component), candidate, split,
@@ -319,7 +318,12 @@ def component_network(data: Mapping[str, Any], component: Mapping[str, Any]) -> 
     if component.get("start") is None:
         raise ValueError(f"MultiSWAG component {component['component']}: its file holds no trained network (written "
                          "before MultiSWAG's choice could widen SWAG's grid); run its job again")  # fmt: skip
-    return methods.load_trainable(_build(data, component["model"], int(component["seed"])), component["start"])
+    return _component_loaded(data, component, component["start"])
+
+
+def _component_loaded(data: Mapping[str, Any], component: Mapping[str, Any], state) -> torch.nn.Module:
+    """A network built as a MultiSWAG component's job built it, ``state`` (trainable tensors) loaded."""
+    return methods.load_trainable(_build(data, component["model"], int(component["seed"])), state)
 
 
 def _multiswag(data, backbone, components, num_samples, progress, widen=None) -> Dict[str, Any]:
