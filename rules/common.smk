@@ -408,10 +408,10 @@ def _trainings(experiment, method, dataset=None):
         grid = len(grid_entries(cfg))
         trained = sum(not needs_backbone(method, model, cfg, k) for k in range(grid))
         return max(0.25, trained + widening_bound(method, model, cfg))
-    if method == "multiswag":  # component 0's draws: SWAG's phases again, from the backbone; where the pooled
-        # choice widens the grid, every component's phase at each candidate added (one phase: 1 / grid trainings)
+    if method == "multiswag":  # the pooled samples scored (component 0's are drawn in SWAG's job); where the
+        # pooled choice widens the grid, every component's phase at each candidate added (one phase: 1 / grid trainings)
         added = int(cfg["components"]) * pooled_widening_bound(cfg) / len(grid_entries(cfg))
-        return 0.25 + _trainings(experiment, "swag", dataset) + added
+        return 0.25 + added
     return 0.25  # sa (BO passes) on the trained backbone
 
 

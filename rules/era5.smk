@@ -347,6 +347,8 @@ use rule era5_method as era5_swag with:
         allow_pickle=ERA5["backbone"]["checkpoint"].get("allow_pickle", False),
         require_skill=ERA5["require_skill"],
         seed=era5_seed("swag"),
+        # MultiSWAG-LoRA's L: the posterior file holds member 0's share of the samples at every candidate SWAG scored
+        multiswag_components=int(era5_method_cfg("multiswag")["components"]),
         code=era5_method_code("swag", "stochattn.experiments.era5:swag_scale_sweep"),
 
 

@@ -260,6 +260,9 @@ use rule ett_method as ett_swag with:
         member_meta=f"{ETT_CONFIG}/{{ett_method}}/posterior.json",
     wildcard_constraints:
         ett_method=one_of([] if "swag" in ETT_SEARCHED else ["swag"]),
+    params:
+        # MultiSWAG-LoRA's L: the posterior file holds member 0's share of the samples at every candidate SWAG scored
+        multiswag_components=int(ett_method_cfg("multiswag")["components"]),
 
 
 rule ett_candidate:

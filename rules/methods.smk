@@ -43,6 +43,9 @@ use rule run_method as run_swag with:
         member_meta="results/{experiment}/{dataset}/split{split}/{method}/posterior.json",
     wildcard_constraints:
         method="swag",
+    params:
+        # MultiSWAG's L: the posterior file holds component 0's share of the samples at every candidate SWAG scored
+        multiswag_components=lambda w: int(method_cfg(w.experiment, "multiswag", w.dataset)["components"]),
 
 
 rule multiswag_component:

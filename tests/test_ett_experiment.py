@@ -15,7 +15,7 @@ import torch
 
 from stochattn.backbones import timesfm as tfm
 from stochattn.data import ett as ett_data
-from stochattn.experiments import ett
+from stochattn.experiments import ett, methods
 
 MIRROR = (Path(__file__).resolve().parents[1] / ".." / "shared" / "data").resolve()
 HAVE_MIRROR = (MIRROR / "ETT-small" / "ETTh1.csv.gz").is_file()
@@ -192,16 +192,34 @@ def test_adapt_and_methods_write_runs_in_the_contract(csvs, tmp_path):
     with pytest.raises(ValueError, match="unknown method"):
         ett.run_method("mc_dropout", tmp_path / "p.npz", tmp_path / "bb.pt", tmp_path / "adapter.pt", tmp_path / "x",
                        lora=lora, train=train, method_cfg={}, num_samples=3, seed=0)  # fmt: skip
-    # MultiSWAG-LoRA: member 0 is the SWAG-LoRA run, which keeps its posterior and its record (the candidates it
-    # scored); member 1, one job, draws its share at each of them; the pool chooses one setting on the pooled
-    # validation samples, the very samples of the same members run inside one job for the same seed
+    # MultiSWAG-LoRA: member 0 is the SWAG-LoRA run, which keeps its posterior, its record (the candidates it
+    # scored) and its share of the samples at each of them (the same when its grid is fitted one candidate a job);
+    # member 1, one job, draws its share at each of them; the pool chooses one setting on the pooled validation
+    # samples, the very samples of the same members run inside one job for the same seed
     ms_cfg = {"components": 2, "epochs": 1, "collect_per_epoch": 3, "grid": [{"lr": 1e-3}, {"lr": 3e-3}]}
     swag_cfg = {k: v for k, v in ms_cfg.items() if k != "components"}
     post = tmp_path / "swag_m" / "posterior.pt"
     swag_meta = ett.run_method("swag", tmp_path / "p.npz", tmp_path / "bb.pt", tmp_path / "adapter.pt",
                                tmp_path / "swag_m", lora=lora, train=train, method_cfg=swag_cfg, num_samples=4, seed=5,
-                               swag_member=post, progress=False)  # fmt: skip
+                               swag_member=post, multiswag_components=2, progress=False)  # fmt: skip
     rec = json.loads(post.with_suffix(".json").read_text())
+    kept = methods.load_multiswag_component(post)
+    assert [{k: v.shape for k, v in d.items()} for d in kept["draws"]] == [
+        {"val": (2, 14, 96), "test": (2, 14, 96), "cal": (2, 14, 96)}] * 2  # its share, 2 of 4, at both rates
+    np.testing.assert_allclose(  # at SWAG's choice: the first rows of its own samples
+        np.load(tmp_path / "swag_m" / "samples.npz")["samples"][:2],
+        methods.to_original(kept["draws"][swag_meta["selection"]["chosen"]["index"]]["test"].numpy(),
+                            ett.load_windows(tmp_path / "p.npz")), rtol=1e-5, atol=1e-6)  # fmt: skip
+    paths = [tmp_path / "swag_c" / f"{k}.pt" for k in range(2)]
+    for k, path in enumerate(paths):
+        ett.fit_candidate("swag", tmp_path / "p.npz", tmp_path / "bb.pt", tmp_path / "adapter.pt", path, index=k,
+                          lora=lora, train=train, method_cfg=swag_cfg, num_samples=4, seed=5, progress=False)
+    ett.run_method("swag", tmp_path / "p.npz", tmp_path / "bb.pt", tmp_path / "adapter.pt", tmp_path / "swag_s",
+                   lora=lora, train=train, method_cfg=swag_cfg, num_samples=4, seed=5, candidates=paths,
+                   swag_member=tmp_path / "swag_s" / "posterior.pt", multiswag_components=2, progress=False)
+    for a, b in zip(kept["draws"], methods.load_multiswag_component(tmp_path / "swag_s" / "posterior.pt")["draws"]):
+        for part in ("val", "test", "cal"):
+            torch.testing.assert_close(a[part], b[part], rtol=1e-5, atol=1e-6)
     adapter_seconds = json.loads((tmp_path / "adapter.json").read_text())["seconds"]
     assert rec["component"] == 0 and rec["selection"]["member_of"] == "swag"
     assert rec["seconds"] == pytest.approx(adapter_seconds + swag_meta["seconds"]["train"])
@@ -224,4 +242,8 @@ def test_adapt_and_methods_write_runs_in_the_contract(csvs, tmp_path):
                                    first_path=post.with_suffix(".json"))  # fmt: skip
     with pytest.raises(ValueError, match="swag_member"):
         ett.run_method("hsa", tmp_path / "p.npz", tmp_path / "bb.pt", tmp_path / "adapter.pt", tmp_path / "x",
+                       lora=lora, train=train, method_cfg={}, num_samples=3, seed=0, swag_member=post,
+                       multiswag_components=2)  # fmt: skip
+    with pytest.raises(ValueError, match="needs multiswag_components"):
+        ett.run_method("swag", tmp_path / "p.npz", tmp_path / "bb.pt", tmp_path / "adapter.pt", tmp_path / "x",
                        lora=lora, train=train, method_cfg={}, num_samples=3, seed=0, swag_member=post)  # fmt: skip

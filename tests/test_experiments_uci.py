@@ -121,10 +121,11 @@ def test_method_writes_contracted_samples_meta_and_metrics(workdir, sa_run, meth
 
 def test_swag_run_keeps_the_posterior_it_sampled_as_multiswag_component_0(workdir, tmp_path):
     """SWAG with ``swag_member`` writes the very posterior it sampled from as MultiSWAG's component 0 (the workflow
-    trains components 1..L-1 only): redrawn from the file with SWAG's seed it gives SWAG's samples; component 1
-    draws at every candidate SWAG scored; MultiSWAG chooses one of them on the pooled validation samples, its
-    component 0 drawn again from the backbone at SWAG's seed (the draws SWAG's posterior gives, where it chose the
-    same); the file's seconds are a member's (training + SWAG phases)."""
+    trains components 1..L-1 only): redrawn from the file with SWAG's seed it gives SWAG's samples. The file holds
+    component 0's share of the samples at every candidate SWAG scored: at SWAG's choice the first rows of SWAG's own
+    samples, elsewhere what that candidate's phase from the backbone draws at SWAG's seed. Component 1 draws at every
+    candidate; MultiSWAG chooses one of them on the pooled validation samples and pools the kept draws there. The
+    file's seconds are a member's (training + SWAG phases), its draws' apart; both count as MultiSWAG's training."""
     from stochattn.baselines.swag import component_counts, swag_samples
     from stochattn.experiments import methods
     from stochattn.selection import ValidationSplit
@@ -134,7 +135,7 @@ def test_swag_run_keeps_the_posterior_it_sampled_as_multiswag_component_0(workdi
     swag_meta = uci.run_method("swag", workdir / "prepared.npz", tmp_path / "swag",
                                backbone_path=workdir / "backbone/model.pt", model=MODEL, train=TRAIN,
                                method_cfg={k: v for k, v in cfg.items() if k != "components"}, num_samples=S, seed=1,
-                               swag_member=post, progress=False)  # fmt: skip
+                               swag_member=post, multiswag_components=2, progress=False)  # fmt: skip
     rec = load_json(post.with_suffix(".json"))
     assert rec["component"] == 0 and rec["selection"]["member_of"] == "swag"
     assert rec["seconds"] == pytest.approx(load_json(workdir / "backbone/meta.json")["seconds"]
@@ -143,6 +144,18 @@ def test_swag_run_keeps_the_posterior_it_sampled_as_multiswag_component_0(workdi
     net, swag, candidate = uci._load_component(data, post)
     redrawn = methods.to_original(swag_samples(net, swag, data["x_test"], S, 1, scale=candidate["scale"]), data)
     np.testing.assert_allclose(redrawn, load_npz(tmp_path / "swag" / "samples.npz")["samples"], rtol=1e-6)
+    n0, n1 = component_counts(S, 2)  # 3 and 2 of the 5 samples
+    kept = methods.load_multiswag_component(post)
+    assert len(kept["selection"]["grid"]) == len(kept["draws"]) == 2 and rec["draw_seconds"] > 0
+    split = ValidationSplit.from_prepared(data)
+    for c, draws in zip(kept["selection"]["grid"], kept["draws"]):
+        assert {k: v.shape[0] for k, v in draws.items()} == {"val": n0, "test": n0, "cal": n0}
+        if c == candidate:  # SWAG's own stream: its first n0 samples
+            np.testing.assert_allclose(methods.to_original(draws["test"], data), redrawn[:n0], rtol=1e-6)
+        member, phase = methods.swag_phase(uci.load_backbone(data, workdir / "backbone/model.pt"), c, split, 1, False)
+        again = methods.posterior_draws(member, phase, c, data, 1, n0)
+        for part in ("val", "test", "cal"):
+            assert torch.equal(again[part], draws[part])
     comp1 = tmp_path / "components" / "1.pt"
     rec1 = uci.train_multiswag_component(workdir / "prepared.npz", comp1, component=1, model=MODEL,
                                          train=dict(TRAIN, max_epochs=30),  # a network with skill, as the backbone's
@@ -150,26 +163,21 @@ def test_swag_run_keeps_the_posterior_it_sampled_as_multiswag_component_0(workdi
                                          progress=False)  # fmt: skip
     assert rec1["grid"] == rec["selection"]["grid"] and len(rec1["grid"]) == 2
     drawn = methods.load_multiswag_component(comp1, networks=True)
-    n0, n1 = component_counts(S, 2)  # 3 and 2 of the 5 samples
     assert [d["val"].shape[0] for d in drawn["draws"]] == [n1] * 2  # its share of S at each candidate
     meta = uci.run_method("multiswag", workdir / "prepared.npz", tmp_path / "multiswag", components=[post, comp1],
                           backbone_path=workdir / "backbone/model.pt", model=MODEL, train=TRAIN, method_cfg=cfg,
                           num_samples=S, seed=3, progress=False)  # fmt: skip
     pooled = load_npz(tmp_path / "multiswag" / "samples.npz")["samples"]
     assert np.all(np.isfinite(pooled)) and pooled.std(0).mean() > 0
-    assert meta["seconds"]["train"] == pytest.approx(rec["seconds"] + rec1["seconds"])
+    assert meta["seconds"]["train"] == pytest.approx(rec["seconds"] + rec["draw_seconds"] + rec1["seconds"])
     sel = meta["selection"]
     assert sel["grid"] == rec["selection"]["grid"] and sel["chosen_on"].startswith("pooled validation samples")
     chosen = sel["chosen"]["index"]
-    # component 0's rows: SWAG's seed and stream at the chosen candidate (SWAG's own posterior where it chose it)
-    if sel["chosen"]["candidate"] != candidate:
-        backbone = uci.load_backbone(data, workdir / "backbone/model.pt")
-        net, swag = methods.swag_phase(backbone, sel["chosen"]["candidate"], ValidationSplit.from_prepared(data), 1,
-                                       False)  # fmt: skip
-    scale = sel["chosen"]["candidate"]["scale"]
-    first = methods.to_original(swag_samples(net, swag, data["x_test"], n0, 1, scale=scale), data)
-    np.testing.assert_allclose(pooled[:n0], first, rtol=1e-5)
+    np.testing.assert_allclose(pooled[:n0], methods.to_original(kept["draws"][chosen]["test"], data), rtol=1e-6)
     np.testing.assert_allclose(pooled[n0:], methods.to_original(drawn["draws"][chosen]["test"], data), rtol=1e-6)
+    first = dict(load_json(post.with_suffix(".json")), draws=None)  # a file written before component 0 kept draws
+    with pytest.raises(ValueError, match="holds no draws"):
+        methods.multiswag_pool(data, None, first, [drawn], S, False)
     with pytest.raises(ValueError, match="component 0 is the SWAG run"):
         uci.train_multiswag_component(workdir / "prepared.npz", tmp_path / "c0.pt", component=0, model=MODEL,
                                       train=TRAIN, method_cfg=cfg, seed=2, num_samples=S,
@@ -177,7 +185,11 @@ def test_swag_run_keeps_the_posterior_it_sampled_as_multiswag_component_0(workdi
     with pytest.raises(ValueError, match="swag_member"):
         uci.run_method("mc_dropout", workdir / "prepared.npz", tmp_path / "x",
                        backbone_path=workdir / "backbone/model.pt", model=MODEL, train=TRAIN, method_cfg={},
-                       num_samples=S, seed=1, swag_member=tmp_path / "p.pt")  # fmt: skip
+                       num_samples=S, seed=1, swag_member=tmp_path / "p.pt", multiswag_components=2)  # fmt: skip
+    with pytest.raises(ValueError, match="needs multiswag_components"):
+        uci.run_method("swag", workdir / "prepared.npz", tmp_path / "x", backbone_path=workdir / "backbone/model.pt",
+                       model=MODEL, train=TRAIN, method_cfg={}, num_samples=S, seed=1, swag_member=tmp_path / "p.pt")
+    assert not (tmp_path / "x").exists()
 
 
 def test_multiswag_widens_its_pooled_choice_with_every_component_drawn_as_its_job_would(workdir, tmp_path):
@@ -195,7 +207,7 @@ def test_multiswag_widens_its_pooled_choice_with_every_component_drawn_as_its_jo
     swag_cfg = {k: v for k, v in cfg.items() if k not in ("components", "widen")}  # SWAG keeps its 2 rates
     uci.run_method("swag", workdir / "prepared.npz", tmp_path / "swag", backbone_path=workdir / "backbone/model.pt",
                    model=MODEL, train=TRAIN, method_cfg=swag_cfg, num_samples=S, seed=1, swag_member=post,
-                   progress=False)  # fmt: skip
+                   multiswag_components=2, progress=False)  # fmt: skip
     comp1 = tmp_path / "1.pt"
     rec1 = uci.train_multiswag_component(workdir / "prepared.npz", comp1, component=1, model=MODEL,
                                          train=dict(TRAIN, max_epochs=30), method_cfg=cfg, seed=2, num_samples=S,
@@ -214,8 +226,9 @@ def test_multiswag_widens_its_pooled_choice_with_every_component_drawn_as_its_jo
     sel = meta["selection"]
     assert sel["grid"][:2] == load_json(post.with_suffix(".json"))["selection"]["grid"]
     assert len(sel["widened"]) == 1 and len(sel["val_crps"]) == 3 and sel["widened"][0]["lr"] in (1e-3 / 3, 9e-3)
-    assert meta["seconds"]["train"] == pytest.approx(load_json(post.with_suffix(".json"))["seconds"]
-                                                     + rec1["seconds"] + sel["widened_seconds"])  # fmt: skip
+    rec0 = load_json(post.with_suffix(".json"))
+    assert meta["seconds"]["train"] == pytest.approx(rec0["seconds"] + rec0["draw_seconds"] + rec1["seconds"]
+                                                     + sel["widened_seconds"])  # fmt: skip
     added, networks = methods.multiswag_draws(uci.component_network(data, loaded), sel["widened"], data, rec1["seed"],
                                               n1, False)  # fmt: skip
     # the audit's networks at the added rate (benchmarks/uci_bias.py): the same phase, repeated from the file

@@ -152,8 +152,8 @@ def test_each_job_counts_its_steps_and_passes():
     adapter = resources.adapt_work(SIZES, TRAIN)
     assert member.train_steps == adapter.train_steps + 45  # a fresh adapter and a SWAG phase per candidate
     assert member.forward_inputs == adapter.forward_inputs + 3 * 2 * (100 + 200 + 50)
-    pool = resources.method_work("multiswag", SIZES, multiswag_cfg, TRAIN, 4)  # component 0 drawn, no training
-    assert (pool.train_steps, pool.forward_inputs) == (45, 3 * 2 * (100 + 200 + 50))
+    pool = resources.method_work("multiswag", SIZES, multiswag_cfg, TRAIN, 4)  # member 0's draws: SWAG's job
+    assert (pool.train_steps, pool.forward_inputs) == (0, 0)
     analyses = resources.analyses_work(SIZES, sa_cfg, {"nu_grid": [1, 2, 4], "bo_seeds": [0, 1],
                                                        "bo_second_range": [2, 512]}, 4)  # fmt: skip
     assert analyses.sa_inputs == 3 * 4 * 50 + 2 * 4 * 200 + 2 * 2 * 12 * 4 * 50 * 16

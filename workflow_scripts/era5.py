@@ -145,6 +145,7 @@ else:
                                    swag_scales=p.swag_scales, allow_pickle=p.allow_pickle,
                                    require_skill=p.require_skill, members=sm.input.get("members"),
                                    swag_member=sm.output.get("member"), candidates=sm.input.get("candidates"),
+                                   multiswag_components=p.get("multiswag_components"),
                                    progress=progress, provenance=job.stage())  # fmt: skip
         print(f"{p.method}: seconds {meta['seconds']}", flush=True)
     elif rule == "era5_candidate":

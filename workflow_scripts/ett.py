@@ -114,6 +114,7 @@ else:
                                   Path(sm.output.samples).parent, lora=p.lora, train=p.train, method_cfg=p.method_cfg,
                                   num_samples=p.num_samples, seed=p.seed, members=sm.input.get("members"),
                                   require_skill=p.require_skill, swag_member=sm.output.get("member"),
+                                  multiswag_components=p.get("multiswag_components"),
                                   candidates=sm.input.get("candidates"), progress=progress,
                                   provenance=job.stage())  # fmt: skip
         print(f"{p.method}: seconds {meta['seconds']}", flush=True)

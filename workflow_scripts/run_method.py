@@ -39,5 +39,6 @@ else:
             meta = run_method(p.method, sm.input.prepared, out_dir, backbone_path=sm.input.get("backbone"),
                               components=sm.input.get("components"),  # MultiSWAG's trained components, in order
                               swag_member=sm.output.get("member"),  # SWAG: its posterior as MultiSWAG's component 0
+                              multiswag_components=p.get("multiswag_components"),
                               device=sm.config["device"], **shared)  # fmt: skip
     print(f"{p.method}: seconds {meta['seconds']}", flush=True)

@@ -342,14 +342,15 @@ def selection_work(method: str, sizes: Sizes, num_samples: int, *, swag_scales: 
 def method_work(method: str, sizes: Sizes, cfg: Mapping[str, Any], train: Mapping[str, Any], num_samples: int, *,
                 swag_scales: int = 0) -> Work:  # fmt: skip
     """One method job (``cfg``: the method's settings with its grid; ``train``: the adapter's): SA's calibration
-    and sampling; SWAG's selection, sampling and ``swag_scales`` variance scales (val and test); MultiSWAG's
-    component 0 drawn at every candidate and the pooled samples scored (members 1..L-1 are :func:`member_work`);
+    and sampling; SWAG's selection, sampling and ``swag_scales`` variance scales (val and test); MultiSWAG: the
+    pooled samples scored, no pass (member 0's draws are made in SWAG's job, members 1..L-1 in
+    :func:`member_work`'s);
     IVON, Contextual Dropout and HSA: every candidate trained to ``max_epochs`` from a fresh adapter, sampled on
     val, the chosen one on test and cal."""
     if method == "sa":
         return _bo(sizes, cfg) + _final(sizes, 2 * num_samples, "sa_inputs")
-    if method == "multiswag":  # component 0's draws (the SWAG run's phases again) and the pooled val scored
-        return _component_draws(sizes, cfg, num_samples)
+    if method == "multiswag":
+        return Work()
     if method != "swag" and method not in _TRAINED:
         raise ValueError(f"no cost model for method {method!r}")
     return (_grid(cfg) * candidate_work(method, sizes, cfg, train, num_samples)

@@ -422,6 +422,19 @@ class TrainingClock:
         return (time.perf_counter() if self._end is None else self._end) - self._start + self.loaded
 
 
+@contextlib.contextmanager
+def not_training() -> Iterator[None]:
+    """A block inside :class:`TrainingClock` blocks whose wall time they leave out: work done there for another run
+    (e.g. the draws a SWAG search keeps for MultiSWAG's component 0), not this block's training."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        elapsed = time.perf_counter() - start
+        for clock in _CLOCKS.get():
+            clock.loaded -= elapsed
+
+
 def _loaded_from_earlier_attempts(seconds: float) -> None:
     """Credit the running :class:`TrainingClock` blocks with ``seconds`` of training loaded from a checkpoint."""
     for clock in _CLOCKS.get():

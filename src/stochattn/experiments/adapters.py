@@ -138,7 +138,8 @@ def _swag_search(data, setup, cfg, num_samples, seed, progress):
     """SWAG-LoRA: SWAG over the adapter parameters, from the adapted model (the backbone frozen), in SWAG-LoRA's
     recipe (:func:`swag_lora_cfg`). ``setup.extra["on_swag_fitted"]`` (optional) sees the chosen posterior; the
     posterior itself is left in ``setup.extra["swag_fitted"]`` as ``(member, swag, candidate)``
-    (:func:`write_swag_as_member`)."""
+    (:func:`write_swag_as_member`). ``setup.extra["swag_kept"]`` (optional, :func:`keep_member_draws`): the
+    search's ``keep``."""
     hook = setup.extra.get("on_swag_fitted")
 
     def on_fitted(member, swag, candidate):
@@ -147,7 +148,7 @@ def _swag_search(data, setup, cfg, num_samples, seed, progress):
             hook(member, swag, candidate)
 
     return methods.swag_search(data, setup.adapted(), swag_lora_cfg(cfg, setup), num_samples, seed, progress,
-                               on_fitted=on_fitted)  # fmt: skip
+                               on_fitted=on_fitted, keep=setup.extra.get("swag_kept"))  # fmt: skip
 
 
 def _swag(data, setup, cfg, num_samples, seed, progress):
@@ -174,10 +175,14 @@ def train_multiswag_member(data, setup: AdapterSetup, cfg: Mapping[str, Any], co
     return drawn, clock.seconds()
 
 
-def save_multiswag_member(path: str | Path, net: torch.nn.Module, swag, candidate: Mapping[str, Any]) -> Dict[str, str]:
-    """A member's adapter tensors, SWAG posterior and SWAG settings -> ``path`` (torch file, atomic); returns its
-    SHA-256 record (:func:`stochattn.io.save_model`)."""
-    return save_model(path, {"adapter": _adapter_state(net), "swag": swag.state_dict(), "candidate": dict(candidate)})
+def keep_member_draws(setup: AdapterSetup, data, num_samples: int, seed: int, multiswag_components: int) -> None:
+    """The SWAG-LoRA search of ``setup`` keeps MultiSWAG-LoRA's member-0 share of the samples (of L =
+    ``multiswag_components`` members) at every candidate it fits (:class:`stochattn.experiments.methods.KeptDraws`,
+    ``setup.extra["swag_kept"]``; written by :func:`write_swag_as_member`)."""
+    from ..baselines.swag import component_counts
+
+    count = component_counts(num_samples, int(multiswag_components))[0]
+    setup.extra["swag_kept"] = methods.KeptDraws(data, seed, count)
 
 
 def _multiswag(data, setup, cfg, num_samples, seed, progress):
@@ -191,17 +196,17 @@ def _multiswag(data, setup, cfg, num_samples, seed, progress):
 
     NOTE[DIFF]: a member here is a LoRA fit, not a full network; each member's SWAG phase follows SWAG-LoRA's recipe
     (:func:`swag_lora_cfg`)."""
-    from ..io import load_json
-
     paths = setup.extra.get("multiswag_members")
     if paths:
-        first = load_json(Path(paths[0]).with_suffix(".json"))
+        first = methods.load_multiswag_component(paths[0])
         components = [methods.load_multiswag_component(p) for p in paths[1:]]
     else:
+        keep_member_draws(setup, data, num_samples, seed, int(cfg["components"]))
         swag_run = _swag(data, setup, cfg, num_samples, seed, progress)
-        first = {"seed": seed, "selection": swag_run["extra"]["selection"],
-                 "seconds": float(setup.extra.get("adapter_seconds", 0.0)) + swag_run["seconds"]["train"]}
-        grid = first["selection"]["grid"]
+        kept, grid = setup.extra.pop("swag_kept"), swag_run["extra"]["selection"]["grid"]
+        first = {"seed": seed, "selection": swag_run["extra"]["selection"], "draws": kept.in_grid(grid),
+                 "seconds": float(setup.extra.get("adapter_seconds", 0.0)) + swag_run["seconds"]["train"],
+                 "draw_seconds": kept.seconds}  # fmt: skip
         components = []
         for c in range(1, int(cfg["components"])):
             (draws, _), sec = train_multiswag_member(data, setup, cfg, c, seed, progress, grid, num_samples)
@@ -238,9 +243,10 @@ def write_swag_as_member(out_path: str | Path, setup: AdapterSetup, run: Mapping
                          adapter_seconds: float, provenance: Optional[Mapping[str, Any]] = None
                          ) -> Dict[str, Any]:  # fmt: skip
     """The SWAG-LoRA run's posterior (``setup.extra["swag_fitted"]``, left there by :func:`_swag`; ``run``: its
-    run dict) -> MultiSWAG-LoRA's member 0 at ``out_path`` and its record ``<stem>.json``: seed, the SWAG
-    selection (every candidate scored, which members 1..L-1 are drawn at) and ``seconds``, the adapter's training
-    and the SWAG phases (a member's cost: a training and a SWAG phase per candidate).
+    run dict) and its share of the samples at every candidate it fitted (``setup.extra["swag_kept"]``,
+    :func:`keep_member_draws`) -> MultiSWAG-LoRA's member 0 at ``out_path`` and its record ``<stem>.json``: seed,
+    the SWAG selection (every candidate scored, which members 1..L-1 are drawn at), ``seconds``, the adapter's
+    training and the SWAG phases (a member's cost: a training and a SWAG phase per candidate), and ``draw_seconds``.
 
     MultiSWAG (Wilson & Izmailov 2020) is an ensemble of SWAG runs from independent initialisations; the SWAG run
     on the configuration's adapter is one of them, so the workflow trains only members 1..L-1 (each from its own
@@ -249,9 +255,12 @@ def write_swag_as_member(out_path: str | Path, setup: AdapterSetup, run: Mapping
     from ..provenance import device_info
 
     member, swag, candidate = setup.extra["swag_fitted"]
-    recorded = save_multiswag_member(out_path, member, swag, candidate)
+    kept, grid = setup.extra["swag_kept"], run["extra"]["selection"]["grid"]
+    recorded = save_model(out_path, {"adapter": _adapter_state(member), "swag": swag.state_dict(),
+                                     "candidate": dict(candidate), "grid": grid, "draws": kept.in_grid(grid)})
     meta = {"method": "multiswag", "component": 0, "seed": seed, "candidate": dict(candidate),
-            "seconds": float(adapter_seconds) + float(run["seconds"]["train"]), "device": device_info(),
+            "seconds": float(adapter_seconds) + float(run["seconds"]["train"]), "draw_seconds": kept.seconds,
+            "device": device_info(),
             "selection": dict(run["extra"]["selection"], member_of="swag"), RECORD_KEY: recorded}  # fmt: skip
     if provenance is not None:
         meta["provenance"] = dict(provenance)
@@ -315,11 +324,15 @@ _SEARCHES = {"swag": _swag_search, "ivon": _ivon_search, "contextual_dropout": _
 SEARCH_METHODS = tuple(_SEARCHES)
 
 
-def check_method(method: str, num_samples: int, swag_member: Optional[str | Path] = None) -> None:
+def check_method(method: str, num_samples: int, swag_member: Optional[str | Path] = None,
+                 multiswag_components: Optional[int] = None) -> None:  # fmt: skip
     """ValueError for a method that is not run on its own or unknown, fewer than 2 samples, or a MultiSWAG member
-    file asked of another method than SWAG (:func:`write_swag_as_member`)."""
+    file asked of another method than SWAG (:func:`write_swag_as_member`) or without MultiSWAG's L."""
     if swag_member is not None and method != "swag":
         raise ValueError(f"swag_member (MultiSWAG's member 0) is written by the 'swag' run, not by {method!r}")
+    if swag_member is not None and multiswag_components is None:
+        raise ValueError("swag_member needs multiswag_components (MultiSWAG's L): member 0 keeps its share of the "
+                         "samples at every candidate")  # fmt: skip
     if method in DERIVED_METHODS:
         raise ValueError(f"{method!r} is written by the {DERIVED_METHODS[method]!r} run, not run on its own")
     if method not in _STAGES:

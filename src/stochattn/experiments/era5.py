@@ -475,6 +475,7 @@ def run_method(
     require_skill: bool = True,
     members: Optional[Sequence[str | Path]] = None,
     swag_member: Optional[str | Path] = None,
+    multiswag_components: Optional[int] = None,
     candidates: Optional[Sequence[str | Path]] = None,
     progress: bool = True,
     provenance: Optional[Mapping[str, Any]] = None,
@@ -484,10 +485,11 @@ def run_method(
     ``scale_sweep.json``, :func:`swag_scale_sweep`). ``require_skill=False`` lets the baselines' selection keep
     a candidate that does not beat the training climatology (smoke runs; recorded in meta.json). MultiSWAG pools
     ``members`` (SWAG's member 0, then :func:`train_multiswag_member`'s files) when given, else runs them here. SWAG
-    with ``swag_member``: also its posterior, as MultiSWAG-LoRA's member 0 (:func:`adapters.write_swag_as_member`).
+    with ``swag_member``: also its posterior, as MultiSWAG-LoRA's member 0 (:func:`adapters.write_swag_as_member`),
+    with member 0's share of the samples of a MultiSWAG of ``multiswag_components`` (L) at every candidate.
     ``candidates``: the method's grid fitted one candidate per job (:func:`fit_candidate`'s files, in grid order): only
     the choice and the sampling run here."""
-    adapters.check_method(method, num_samples, swag_member)
+    adapters.check_method(method, num_samples, swag_member, multiswag_components)
     data = load_pairs(prepared_path)
     data["require_skill"] = bool(require_skill)
     adapter_meta = load_json(Path(adapter_path).with_suffix(".json"))
@@ -506,6 +508,8 @@ def run_method(
             save_json(Path(out_dir) / "scale_sweep.json", record)
 
         ctx.extra["on_swag_fitted"] = sweep
+    if swag_member is not None:
+        adapters.keep_member_draws(ctx, data, num_samples, seed, multiswag_components)
     run = adapters.method_run(method, data, ctx, method_cfg, num_samples, seed, progress, candidates)
     if swag_member is not None:
         adapters.write_swag_as_member(swag_member, ctx, run, seed=seed, adapter_seconds=adapter_meta["seconds"],

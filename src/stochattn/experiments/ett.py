@@ -345,6 +345,7 @@ def run_method(
     members: Optional[Sequence[str | Path]] = None,
     require_skill: bool = True,
     swag_member: Optional[str | Path] = None,
+    multiswag_components: Optional[int] = None,
     candidates: Optional[Sequence[str | Path]] = None,
     progress: bool = True,
     provenance: Optional[Mapping[str, Any]] = None,
@@ -354,9 +355,10 @@ def run_method(
     ``members`` (SWAG's member 0, then :func:`train_multiswag_member`'s files) when given, else runs them here.
     ``require_skill=False`` lets the baselines' selection keep a candidate that does not beat the training mean
     (recorded; the rehearsal's random weights). SWAG with ``swag_member``: also its posterior, as MultiSWAG-LoRA's
-    member 0 (:func:`stochattn.experiments.adapters.write_swag_as_member`). ``candidates``: the method's grid fitted one
+    member 0 (:func:`stochattn.experiments.adapters.write_swag_as_member`), with member 0's share of the samples of a
+    MultiSWAG of ``multiswag_components`` (L) at every candidate. ``candidates``: the method's grid fitted one
     candidate per job (:func:`fit_candidate`'s files, in grid order): only the choice and the sampling run here."""
-    adapters.check_method(method, num_samples, swag_member)
+    adapters.check_method(method, num_samples, swag_member, multiswag_components)
     data = load_windows(prepared_path)
     data["require_skill"] = bool(require_skill)
     adapter_meta = load_json(Path(adapter_path).with_suffix(".json"))
@@ -364,6 +366,8 @@ def run_method(
     ctx.extra["adapter_seconds"] = adapter_meta["seconds"]  # MultiSWAG's member 0 (the SWAG run) trained it
     if members:
         ctx.extra["multiswag_members"] = [str(m) for m in members]
+    if swag_member is not None:
+        adapters.keep_member_draws(ctx, data, num_samples, seed, multiswag_components)
     run = adapters.method_run(method, data, ctx, method_cfg, num_samples, seed, progress, candidates)
     if swag_member is not None:
         adapters.write_swag_as_member(swag_member, ctx, run, seed=seed, adapter_seconds=adapter_meta["seconds"],

@@ -14,6 +14,7 @@ SWAG and IVON act on the model's trainable parameters, i.e. on the adapters when
 from __future__ import annotations
 
 import copy
+import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -137,7 +138,9 @@ class Search:
     ``grid`` (the candidates), ``fit(candidate, split)`` (a :class:`~stochattn.selection.CandidateFit`),
     ``finish(selection, train_seconds)`` (the run dict from the chosen result: its test and cal samples),
     ``state(result)`` / ``load(state, candidate)`` (a fitted result to a torch-saveable dict and back),
-    ``reference`` (copied into the record) and ``extra`` (filled by the fits, part of meta.json)."""
+    ``reference`` (copied into the record) and ``extra`` (filled by the fits, part of meta.json). ``keep(candidate,
+    result)`` (optional) sees every fitted result the run scores, the grid's and a widening's (e.g.
+    :class:`KeptDraws`)."""
 
     method: str
     grid: list
@@ -148,13 +151,27 @@ class Search:
     reference: Optional[Dict[str, float]] = None
     extra: Dict[str, Any] = field(default_factory=dict)
     widen: Optional[Mapping[str, Any]] = None  # the method's ``widen`` setting (single-job searches only)
+    keep: Optional[Callable[[Dict[str, Any], Any], None]] = None
+
+    def kept_fit(self) -> Callable[..., Any]:
+        """``fit``, its result shown to ``keep`` (when set) before it is scored."""
+        if self.keep is None:
+            return self.fit
+
+        def fit(candidate, split):
+            out = self.fit(candidate, split)
+            self.keep(dict(candidate), out.result)
+            return out
+
+        return fit
 
 
 def search_run(search: Search, data) -> Dict[str, Any]:
     """Every candidate fitted here, one after the other (:func:`select`), then the chosen one sampled; ``train``
     seconds: the whole search."""
     with TrainingClock() as clock:  # a resumed search's trainings count their earlier attempts
-        sel = select(search.method, data, search.grid, search.fit, reference=search.reference, widen=search.widen)
+        sel = select(search.method, data, search.grid, search.kept_fit(), reference=search.reference,
+                     widen=search.widen)  # fmt: skip
     return search.finish(sel, clock.seconds())
 
 
@@ -197,7 +214,8 @@ def choose_candidate(search: Search, data, paths: Sequence[str | Path]) -> Dict[
     :func:`stochattn.selection.choose` (as :func:`search_run` makes it), the winner's state loaded and sampled by
     ``search.finish`` (the same seeds). A widening search (``search.widen``) first fits here, one after the other,
     the candidates beyond the edge its grid's scores choose (:meth:`stochattn.selection.Widening.grow`, as
-    :func:`search_run` does after its grid). ``train`` seconds: every candidate's fit.
+    :func:`search_run` does after its grid). ``train`` seconds: every candidate's fit. ``search.keep`` sees every
+    candidate's fitted result, the grid's loaded from their files.
 
     Raises:
         ValueError: the files are not the grid's candidates in order (written under another configuration).
@@ -216,8 +234,14 @@ def choose_candidate(search: Search, data, paths: Sequence[str | Path]) -> Dict[
     split, options, grid = ValidationSplit.from_prepared(data), selection_options(data), list(search.grid)
     mean_rmse, widen, fitted = split.mean_predictor_rmse(), Widening.from_config(search.widen), {}
 
+    if search.keep is not None:
+        for candidate, path in zip(grid, paths):
+            state = load_model(path)["state"]
+            if state is not None:  # None: its training diverged
+                search.keep(dict(candidate), search.load(state, candidate))
+
     def run(candidate):  # a candidate beyond the grid's edge, fitted here; only the best fit so far is kept
-        out, entry = fit_candidate(search.method, candidate, search.fit, split)
+        out, entry = fit_candidate(search.method, candidate, search.kept_fit(), split)
         entries.append(entry)
         if best_index(entries, mean_rmse, options["require_skill"]) == len(entries) - 1:
             fitted.clear()
@@ -319,8 +343,9 @@ def swag_select(method, data, net, cfg, seed, progress, num_samples):
                   widen=cfg.get("widen"))
 
 
-def swag_search(data, net, cfg, num_samples, seed, progress, on_fitted=None) -> Search:
-    """SWAG's search (:func:`swag_run`) in parts (:class:`Search`)."""
+def swag_search(data, net, cfg, num_samples, seed, progress, on_fitted=None, keep=None) -> Search:
+    """SWAG's search (:func:`swag_run`) in parts (:class:`Search`); ``keep``: :attr:`Search.keep` (e.g.
+    :class:`KeptDraws`, MultiSWAG's component 0)."""
     from ..baselines.swag import swag_samples
     from ..selection import ValidationSplit
 
@@ -341,17 +366,17 @@ def swag_search(data, net, cfg, num_samples, seed, progress, on_fitted=None) -> 
 
     return Search("swag", candidates(cfg, SWAG_KEYS, SWAG_DEFAULTS), swag_fit(net, seed, progress, num_samples),
                   finish, swag_state, swag_load(net), reference={"start_val_rmse": start},
-                  widen=cfg.get("widen"))  # fmt: skip
+                  widen=cfg.get("widen"), keep=keep)  # fmt: skip
 
 
-def swag_run(data, net, cfg, num_samples, seed, progress, on_fitted=None) -> Dict[str, Any]:
+def swag_run(data, net, cfg, num_samples, seed, progress, on_fitted=None, keep=None) -> Dict[str, Any]:
     """SWAG (diagonal + low-rank, Maddox et al. 2019) from the pretrained backbone; point = SWA weights; the SGD
     learning rate (and any other SWAG_KEYS in ``cfg["grid"]``) chosen as :func:`swag_select` does.
 
     ``train`` seconds include every grid candidate's SWAG phase. ``on_fitted(member, swag, candidate)`` (optional)
     is called with the chosen posterior and its settings before sampling (e.g. a variance-scale sweep, or keeping it
-    as MultiSWAG's first member); its time is not counted."""
-    return search_run(swag_search(data, net, cfg, num_samples, seed, progress, on_fitted), data)
+    as MultiSWAG's first member); its time is not counted. ``keep``: :attr:`Search.keep`."""
+    return search_run(swag_search(data, net, cfg, num_samples, seed, progress, on_fitted, keep), data)
 
 
 def component_seed(seed: int, component: int) -> int:
@@ -561,6 +586,53 @@ def contextual_dropout_search(data, build: Callable[[int], torch.nn.Module], sit
                                  seed, extra=resolved)  # fmt: skip
 
 
+def posterior_draws(member, swag, candidate: Mapping[str, Any], data, seed: int, count: int) -> Dict[str, torch.Tensor]:
+    """``count`` samples of a SWAG posterior (``member``, ``swag``; at ``candidate``'s scale) on the validation (seed
+    ``seed + 2``), test (``seed``) and calibration (``seed + 1``) parts, SWAG's own streams: ``{"val": (count, m,
+    ...), "test": (count, n, ...), "cal": (count, n_cal, ...)}``. Each sample is one draw from its stream, so these
+    are the first ``count`` of the samples a SWAG run at ``seed`` draws there."""
+    from ..baselines.swag import swag_samples
+    from ..selection import ValidationSplit
+
+    x_val, scale = ValidationSplit.from_prepared(data).x_val, float(candidate["scale"])
+    return {part: swag_samples(member, swag, x, count, s, scale=scale)
+            for part, x, s in (("val", x_val, seed + 2), ("test", data["x_test"], seed),
+                               ("cal", data["x_cal"], seed + 1))}  # fmt: skip
+
+
+class KeptDraws:
+    """MultiSWAG's component 0 (Wilson & Izmailov 2020) is the SWAG run: its share of the samples (``count``,
+    :func:`stochattn.baselines.swag.component_counts`) drawn from every posterior the run's search fits, the grid's
+    and a widening's (:attr:`Search.keep`; :func:`posterior_draws` at the run's ``seed``), so that MultiSWAG pools
+    the very posteriors SWAG scored (:func:`multiswag_pool`) without keeping them (~0.1 GB each on the paper's
+    FT-Transformer). Their time is left out of the search's training (:func:`stochattn.training.not_training`) and
+    kept in ``seconds``."""
+
+    def __init__(self, data, seed: int, count: int) -> None:
+        if count < 1:
+            raise ValueError(f"MultiSWAG's component 0 must draw at least one sample, got {count}")
+        self.data, self.seed, self.count, self.seconds = data, int(seed), int(count), 0.0
+        self.drawn: Dict[str, Dict[str, torch.Tensor]] = {}
+
+    def __call__(self, candidate: Mapping[str, Any], result) -> None:
+        from ..training import not_training
+
+        member, swag = result
+        with not_training():
+            t0 = time.perf_counter()
+            self.drawn[_key(candidate)] = posterior_draws(member, swag, candidate, self.data, self.seed, self.count)
+            self.seconds += time.perf_counter() - t0
+
+    def in_grid(self, grid: Sequence[Mapping[str, Any]]) -> List[Optional[Dict[str, torch.Tensor]]]:
+        """The draws at each candidate of ``grid`` (a run's ``selection["grid"]``), None where none was fitted (its
+        phase diverged)."""
+        return [self.drawn.get(_key(c)) for c in grid]
+
+
+def _key(candidate: Mapping[str, Any]) -> str:
+    return json.dumps(dict(candidate), sort_keys=True)
+
+
 def multiswag_draws(net, grid: Sequence[Mapping[str, Any]], data, seed: int, count: int, progress: bool):
     """One MultiSWAG component's draws at every candidate of ``grid`` (MultiSWAG's shared SWAG settings are chosen
     among them, :func:`multiswag_choose`): per candidate one SWAG phase from a copy of ``net`` (its seed ``seed``,
@@ -572,7 +644,6 @@ def multiswag_draws(net, grid: Sequence[Mapping[str, Any]], data, seed: int, cou
     last iterate and of its SWA mean ``{"last": ..., "swa_mean": ...}`` (for audits such as
     ``benchmarks/uci_bias.py``); both ``None`` where the phase diverged. Samples, not posteriors, are kept: |grid|
     rank-20 posteriors of the paper's FT-Transformer are ~0.7 GB per component."""
-    from ..baselines.swag import swag_samples
     from ..selection import ValidationSplit
 
     split, draws, networks = ValidationSplit.from_prepared(data), [], []
@@ -583,10 +654,7 @@ def multiswag_draws(net, grid: Sequence[Mapping[str, Any]], data, seed: int, cou
             draws.append(None)
             networks.append(None)
             continue
-        scale = float(candidate["scale"])
-        draws.append({part: swag_samples(member, swag, x, count, s, scale=scale)
-                      for part, x, s in (("val", split.x_val, seed + 2), ("test", data["x_test"], seed),
-                                         ("cal", data["x_cal"], seed + 1))})  # fmt: skip
+        draws.append(posterior_draws(member, swag, candidate, data, seed, count))
         networks.append({"last": trainable_state(member), "swa_mean": trainable_state(swa_mean_network(member, swag))})
     return draws, networks
 
@@ -688,13 +756,13 @@ def write_multiswag_component(out_path: str | Path, grid: Sequence[Mapping[str, 
 
 
 def load_multiswag_component(path: str | Path, networks: bool = False) -> Dict[str, Any]:
-    """A component of :func:`write_multiswag_component`: its record with ``draws`` and ``start`` (the trained
-    network's trainable tensors, None where not written) added, and ``networks`` if asked (the file checked against
-    the SHA-256 its record holds, :func:`stochattn.io.load_model`)."""
+    """A component of :func:`write_multiswag_component`, or component 0 (the SWAG run's posterior file): its record
+    with ``draws`` and ``start`` (the trained network's trainable tensors) added, each None where not written, and
+    ``networks`` if asked (the file checked against the SHA-256 its record holds, :func:`stochattn.io.load_model`)."""
     from ..io import load_json, load_model
 
     saved = load_model(path)
-    return {**load_json(Path(path).with_suffix(".json")), "draws": saved["draws"], "start": saved.get("start"),
+    return {**load_json(Path(path).with_suffix(".json")), "draws": saved.get("draws"), "start": saved.get("start"),
             **({"networks": saved["networks"]} if networks else {})}  # fmt: skip
 
 
@@ -704,11 +772,9 @@ def multiswag_pool(data, start_net, first: Mapping[str, Any], components: Sequen
                    ) -> Dict[str, Any]:  # fmt: skip
     """MultiSWAG's run (:func:`multiswag_choose`) from component 0, the SWAG run (``first``: its record, with
     ``seed``, ``seconds`` and ``selection``, whose ``grid`` lists every candidate SWAG scored, widened ones
-    included), and components 1..L-1 (``components``: :func:`load_multiswag_component`, drawn at that grid).
-
-    Component 0's draws are made here from ``start_net``, the network SWAG started from (its SWAG phases repeated
-    at SWAG's seed: the same posteriors SWAG scored, which the SWAG job does not keep). Their seconds are recorded
-    as ``component0_redrawn_seconds``, not counted as training: SWAG's seconds in ``first`` count those phases.
+    included, and ``draws``, its share of the samples at each of them, :class:`KeptDraws`, with their
+    ``draw_seconds``), and components 1..L-1 (``components``: :func:`load_multiswag_component`, drawn at that grid).
+    Component 0's draws count as training, as every other component's do.
 
     ``widen`` (MultiSWAG's, SWAG's ``widen`` setting): where the pooled choice lies on the grid's edge, every
     component draws at the candidate beyond it here, component 0 from ``start_net`` and component ``l`` from its
@@ -725,21 +791,20 @@ def multiswag_pool(data, start_net, first: Mapping[str, Any], components: Sequen
         raise ValueError(f"MultiSWAG components must be 1..L-1 in order, got {[c['component'] for c in components]}")
     if widen and component_net is None and components:
         raise ValueError("multiswag: a widening needs every component's trained network (component_net)")
-    t0 = time.perf_counter()
+    if first.get("draws") is None or len(first["draws"]) != len(grid):
+        raise ValueError("multiswag: component 0 (the SWAG run's posterior file) holds no draws at the "
+                         f"{len(grid)} candidates SWAG scored (written before 2026-12-06, or without "
+                         "multiswag_components): run SWAG's job again")  # fmt: skip
     counts = component_counts(num_samples, len(components) + 1)
-    first_draws, _ = multiswag_draws(start_net, grid, data, int(first["seed"]), counts[0], progress)
-    redrawn = time.perf_counter() - t0
 
     def extend(candidate: Dict[str, Any]) -> List[Any]:
         nets = [(start_net, int(first["seed"]))] + [(component_net(c), int(c["seed"])) for c in components]
         return [multiswag_draws(net, [candidate], data, seed, count, progress)[0][0]
                 for (net, seed), count in zip(nets, counts)]  # fmt: skip
 
-    seconds = float(first["seconds"]) + sum(float(c["seconds"]) for c in components)
-    run = multiswag_choose(data, grid, [first_draws, *(c["draws"] for c in components)], seconds, num_samples,
-                           widen=widen, extend=extend)  # fmt: skip
-    run["extra"]["selection"]["component0_redrawn_seconds"] = redrawn
-    return run
+    seconds = float(first["seconds"]) + float(first["draw_seconds"]) + sum(float(c["seconds"]) for c in components)
+    return multiswag_choose(data, grid, [first["draws"], *(c["draws"] for c in components)], seconds, num_samples,
+                            widen=widen, extend=extend)  # fmt: skip
 
 
 def to_original(values: np.ndarray, data: Mapping[str, Any]) -> np.ndarray:

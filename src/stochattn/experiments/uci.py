@@ -262,17 +262,20 @@ def train_multiswag_component(
     return methods.write_multiswag_component(out_path, grid, drawn, record, provenance, start=start)
 
 
-def _write_component(out_path, member, swag, candidate, *, component, seed, model, train, method_cfg, selection,
-                     seconds, provenance) -> Dict[str, Any]:  # fmt: skip
-    """One MultiSWAG component's file (torch: network state, SWAG posterior, SWAG settings) and its record
-    ``<stem>.json``; returns the record."""
+def _write_component(out_path, member, swag, candidate, kept, *, component, seed, model, train, method_cfg,
+                     selection, seconds, provenance) -> Dict[str, Any]:  # fmt: skip
+    """MultiSWAG's component 0 file (torch: network state, SWAG posterior, SWAG settings, and the share of the
+    samples ``kept`` drew at every candidate of ``selection["grid"]``, :class:`methods.KeptDraws`) and its record
+    ``<stem>.json`` (with the draws' ``draw_seconds``); returns the record."""
+    grid = selection["grid"]
     recorded = save_model(out_path, {"state_dict": {k: v.cpu() for k, v in member.state_dict().items()},
-                                     "model": dict(model), "swag": swag.state_dict(), "candidate": dict(candidate)})
+                                     "model": dict(model), "swag": swag.state_dict(), "candidate": dict(candidate),
+                                     "grid": grid, "draws": kept.in_grid(grid)})  # fmt: skip
     meta = {
         "method": "multiswag", "component": component, "seed": seed, "model": dict(model),
         "train": dict(train), "hyperparameters": dict(method_cfg), "candidate": dict(candidate),
-        "selection": selection, "seconds": seconds, "device": device_info(), "packages": package_versions(),
-        RECORD_KEY: recorded,
+        "selection": selection, "seconds": seconds, "draw_seconds": kept.seconds, "device": device_info(),
+        "packages": package_versions(), RECORD_KEY: recorded,
     }
     if provenance is not None:
         meta["provenance"] = dict(provenance)
@@ -331,7 +334,7 @@ def _multiswag(data, backbone, components, num_samples, progress, widen=None) ->
     holds its seed, seconds and scored candidates), and components 1..L-1 (``components[1:]``:
     :func:`train_multiswag_component`'s files): :func:`stochattn.experiments.methods.multiswag_pool`, its choice
     widened beyond the grid's edge as SWAG's is (``widen``)."""
-    first = load_json(Path(components[0]).with_suffix(".json"))
+    first = methods.load_multiswag_component(components[0])
     if first["component"] != 0:
         raise ValueError(f"MultiSWAG's first file must be component 0 (the SWAG run), got {first['component']}")
     run = methods.multiswag_pool(data, backbone, first, [methods.load_multiswag_component(p) for p in components[1:]],
@@ -463,23 +466,29 @@ def _sa(data, net, cfg, num_samples, seed, progress) -> Dict[str, Any]:
     return methods.sa_runs(data, net, cfg, num_samples, seed, progress)
 
 
-def _swag(data, net, cfg, num_samples, seed, progress, fitted=None) -> Dict[str, Any]:
+def _swag(data, net, cfg, num_samples, seed, progress, fitted=None, keep=None) -> Dict[str, Any]:
     """SWAG from the shared backbone (:func:`stochattn.experiments.methods.swag_run`); ``fitted`` (a dict, optional)
-    receives the chosen posterior as ``member``, ``swag``, ``candidate``."""
+    receives the chosen posterior as ``member``, ``swag``, ``candidate``; ``keep``: its search's ``keep``."""
     on_fitted = None if fitted is None else lambda m, s, c: fitted.update(member=m, swag=s, candidate=c)
-    return methods.swag_run(data, net, cfg, num_samples, seed, progress, on_fitted=on_fitted)
+    return methods.swag_run(data, net, cfg, num_samples, seed, progress, on_fitted=on_fitted, keep=keep)
 
 
-def _swag_component0(data, net, backbone_meta, swag_member, *, model, train, method_cfg, num_samples, seed, progress,
-                     provenance) -> Dict[str, Any]:  # fmt: skip
-    """SWAG's run on the backbone ``net``; with ``swag_member`` its posterior is also written there as MultiSWAG's
-    component 0 (:func:`_write_component`, its record the SWAG selection: every candidate scored, at which
-    components 1..L-1 are drawn), whose ``seconds`` are the backbone's training and the SWAG phases."""
+def _swag_component0(data, net, backbone_meta, swag_member, multiswag_components, *, model, train, method_cfg,
+                     num_samples, seed, progress, provenance) -> Dict[str, Any]:  # fmt: skip
+    """SWAG's run on the backbone ``net``; with ``swag_member`` its posterior is also written there as component 0
+    of a MultiSWAG of ``multiswag_components`` (:func:`_write_component`, its record the SWAG selection: every
+    candidate scored, at which components 1..L-1 are drawn, and its share of the samples drawn at each of them),
+    whose ``seconds`` are the backbone's training and the SWAG phases."""
+    from ..baselines.swag import component_counts
+
     fitted: Dict[str, Any] = {}
-    run = _swag(data, net, method_cfg, num_samples, seed, progress, fitted)
+    kept = None
     if swag_member is not None:
-        _write_component(swag_member, fitted["member"], fitted["swag"], fitted["candidate"], component=0, seed=seed,
-                         model=model, train=train, method_cfg=method_cfg,
+        kept = methods.KeptDraws(data, seed, component_counts(num_samples, int(multiswag_components))[0])
+    run = _swag(data, net, method_cfg, num_samples, seed, progress, fitted, kept)
+    if swag_member is not None:
+        _write_component(swag_member, fitted["member"], fitted["swag"], fitted["candidate"], kept, component=0,
+                         seed=seed, model=model, train=train, method_cfg=method_cfg,
                          selection=dict(run["extra"]["selection"], member_of="swag"),
                          seconds=float(backbone_meta["seconds"]) + float(run["seconds"]["train"]),
                          provenance=provenance)  # fmt: skip
@@ -499,6 +508,7 @@ def run_method(
     num_samples: int,
     seed: int,
     swag_member: Optional[str | Path] = None,
+    multiswag_components: Optional[int] = None,
     device: Optional[str] = None,
     progress: bool = True,
     provenance: Optional[Mapping[str, Any]] = None,
@@ -512,7 +522,8 @@ def run_method(
     None all L run here first, into ``<out_dir>/components/``. ``"swag"`` with ``swag_member`` also
     writes its posterior there as MultiSWAG's component 0 (the SWAG run is one of MultiSWAG's independently
     initialised SWAG runs; the workflow then trains components 1..L-1 only); its ``seconds`` are the backbone's
-    training and the SWAG phases.
+    training and the SWAG phases, and it holds component 0's share of the samples of a MultiSWAG of
+    ``multiswag_components`` (L) at every candidate SWAG scored (:class:`stochattn.experiments.methods.KeptDraws`).
 
     ``"sa"`` calibrates nu once and writes two runs: ``out_dir`` at Algorithm 2's loss arg-min (with
     ``calibration.json``) and ``<out_dir>/../sa_match`` at the surrogate's scale-matching nu; each meta.json
@@ -527,6 +538,9 @@ def run_method(
         raise ValueError(f"num_samples must be an integer >= 2, got {num_samples!r}")
     if swag_member is not None and method != "swag":
         raise ValueError(f"swag_member (MultiSWAG's component 0) is written by the 'swag' run, not by {method!r}")
+    if swag_member is not None and multiswag_components is None:
+        raise ValueError("swag_member needs multiswag_components (MultiSWAG's L): component 0 keeps its share of the "
+                         "samples at every candidate")  # fmt: skip
     data = load_prepared(prepared_path)
     data["source"] = str(prepared_path)  # names the data set in the baselines' selection errors
     torch.manual_seed(seed)
@@ -538,9 +552,9 @@ def run_method(
         if method == "mc_dropout":
             run = _mc_dropout(data, net, dict(model), train, method_cfg, num_samples, seed, progress)
         elif method == "swag":
-            run = _swag_component0(data, net, backbone_meta, swag_member, model=model, train=train,
-                                   method_cfg=method_cfg, num_samples=num_samples, seed=seed, progress=progress,
-                                   provenance=provenance)  # fmt: skip
+            run = _swag_component0(data, net, backbone_meta, swag_member, multiswag_components, model=model,
+                                   train=train, method_cfg=method_cfg, num_samples=num_samples, seed=seed,
+                                   progress=progress, provenance=provenance)  # fmt: skip
         else:
             run = _sa(data, net, method_cfg, num_samples, seed, progress)
         run["seconds"]["backbone_train"] = backbone_meta["seconds"]
@@ -551,7 +565,7 @@ def run_method(
         net = load_backbone(data, backbone_path, device)
         if components is None:  # run them here, one after the other (the workflow runs one job per component)
             components = [Path(out_dir) / "components" / f"{c}.pt" for c in range(n)]
-            _swag_component0(data, net, load_json(Path(backbone_path).with_name("meta.json")), components[0],
+            _swag_component0(data, net, load_json(Path(backbone_path).with_name("meta.json")), components[0], n,
                              model=model, train=train, method_cfg=method_cfg, num_samples=num_samples, seed=seed,
                              progress=progress, provenance=provenance)  # fmt: skip
             for c, path in enumerate(components[1:], 1):
