@@ -347,8 +347,7 @@ use rule era5_method as era5_swag with:
         allow_pickle=ERA5["backbone"]["checkpoint"].get("allow_pickle", False),
         require_skill=ERA5["require_skill"],
         seed=era5_seed("swag"),
-        # MultiSWAG-LoRA's L: the posterior file holds member 0's share of the samples at every candidate SWAG scored
-        multiswag_components=int(era5_method_cfg("multiswag")["components"]),
+        multiswag_components=ERA5_MULTISWAG_L,
         code=era5_method_code("swag", "stochattn.experiments.era5:swag_scale_sweep"),
 
 

@@ -149,7 +149,8 @@ def era5_method_runtime(method=None):
     def work(sizes, w):
         m = method or w.era5_method
         return method_work(m, sizes, era5_method_cfg(m), ERA5["train"], config["num_samples"],
-                           swag_scales=len(ERA5["swag_scales"]) if m == "swag" else 0)  # fmt: skip
+                           swag_scales=len(ERA5["swag_scales"]) if m == "swag" else 0,
+                           multiswag_components=ERA5_MULTISWAG_L if m == "swag" else 0)  # fmt: skip
 
     return era5_runtime("era5_method" if method is None else f"era5_method ({method})", 480, work)
 
@@ -211,6 +212,9 @@ def era5_method_cfg(method):
 
 if "multiswag" in ERA5["methods"]:  # its member 0 is the SWAG-LoRA run (rule era5_swag)
     check_multiswag_matches_swag(era5_method_cfg("swag"), era5_method_cfg("multiswag"))
+
+# MultiSWAG-LoRA's L: SWAG's posterior file (member 0) holds its share of the samples at every candidate SWAG scored
+ERA5_MULTISWAG_L = int(era5_method_cfg("multiswag")["components"])
 
 
 def era5_run(method, name, sub="{era5_sub}"):
@@ -416,7 +420,8 @@ def era5_select_runtime(method=None):
 
     def work(sizes, w):
         m = method or w.era5_method
-        return selection_work(m, sizes, config["num_samples"],
-                              swag_scales=len(ERA5["swag_scales"]) if m == "swag" else 0)  # fmt: skip
+        return selection_work(m, sizes, config["num_samples"], grid=len(grid_entries(era5_method_cfg(m))),
+                              swag_scales=len(ERA5["swag_scales"]) if m == "swag" else 0,
+                              multiswag_components=ERA5_MULTISWAG_L if m == "swag" else 0)  # fmt: skip
 
     return era5_runtime("era5_select", 120, work)

@@ -261,8 +261,7 @@ use rule ett_method as ett_swag with:
     wildcard_constraints:
         ett_method=one_of([] if "swag" in ETT_SEARCHED else ["swag"]),
     params:
-        # MultiSWAG-LoRA's L: the posterior file holds member 0's share of the samples at every candidate SWAG scored
-        multiswag_components=int(ett_method_cfg("multiswag")["components"]),
+        multiswag_components=ETT_MULTISWAG_L,
 
 
 rule ett_candidate:

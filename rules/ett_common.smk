@@ -48,6 +48,9 @@ def ett_method_cfg(method):
 if "multiswag" in ETT["methods"]:  # its member 0 is the SWAG-LoRA run (rule ett_swag)
     check_multiswag_matches_swag(ett_method_cfg("swag"), ett_method_cfg("multiswag"))
 
+# MultiSWAG-LoRA's L: SWAG's posterior file (member 0) holds its share of the samples at every candidate SWAG scored
+ETT_MULTISWAG_L = int(ett_method_cfg("multiswag")["components"])
+
 
 def ett_run(dataset, horizon, method, name):
     return f"results/ett/{dataset}/H{horizon}/{method}/{name}"
@@ -239,7 +242,8 @@ def ett_method_runtime(method=None):
 
     def work(sizes, w):
         m = method or w.ett_method
-        return method_work(m, sizes, ett_method_cfg(m), ETT["train"], config["num_samples"])
+        return method_work(m, sizes, ett_method_cfg(m), ETT["train"], config["num_samples"],
+                           multiswag_components=ETT_MULTISWAG_L if m == "swag" else 0)  # fmt: skip
 
     return ett_runtime("ett_method" if method is None else f"ett_method ({method})", 240, work)
 
@@ -300,4 +304,9 @@ def ett_select_runtime():
     """The choice among fitted candidates: the winner's sampling only."""
     from stochattn.resources import selection_work
 
-    return ett_runtime("ett_select", 60, lambda sizes, w: selection_work(w.ett_method, sizes, config["num_samples"]))
+    def work(sizes, w):
+        m = w.ett_method
+        return selection_work(m, sizes, config["num_samples"], grid=len(grid_entries(ett_method_cfg(m))),
+                              multiswag_components=ETT_MULTISWAG_L if m == "swag" else 0)  # fmt: skip
+
+    return ett_runtime("ett_select", 60, work)

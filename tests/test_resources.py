@@ -215,9 +215,13 @@ def test_a_split_search_prices_its_candidates_and_the_sampling_as_the_single_job
     cfg = {"grid": [{}, {}, {}], "epochs": 2, "anneal_epochs": 1, "batch_size": 16, "max_epochs": 4}
     train = {"batch_size": 16, "max_epochs": 10}
     one = resources.candidate_work(method, sizes, cfg, train, 19)
-    split = 3 * one + resources.selection_work(method, sizes, 19, swag_scales=2 if method == "swag" else 0)
-    whole = resources.method_work(method, sizes, cfg, train, 19, swag_scales=2 if method == "swag" else 0)
+    swag = {"swag_scales": 2, "multiswag_components": 10} if method == "swag" else {}  # and MultiSWAG's member 0
+    split = 3 * one + resources.selection_work(method, sizes, 19, grid=3, **swag)
+    whole = resources.method_work(method, sizes, cfg, train, 19, **swag)
     assert split.__dict__ == pytest.approx(whole.__dict__)
+    if method == "swag":  # member 0's share, 2 of 19 (L = 10), on val, test and cal at each of the 3 candidates
+        alone = resources.method_work(method, sizes, cfg, train, 19, swag_scales=2)
+        assert whole.forward_inputs - alone.forward_inputs == 3 * 2 * (300 + 500 + 300)
     assert resources.selection_work(method, sizes, 19).__dict__ != pytest.approx(one.__dict__)
 
 

@@ -291,11 +291,16 @@ def _swag_phase(sizes: Sizes, cfg: Mapping[str, Any]) -> Work:
     return Work(train_steps=epochs * math.ceil(sizes.train / int(cfg.get("batch_size", 256))))
 
 
+def _share(sizes: Sizes, num_samples: int, components: int) -> Work:
+    """A MultiSWAG component's share of ``num_samples`` (at most, of L = ``components``) on val, test and cal
+    (:func:`stochattn.experiments.methods.posterior_draws`)."""
+    return Work(forward_inputs=math.ceil(num_samples / components) * (sizes.val + sizes.test + sizes.cal))
+
+
 def _component_draws(sizes: Sizes, cfg: Mapping[str, Any], num_samples: int) -> Work:
     """One MultiSWAG component at every candidate of its grid: a SWAG phase and its share of ``num_samples`` (L =
     ``cfg["components"]``) on val, test and cal (:func:`stochattn.experiments.methods.multiswag_draws`)."""
-    share = math.ceil(num_samples / int(cfg.get("components", 1)))
-    return _grid(cfg) * (_swag_phase(sizes, cfg) + Work(forward_inputs=share * (sizes.val + sizes.test + sizes.cal)))
+    return _grid(cfg) * (_swag_phase(sizes, cfg) + _share(sizes, num_samples, int(cfg.get("components", 1))))
 
 
 def _final(sizes: Sizes, num_samples: int, kind: str = "forward_inputs") -> Work:
@@ -328,21 +333,26 @@ def candidate_work(method: str, sizes: Sizes, cfg: Mapping[str, Any], train: Map
     return _epochs(sizes, int(train["batch_size"]), epochs, kind) + Work(**{sample: num_samples * sizes.val})
 
 
-def selection_work(method: str, sizes: Sizes, num_samples: int, *, swag_scales: int = 0) -> Work:
+def selection_work(method: str, sizes: Sizes, num_samples: int, *, swag_scales: int = 0, grid: int = 1,
+                   multiswag_components: int = 0) -> Work:  # fmt: skip
     """The choice among a method's fitted candidates: the chosen one's point and ``num_samples`` samples on test
-    and cal (SWAG: also the start's val prediction and ``swag_scales`` variance scales on val and test)."""
+    and cal (SWAG: also the start's val prediction, ``swag_scales`` variance scales on val and test and, with a
+    MultiSWAG of ``multiswag_components`` (L), its member 0's share at each of the ``grid`` candidates,
+    :class:`stochattn.experiments.methods.KeptDraws`)."""
     if method == "swag":
         scales = Work(forward_inputs=swag_scales * num_samples * (sizes.val + sizes.test))
-        return Work(forward_inputs=sizes.val) + _final(sizes, num_samples) + scales
+        member0 = grid * _share(sizes, num_samples, multiswag_components) if multiswag_components else Work()
+        return Work(forward_inputs=sizes.val) + _final(sizes, num_samples) + scales + member0
     if method not in _TRAINED:
         raise ValueError(f"no selection cost model for method {method!r}")
     return _final(sizes, num_samples, _TRAINED[method][1])
 
 
 def method_work(method: str, sizes: Sizes, cfg: Mapping[str, Any], train: Mapping[str, Any], num_samples: int, *,
-                swag_scales: int = 0) -> Work:  # fmt: skip
+                swag_scales: int = 0, multiswag_components: int = 0) -> Work:  # fmt: skip
     """One method job (``cfg``: the method's settings with its grid; ``train``: the adapter's): SA's calibration
-    and sampling; SWAG's selection, sampling and ``swag_scales`` variance scales (val and test); MultiSWAG: the
+    and sampling; SWAG's selection, sampling, ``swag_scales`` variance scales (val and test) and the share of a
+    MultiSWAG of ``multiswag_components`` its member 0 draws at every candidate (:func:`selection_work`); MultiSWAG: the
     pooled samples scored, no pass (member 0's draws are made in SWAG's job, members 1..L-1 in
     :func:`member_work`'s);
     IVON, Contextual Dropout and HSA: every candidate trained to ``max_epochs`` from a fresh adapter, sampled on
@@ -354,7 +364,8 @@ def method_work(method: str, sizes: Sizes, cfg: Mapping[str, Any], train: Mappin
     if method != "swag" and method not in _TRAINED:
         raise ValueError(f"no cost model for method {method!r}")
     return (_grid(cfg) * candidate_work(method, sizes, cfg, train, num_samples)
-            + selection_work(method, sizes, num_samples, swag_scales=swag_scales))  # fmt: skip
+            + selection_work(method, sizes, num_samples, swag_scales=swag_scales, grid=_grid(cfg),
+                             multiswag_components=multiswag_components))  # fmt: skip
 
 
 def member_work(sizes: Sizes, cfg: Mapping[str, Any], train: Mapping[str, Any], num_samples: int) -> Work:
