@@ -327,12 +327,9 @@ SEARCH_METHODS = tuple(_SEARCHES)
 def check_method(method: str, num_samples: int, swag_member: Optional[str | Path] = None,
                  multiswag_components: Optional[int] = None) -> None:  # fmt: skip
     """ValueError for a method that is not run on its own or unknown, fewer than 2 samples, or a MultiSWAG member
-    file asked of another method than SWAG (:func:`write_swag_as_member`) or without MultiSWAG's L."""
-    if swag_member is not None and method != "swag":
-        raise ValueError(f"swag_member (MultiSWAG's member 0) is written by the 'swag' run, not by {method!r}")
-    if swag_member is not None and multiswag_components is None:
-        raise ValueError("swag_member needs multiswag_components (MultiSWAG's L): member 0 keeps its share of the "
-                         "samples at every candidate")  # fmt: skip
+    file asked of another method than SWAG (:func:`write_swag_as_member`) or without MultiSWAG's L
+    (:func:`stochattn.experiments.methods.check_swag_member`)."""
+    methods.check_swag_member(method, swag_member, multiswag_components)
     if method in DERIVED_METHODS:
         raise ValueError(f"{method!r} is written by the {DERIVED_METHODS[method]!r} run, not run on its own")
     if method not in _STAGES:

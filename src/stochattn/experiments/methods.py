@@ -600,6 +600,16 @@ def posterior_draws(member, swag, candidate: Mapping[str, Any], data, seed: int,
                                ("cal", data["x_cal"], seed + 1))}  # fmt: skip
 
 
+def check_swag_member(method: str, swag_member: Optional[str | Path], multiswag_components: Optional[int]) -> None:
+    """ValueError where MultiSWAG's component-0 file (``swag_member``) is asked of another run than SWAG's, or
+    without MultiSWAG's L (``multiswag_components``: component 0 keeps its share of the samples, :class:`KeptDraws`)."""
+    if swag_member is not None and method != "swag":
+        raise ValueError(f"swag_member (MultiSWAG's component 0) is written by the 'swag' run, not by {method!r}")
+    if swag_member is not None and multiswag_components is None:
+        raise ValueError("swag_member needs multiswag_components (MultiSWAG's L): component 0 keeps its share of the "
+                         "samples at every candidate")  # fmt: skip
+
+
 class KeptDraws:
     """MultiSWAG's component 0 (Wilson & Izmailov 2020) is the SWAG run: its share of the samples (``count``,
     :func:`stochattn.baselines.swag.component_counts`) drawn from every posterior the run's search fits, the grid's

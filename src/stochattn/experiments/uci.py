@@ -536,11 +536,7 @@ def run_method(
         raise ValueError(f"unknown method {method!r}; known: {', '.join(RUN_METHODS)}")
     if not isinstance(num_samples, int) or num_samples < 2:
         raise ValueError(f"num_samples must be an integer >= 2, got {num_samples!r}")
-    if swag_member is not None and method != "swag":
-        raise ValueError(f"swag_member (MultiSWAG's component 0) is written by the 'swag' run, not by {method!r}")
-    if swag_member is not None and multiswag_components is None:
-        raise ValueError("swag_member needs multiswag_components (MultiSWAG's L): component 0 keeps its share of the "
-                         "samples at every candidate")  # fmt: skip
+    methods.check_swag_member(method, swag_member, multiswag_components)
     data = load_prepared(prepared_path)
     data["source"] = str(prepared_path)  # names the data set in the baselines' selection errors
     torch.manual_seed(seed)
