@@ -351,12 +351,11 @@ def selection_work(method: str, sizes: Sizes, num_samples: int, *, swag_scales: 
 def method_work(method: str, sizes: Sizes, cfg: Mapping[str, Any], train: Mapping[str, Any], num_samples: int, *,
                 swag_scales: int = 0, multiswag_components: int = 0) -> Work:  # fmt: skip
     """One method job (``cfg``: the method's settings with its grid; ``train``: the adapter's): SA's calibration
-    and sampling; SWAG's selection, sampling, ``swag_scales`` variance scales (val and test) and the share of a
-    MultiSWAG of ``multiswag_components`` its member 0 draws at every candidate (:func:`selection_work`); MultiSWAG: the
-    pooled samples scored, no pass (member 0's draws are made in SWAG's job, members 1..L-1 in
-    :func:`member_work`'s);
-    IVON, Contextual Dropout and HSA: every candidate trained to ``max_epochs`` from a fresh adapter, sampled on
-    val, the chosen one on test and cal."""
+    and sampling; SWAG's selection, sampling, ``swag_scales`` variance scales (val and test) and the share its
+    member 0 draws at every candidate for a MultiSWAG of ``multiswag_components`` (:func:`selection_work`);
+    MultiSWAG: the pooled samples scored, no pass (member 0 draws in SWAG's job, members 1..L-1 in
+    :func:`member_work`'s); IVON, Contextual Dropout and HSA: every candidate trained to ``max_epochs`` from a fresh
+    adapter, sampled on val, the chosen one on test and cal."""
     if method == "sa":
         return _bo(sizes, cfg) + _final(sizes, 2 * num_samples, "sa_inputs")
     if method == "multiswag":
