@@ -234,12 +234,6 @@ def choose_candidate(search: Search, data, paths: Sequence[str | Path]) -> Dict[
     split, options, grid = ValidationSplit.from_prepared(data), selection_options(data), list(search.grid)
     mean_rmse, widen, fitted = split.mean_predictor_rmse(), Widening.from_config(search.widen), {}
 
-    if search.keep is not None:
-        for candidate, path in zip(grid, paths):
-            state = load_model(path)["state"]
-            if state is not None:  # None: its training diverged
-                search.keep(dict(candidate), search.load(state, candidate))
-
     def run(candidate):  # a candidate beyond the grid's edge, fitted here; only the best fit so far is kept
         out, entry = fit_candidate(search.method, candidate, search.kept_fit(), split)
         entries.append(entry)
@@ -251,7 +245,19 @@ def choose_candidate(search: Search, data, paths: Sequence[str | Path]) -> Dict[
     index, record = choose(search.method, grid, entries, mean_rmse, reference=search.reference, **options)
     if widen is not None:
         record.update(widen.record(grid, index, added))
-    result = fitted[index].result if index in fitted else search.load(load_model(paths[index])["state"], grid[index])
+    loaded = {}  # the chosen fit, where ``keep`` loads it: loaded once
+    if search.keep is not None:  # the grid's fits from their files (a widening's were shown as they were fitted)
+        for i, (candidate, path) in enumerate(zip(grid, paths)):
+            state = load_model(path)["state"]
+            if state is not None:  # None: its training diverged
+                out = search.load(state, candidate)
+                search.keep(dict(candidate), out)
+                if i == index:
+                    loaded[i] = out
+    if index in fitted:
+        result = fitted[index].result
+    else:
+        result = loaded[index] if index in loaded else search.load(load_model(paths[index])["state"], grid[index])
     return search.finish(Selection(result, index, grid[index], record), sum(e["seconds"] for e in entries))
 
 
@@ -592,11 +598,10 @@ def posterior_draws(member, swag, candidate: Mapping[str, Any], data, seed: int,
     ...), "test": (count, n, ...), "cal": (count, n_cal, ...)}``. Each sample is one draw from its stream, so these
     are the first ``count`` of the samples a SWAG run at ``seed`` draws there."""
     from ..baselines.swag import swag_samples
-    from ..selection import ValidationSplit
 
-    x_val, scale = ValidationSplit.from_prepared(data).x_val, float(candidate["scale"])
+    scale = float(candidate["scale"])
     return {part: swag_samples(member, swag, x, count, s, scale=scale)
-            for part, x, s in (("val", x_val, seed + 2), ("test", data["x_test"], seed),
+            for part, x, s in (("val", data["x_val"], seed + 2), ("test", data["x_test"], seed),
                                ("cal", data["x_cal"], seed + 1))}  # fmt: skip
 
 
