@@ -2,7 +2,7 @@
 
     python benchmarks/uci_paper_slice.py WORKDIR [--datasets ...] [--splits 3] [--fewer protein=1 naval=1]
         [--methods sa mc_dropout swag multiswag ivon hsa] [--cores 2] [--configfile extra.yaml ...] [--report-only]
-        [--partial] [--by-split] [--out OUT.md] [--compare RECORDS] [--keep RECORDS]
+        [--partial] [--by-split] [--out OUT.md] [--compare RECORDS] [--keep RECORDS] [--from-split K]
 
 Runs the workflow's own rules (``snakemake -s Snakefile --directory WORKDIR --configfile config/config.yaml
 WORKDIR/slice.yaml ... results/tables/uci_master.md``) on the paper's architecture and schedules (config/config.yaml),
@@ -40,7 +40,10 @@ the kept records (``docs/gen_pages.py``) is remade from them at every build. ``-
 against kept records before ``--keep`` replaces them (``<out>_vs_records.md``): run by run, whether the job wrote the
 same bytes (the SHA-256 of its samples and model), with the same code hash, and which values differ
 (``uci_slice_report.compare_records``). The report itself is the library's
-(:mod:`stochattn.experiments.uci_slice_report`); this script runs the workflow and writes it."""
+(:mod:`stochattn.experiments.uci_slice_report`); this script runs the workflow and writes it. ``--from-split K`` runs
+only splits K.. of the ``--splits`` (their evaluations, not the master table, which needs every split), to add splits
+to kept records in chunks: ``--splits 6 --from-split 3``, then ``--keep`` beside the kept splits 0-2, and the report
+of the records (``--partial``) pools all six; its own report is ``--partial``'s, of the splits it ran."""
 
 from __future__ import annotations
 
@@ -85,19 +88,34 @@ def slice_config(args: argparse.Namespace) -> dict:
     }
 
 
-def first_open_splits(work: Path, cfg: dict) -> list[str]:
-    """Per data set of the slice config ``cfg``, the evaluation target of its lowest split not yet evaluated (its first
-    method's metrics.json under ``work``): given to Snakemake's ``--prioritize``, a run stopped after it holds that
-    split whole, with every method, rather than parts of every split (what ``--partial`` and ``--keep`` can use); each
-    restart moves on to the next open split."""
+def split_target(cfg: dict, dataset: str, split: int) -> str:
+    """The evaluation of one split (its first method's metrics.json: the evaluate rule scores every method at once)."""
+    return f"results/uci/{dataset}/split{split}/{cfg['methods'][0]}/metrics.json"
+
+
+def splits_of(cfg: dict, dataset: str, from_split: int = 0) -> range:
+    """The Gal splits of ``dataset`` that the slice config ``cfg`` runs, from ``from_split`` on."""
+    return range(from_split, int(cfg["dataset_overrides"].get(dataset, {}).get("splits", cfg["splits"])))
+
+
+def run_targets(cfg: dict, from_split: int = 0) -> list[str]:
+    """What the run asks Snakemake for: the master table (every split of every data set), or from ``from_split`` on
+    only those splits' evaluations (the splits before it kept elsewhere: ``--keep`` adds the new ones to them)."""
+    if from_split == 0:
+        return ["results/tables/uci_master.md"]
+    return [split_target(cfg, ds, k) for ds in cfg["datasets"] for k in splits_of(cfg, ds, from_split)]
+
+
+def first_open_splits(work: Path, cfg: dict, from_split: int = 0) -> list[str]:
+    """Per data set of the slice config ``cfg``, the evaluation target of its lowest split (from ``from_split`` on) not
+    yet evaluated under ``work``: given to Snakemake's ``--prioritize``, a run stopped after it holds that split whole,
+    with every method, rather than parts of every split (what ``--partial`` and ``--keep`` can use); each restart moves
+    on to the next open split."""
     targets = []
     for dataset in cfg["datasets"]:
-        n = int(cfg["dataset_overrides"].get(dataset, {}).get("splits", cfg["splits"]))
-        for split in range(n):
-            target = f"results/uci/{dataset}/split{split}/{cfg['methods'][0]}/metrics.json"
-            if not (work / target).is_file():
-                targets.append(target)
-                break
+        target = next((t for k in splits_of(cfg, dataset, from_split)
+                       if not (work / (t := split_target(cfg, dataset, k))).is_file()), None)  # fmt: skip
+        targets += [target] if target else []
     return targets
 
 
@@ -108,6 +126,9 @@ def main() -> None:
     ap.add_argument("--datasets", nargs="+", default=ALL)
     ap.add_argument("--methods", nargs="+", default=["sa", "mc_dropout", "swag", "multiswag", "ivon", "hsa"])
     ap.add_argument("--splits", type=int, default=3)
+    ap.add_argument("--from-split", type=int, default=0, metavar="K",
+                    help="run only splits K.. of the --splits (the earlier ones kept: --keep adds these to them); "
+                         "the report is then --partial's, of the splits run here")  # fmt: skip
     ap.add_argument("--fewer", nargs="*", default=["protein=1", "naval=1"], help="DATASET=SPLITS")
     ap.add_argument("--mirror", default=str(REPO.parent / "shared" / "data"))
     ap.add_argument("--cores", type=int, default=2)
@@ -131,6 +152,10 @@ def main() -> None:
                          "(benchmarks/records/uci_paper: what docs/measurements.md reports)")  # fmt: skip
     args = ap.parse_args()
     works = [w.resolve() for w in args.workdir]
+    fewer = dict(item.split("=") for item in args.fewer)
+    short = [f"{ds} ({n})" for ds in args.datasets if not 0 <= args.from_split < (n := int(fewer.get(ds, args.splits)))]
+    if short:
+        ap.error(f"--from-split {args.from_split} leaves no split to run of: {', '.join(short)} (--splits, --fewer)")
     if len(works) > 1 and not (args.report_only or args.partial):
         ap.error("several workdirs only with --report-only or --partial (a run has one)")
     if not (args.report_only or args.partial):
@@ -139,18 +164,19 @@ def main() -> None:
         cfg = slice_config(args)
         (work / "slice.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-        first = first_open_splits(work, cfg)
+        first = first_open_splits(work, cfg, args.from_split)
         cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(work),
                "--configfile", str(REPO / "config" / "config.yaml"), str(work / "slice.yaml"),
                *map(str, args.configfile), *(["--prioritize", *first] if first else []), "--cores", str(args.cores),
-               "--max-jobs-per-timespan", "100/10s", "results/tables/uci_master.md"]  # fmt: skip
+               "--max-jobs-per-timespan", "100/10s", *run_targets(cfg, args.from_split)]  # fmt: skip
         print(" ".join(cmd), flush=True)
         subprocess.run(cmd, env=env, cwd=REPO, check=True)
     from stochattn.experiments.uci_figures import paper_w1_figure
 
     try:
         report = uci_slice_report.build(works, args.datasets, REPO / "config" / "paper_results.yaml",
-                                        partial=args.partial, splits_by_split=args.by_split)  # fmt: skip
+                                        partial=args.partial or args.from_split > 0,
+                                        splits_by_split=args.by_split)  # fmt: skip
     except ValueError as err:
         raise SystemExit(str(err)) from None
     table, text = report.table, report.text

@@ -372,3 +372,24 @@ def test_the_slice_runs_its_jobs_with_progress_lines_in_their_logs(load_script):
     cfg = script.slice_config(args)
     assert cfg["progress"] is True
     assert cfg["dataset_overrides"] == {"naval": {"splits": 1}}
+
+
+def test_the_slice_from_a_split_on_runs_only_those_splits(load_script, tmp_path):
+    """--from-split K asks Snakemake for splits K.. of each data set (their evaluations; the master table needs every
+    split), puts the lowest of those not yet evaluated first, and refuses a K that leaves a data set no split."""
+    script = load_script(REPO / "benchmarks" / "uci_paper_slice.py")
+    cfg = {"datasets": ["yacht", "wine"], "methods": ["sa", "swag"], "splits": 6,
+           "dataset_overrides": {"wine": {"splits": 4}}}  # fmt: skip
+    target = "results/uci/{}/split{}/sa/metrics.json".format
+    assert script.run_targets(cfg) == ["results/tables/uci_master.md"]
+    assert script.run_targets(cfg, 3) == [target("yacht", 3), target("yacht", 4), target("yacht", 5), target("wine", 3)]
+    done = tmp_path / target("yacht", 3)
+    done.parent.mkdir(parents=True)
+    done.write_text("{}")
+    assert script.first_open_splits(tmp_path, cfg, 3) == [target("yacht", 4), target("wine", 3)]
+    assert script.first_open_splits(tmp_path, cfg) == [target("yacht", 0), target("wine", 0)]
+    res = subprocess.run([sys.executable, str(REPO / "benchmarks" / "uci_paper_slice.py"), str(tmp_path / "w"),
+                          "--datasets", "yacht", "protein", "--splits", "6", "--from-split", "3"],
+                         capture_output=True, text=True)  # fmt: skip
+    assert res.returncode == 2 and "--from-split 3 leaves no split to run of: protein (1)" in res.stderr, res.stderr
+    assert not (tmp_path / "w").exists()  # refused before anything is written
