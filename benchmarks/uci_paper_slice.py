@@ -152,16 +152,16 @@ def main() -> None:
                          "(benchmarks/records/uci_paper: what docs/measurements.md reports)")  # fmt: skip
     args = ap.parse_args()
     works = [w.resolve() for w in args.workdir]
-    fewer = dict(item.split("=") for item in args.fewer)
-    short = [f"{ds} ({n})" for ds in args.datasets if not 0 <= args.from_split < (n := int(fewer.get(ds, args.splits)))]
-    if short:
-        ap.error(f"--from-split {args.from_split} leaves no split to run of: {', '.join(short)} (--splits, --fewer)")
+    cfg = slice_config(args)
+    short = [f"{ds} ({len(splits_of(cfg, ds))})" for ds in args.datasets if not splits_of(cfg, ds, args.from_split)]
+    if args.from_split < 0 or short:
+        ap.error(f"--from-split {args.from_split} leaves no split to run of: {', '.join(short or args.datasets)} "
+                 "(--splits, --fewer)")  # fmt: skip
     if len(works) > 1 and not (args.report_only or args.partial):
         ap.error("several workdirs only with --report-only or --partial (a run has one)")
     if not (args.report_only or args.partial):
         work = works[0]
         work.mkdir(parents=True, exist_ok=True)
-        cfg = slice_config(args)
         (work / "slice.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         first = first_open_splits(work, cfg, args.from_split)
