@@ -392,4 +392,7 @@ def test_the_slice_from_a_split_on_runs_only_those_splits(load_script, tmp_path)
                           "--datasets", "yacht", "protein", "--splits", "6", "--from-split", "3"],
                          capture_output=True, text=True)  # fmt: skip
     assert res.returncode == 2 and "--from-split 3 leaves no split to run of: protein (1)" in res.stderr, res.stderr
+    res = subprocess.run([sys.executable, str(REPO / "benchmarks" / "uci_paper_slice.py"), str(tmp_path / "w"),
+                          "--datasets", "yacht", "--from-split=-1"], capture_output=True, text=True)  # fmt: skip
+    assert res.returncode == 2 and "--from-split -1 leaves no split to run of: yacht" in res.stderr, res.stderr
     assert not (tmp_path / "w").exists()  # refused before anything is written
