@@ -245,19 +245,16 @@ def choose_candidate(search: Search, data, paths: Sequence[str | Path]) -> Dict[
     index, record = choose(search.method, grid, entries, mean_rmse, reference=search.reference, **options)
     if widen is not None:
         record.update(widen.record(grid, index, added))
-    loaded = {}  # the chosen fit, where ``keep`` loads it: loaded once
+    result = fitted[index].result if index in fitted else None  # else the chosen grid fit, loaded once
     if search.keep is not None:  # the grid's fits from their files (a widening's were shown as they were fitted)
         for i, (candidate, path) in enumerate(zip(grid, paths)):
             state = load_model(path)["state"]
             if state is not None:  # None: its training diverged
                 out = search.load(state, candidate)
                 search.keep(dict(candidate), out)
-                if i == index:
-                    loaded[i] = out
-    if index in fitted:
-        result = fitted[index].result
-    else:
-        result = loaded[index] if index in loaded else search.load(load_model(paths[index])["state"], grid[index])
+                result = out if i == index else result
+    if result is None:
+        result = search.load(load_model(paths[index])["state"], grid[index])
     return search.finish(Selection(result, index, grid[index], record), sum(e["seconds"] for e in entries))
 
 
