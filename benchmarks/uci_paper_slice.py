@@ -2,7 +2,7 @@
 
     python benchmarks/uci_paper_slice.py WORKDIR [--datasets ...] [--splits 3] [--fewer protein=1 naval=1]
         [--methods sa mc_dropout swag multiswag ivon hsa] [--cores 2] [--configfile extra.yaml ...] [--report-only]
-        [--partial] [--by-split] [--out OUT.md] [--compare RECORDS] [--keep RECORDS] [--from-split K]
+        [--partial] [--by-split] [--out OUT.md] [--compare RECORDS] [--keep RECORDS] [--from-split K] [--unlock]
 
 Runs the workflow's own rules (``snakemake -s Snakefile --directory WORKDIR --configfile config/config.yaml
 WORKDIR/slice.yaml ... results/tables/uci_master.md``) on the paper's architecture and schedules (config/config.yaml),
@@ -43,7 +43,9 @@ same bytes (the SHA-256 of its samples and model), with the same code hash, and 
 (:mod:`stochattn.experiments.uci_slice_report`); this script runs the workflow and writes it. ``--from-split K`` runs
 only splits K.. of the ``--splits`` (their evaluations, not the master table, which needs every split), to add splits
 to kept records in chunks: ``--splits 6 --from-split 3``, then ``--keep`` beside the kept splits 0-2, and the report
-of the records (``--partial``) pools all six; its own report is ``--partial``'s, of the splits it ran."""
+of the records (``--partial``) pools all six; its own report is ``--partial``'s, of the splits it ran. A run that was
+killed (the machine, a time limit) leaves the workdir locked: ``--unlock`` removes the lock (Snakemake's ``--unlock``)
+before the run, which goes on where the killed one stopped."""
 
 from __future__ import annotations
 
@@ -133,6 +135,9 @@ def main() -> None:
     ap.add_argument("--mirror", default=str(REPO.parent / "shared" / "data"))
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--configfile", nargs="*", default=[], help="more config files merged over the slice's")
+    ap.add_argument("--unlock", action="store_true",
+                    help="first remove the lock that a killed run left on the workdir (Snakemake's --unlock), "
+                         "then run: its unfinished jobs rerun, their trainings resume from saved state")  # fmt: skip
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument("--partial", action="store_true",
                     help="report-only, from every metrics.json of --datasets present (a run still going or "
@@ -165,12 +170,17 @@ def main() -> None:
         (work / "slice.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         first = first_open_splits(work, cfg, args.from_split)
-        cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(work),
-               "--configfile", str(REPO / "config" / "config.yaml"), str(work / "slice.yaml"),
-               *map(str, args.configfile), *(["--prioritize", *first] if first else []), "--cores", str(args.cores),
+        workflow = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "--directory", str(work),
+                    "--configfile", str(REPO / "config" / "config.yaml"), str(work / "slice.yaml"),
+                    *map(str, args.configfile)]  # fmt: skip
+        cmd = [*workflow, *(["--prioritize", *first] if first else []), "--cores", str(args.cores),
                "--max-jobs-per-timespan", "100/10s", *run_targets(cfg, args.from_split)]  # fmt: skip
-        print(" ".join(cmd), flush=True)
-        subprocess.run(cmd, env=env, cwd=REPO, check=True)
+        for step in [[*workflow, "--unlock"]] * args.unlock + [cmd]:
+            print(" ".join(step), flush=True)
+            if (code := subprocess.run(step, env=env, cwd=REPO).returncode) != 0:
+                raise SystemExit(f"the workflow stopped (exit {code}): Snakemake's lines above say why. A run that "
+                                 "was killed leaves the workdir locked ('Directory cannot be locked'): the same "
+                                 "command with --unlock goes on where it stopped")  # fmt: skip
     from stochattn.experiments.uci_figures import paper_w1_figure
 
     try:

@@ -396,3 +396,35 @@ def test_the_slice_from_a_split_on_runs_only_those_splits(load_script, tmp_path)
                           "--datasets", "yacht", "--from-split=-1"], capture_output=True, text=True)  # fmt: skip
     assert res.returncode == 2 and "--from-split -1 leaves no split to run of: yacht" in res.stderr, res.stderr
     assert not (tmp_path / "w").exists()  # refused before anything is written
+
+
+def test_a_killed_slice_goes_on_with_unlock(load_script, tmp_path, monkeypatch):
+    """A killed run leaves its workdir locked (Snakemake's lock files): the slice stops with one message that names
+    --unlock, not a traceback, and leaves the lock; with --unlock it removes the lock (Snakemake's --unlock) and the run
+    goes on (here Snakemake's dry run of the same command, which schedules the slice's jobs); --report-only of a run
+    without its master table says that it has not finished."""
+    script = load_script(REPO / "benchmarks" / "uci_paper_slice.py")
+    work = tmp_path / "w"
+    lock = work / ".snakemake" / "locks" / "0.output.lock"  # what a killed run leaves: the outputs it was writing
+    lock.parent.mkdir(parents=True)
+    lock.write_text("results/uci/yacht/split0/sa/metrics.json\n")
+    run, calls = subprocess.run, []
+
+    def planned(cmd, **kwargs):  # the run's command as a dry run; a lock stops Snakemake before any job all the same
+        dry = bool(calls) and "--unlock" not in cmd
+        calls.append(res := run([*cmd, *["-n"] * dry], capture_output=True, text=True, timeout=300, **kwargs))
+        return res
+
+    monkeypatch.setattr(script.subprocess, "run", planned)
+    argv = ["uci_paper_slice.py", str(work), "--datasets", "yacht", "--splits", "1", "--methods", "sa"]
+    monkeypatch.setattr(sys, "argv", argv)
+    with pytest.raises(SystemExit, match="the same command with --unlock goes on where it stopped"):
+        script.main()
+    assert len(calls) == 1 and calls[0].returncode == 1 and "Directory cannot be locked" in calls[0].stderr
+    assert lock.is_file()
+    monkeypatch.setattr(sys, "argv", [*argv, "--unlock"])
+    with pytest.raises(SystemExit, match="has no master table .*: its run has not finished; --partial"):
+        script.main()  # the dry run writes nothing to report
+    unlock, dry = calls[1:]
+    assert "--unlock" in unlock.args and unlock.returncode == 0 and not lock.exists()
+    assert dry.returncode == 0 and "train_backbone" in dry.stdout and "calibrate_sa" in dry.stdout, dry.stderr[-2000:]

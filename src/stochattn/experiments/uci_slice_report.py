@@ -252,7 +252,7 @@ def build(
     set in one of them). ``partial``: from every metrics.json present (a run still going or stopped, or records);
     else from each workdir's ``results/tables/uci_master.csv`` (a finished run), with the CRPS of the same splits.
     ``splits_by_split`` adds :func:`by_split`'s tables. Raises ValueError where no folder has results of
-    ``datasets`` or a data set is in two folders."""
+    ``datasets``, a data set is in two folders, or (not ``partial``) a workdir has no master table."""
     masters, homes, hours = [], {}, {}
     for work in map(Path, works):
         uci = results_dir(work) / "uci"
@@ -260,8 +260,11 @@ def build(
         runs = load_runs(files, progress=False) if files else None
         if partial:
             master = uci_master_table(runs) if runs is not None else None
+        elif not (table := work / "results" / "tables" / "uci_master.csv").is_file():
+            raise ValueError(f"{work} has no master table ({table.relative_to(work)}): its run has not finished; "
+                             "--partial reports the splits evaluated so far")  # fmt: skip
         else:
-            master = pd.read_csv(work / "results" / "tables" / "uci_master.csv")
+            master = pd.read_csv(table)
             master = master[master["dataset"].isin(datasets)]
         if master is None or master.empty:
             continue
