@@ -4,6 +4,7 @@ and the comparison with our tables."""
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
 import subprocess
@@ -428,3 +429,19 @@ def test_a_killed_slice_goes_on_with_unlock(load_script, tmp_path, monkeypatch):
     unlock, dry = calls[1:]
     assert "--unlock" in unlock.args and unlock.returncode == 0 and not lock.exists()
     assert dry.returncode == 0 and "train_backbone" in dry.stdout and "calibrate_sa" in dry.stdout, dry.stderr[-2000:]
+
+
+def test_sas_nu_column_lists_the_splits_in_their_order(tmp_path):
+    """The report's SA nu column names each split's calibrated nu in split order: split 10 after split 9, not after
+    split 1 as the file names sort; a split calibrated but not evaluated (no metrics.json) is left out."""
+    from stochattn.experiments.uci_slice_report import sa_nus
+
+    for split in range(12):
+        run = tmp_path / "uci" / "yacht" / f"split{split}" / "sa"
+        run.mkdir(parents=True)
+        (run / "meta.json").write_text(json.dumps({"nu": 100 + split, "at_boundary": split == 3}))
+        if split != 11:
+            (run / "metrics.json").write_text("{}")
+    table = pd.DataFrame({"dataset": ["yacht", "yacht"], "method": ["sa", "mc_dropout"]})
+    expected = " / ".join(str(100 + s) for s in range(11)) + " (boundary on 1 of 11)"
+    assert sa_nus(tmp_path, table) == {("yacht", "sa"): expected}

@@ -94,11 +94,12 @@ def fmt(v: float | None, spec: str = ".3f") -> str:
 
 def sa_nus(work: Path, table: pd.DataFrame) -> dict:
     """{(data set, method): "2 / 2 / 3 (boundary on 1 of 3)"}: the calibrated nu (meta.json) of each split's SA run
-    that the table pools (those evaluated: with a metrics.json)."""
+    that the table pools (those evaluated: with a metrics.json), in split order (split 10 after split 9)."""
     out = {}
     sa_rows = table[table["method"].isin(["sa", "sa_match"])]
     for ds, method in zip(sa_rows["dataset"], sa_rows["method"]):
-        runs = sorted((results_dir(work) / "uci" / ds).glob(f"split*/{method}/metrics.json"))
+        runs = sorted((results_dir(work) / "uci" / ds).glob(f"split*/{method}/metrics.json"),
+                      key=lambda p: int(p.parent.parent.name.removeprefix("split")))  # fmt: skip
         metas = [load_json(p.with_name("meta.json")) for p in runs if p.with_name("meta.json").is_file()]
         if not metas:
             continue
