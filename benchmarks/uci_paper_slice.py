@@ -175,7 +175,7 @@ def main() -> None:
                     *map(str, args.configfile)]  # fmt: skip
         cmd = [*workflow, *(["--prioritize", *first] if first else []), "--cores", str(args.cores),
                "--max-jobs-per-timespan", "100/10s", *run_targets(cfg, args.from_split)]  # fmt: skip
-        for step in [[*workflow, "--unlock"]] * args.unlock + [cmd]:
+        for step in ([[*workflow, "--unlock"]] if args.unlock else []) + [cmd]:
             print(" ".join(step), flush=True)
             if (code := subprocess.run(step, env=env, cwd=REPO).returncode) != 0:
                 raise SystemExit(f"the workflow stopped (exit {code}): Snakemake's lines above say why. A run that "
